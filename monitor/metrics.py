@@ -1,0 +1,338 @@
+"""Prometheus metrics for icetail, built on an explicit registry (never the global default).
+
+`Metrics.create()` builds every metric on a `CollectorRegistry` it is given (or a fresh one),
+so tests and several services in one process never collide. Per-consumer series carry the
+labels `table` and `consumer`; `icetail_rows_emitted_total` adds `change_type` and
+`icetail_failures_total` adds `stage`. Label values come from closed sets (the four Iceberg
+change types, the five failure stages) so cardinality stays bounded.
+
+Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
+
+* `icetail_last_success_timestamp_seconds` is the end of the last successful poll cycle,
+  including a cycle that found nothing new (`record_success`), not only a delivered batch;
+  a quiet table must not look stuck.
+* `icetail_consecutive_failures` counts failures since the last success and drops to 0 on one.
+* `icetail_lag_seconds` is the age of the oldest committed-but-undelivered snapshot, 0 when
+  caught up (`compute_lag_seconds()` computes it from commit timestamps).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from state.model import ChangeType
+
+__all__ = [
+    "BATCH_DURATION_BUCKETS",
+    "PLANNING_DURATION_BUCKETS",
+    "BatchReport",
+    "FailureStage",
+    "Metrics",
+    "build_versions",
+    "compute_lag_seconds",
+]
+
+CONSUMER_LABELS = ("table", "consumer")
+
+# A batch runs from well under a second (one small commit) to an hour (a backfill).
+BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+# Planning reads manifests only: milliseconds for a small table, minutes for a huge range.
+PLANNING_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+_BUILD_PACKAGES = ("icetail", "pyspark", "pyiceberg", "pyarrow")
+
+
+class FailureStage(str, Enum):
+    """Where a failed cycle broke; the `stage` label of `icetail_failures_total`."""
+
+    PLAN = "plan"
+    READ = "read"
+    SINK = "sink"
+    STATE = "state"
+    CATALOG = "catalog"
+
+
+def _change_type_label(key: ChangeType | str) -> str:
+    value = key.value if isinstance(key, ChangeType) else str(key)
+    try:
+        return ChangeType(value).value
+    except ValueError:
+        allowed = ", ".join(c.value for c in ChangeType)
+        raise ValueError(f"unknown change type {key!r}; expected one of {allowed}") from None
+
+
+def _stage_label(stage: FailureStage | str) -> str:
+    try:
+        return FailureStage(stage).value
+    except ValueError:
+        allowed = ", ".join(s.value for s in FailureStage)
+        raise ValueError(f"unknown failure stage {stage!r}; expected one of {allowed}") from None
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one delivered batch did: snapshots (from_snapshot_exclusive, to_snapshot_inclusive]."""
+
+    table: str
+    consumer: str
+    from_snapshot_exclusive: int | None
+    to_snapshot_inclusive: int
+    snapshots: int
+    rows_by_change_type: Mapping[ChangeType | str, int] = field(default_factory=dict)
+    data_files: int = 0
+    bytes_read: int = 0
+    row_groups: int = 0
+    delete_files: int = 0
+    deleted_rows: int = 0
+    splits: int = 0
+    chunks: int = 0
+    planning_seconds: float = 0.0
+    batch_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.table or not self.consumer:
+            raise ValueError("BatchReport needs a table and a consumer")
+        # normalized copy: ChangeType members become their values, unknown keys are rejected
+        rows = {_change_type_label(k): int(v) for k, v in self.rows_by_change_type.items()}
+        object.__setattr__(self, "rows_by_change_type", rows)
+        counts = {
+            "snapshots": self.snapshots,
+            "data_files": self.data_files,
+            "bytes_read": self.bytes_read,
+            "row_groups": self.row_groups,
+            "delete_files": self.delete_files,
+            "deleted_rows": self.deleted_rows,
+            "splits": self.splits,
+            "chunks": self.chunks,
+            **{f"rows[{k}]": v for k, v in rows.items()},
+        }
+        negative = sorted(name for name, value in counts.items() if value < 0)
+        if negative:
+            raise ValueError(f"BatchReport counts must be >= 0: {', '.join(negative)}")
+        if self.planning_seconds < 0 or self.batch_seconds < 0:
+            raise ValueError("BatchReport durations must be >= 0")
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_change_type.values())
+
+
+def compute_lag_seconds(oldest_undelivered_commit_ms: int | None, now_seconds: float | None = None) -> float:
+    """Age of the oldest committed-but-undelivered snapshot; 0.0 when caught up (None)."""
+    if oldest_undelivered_commit_ms is None:
+        return 0.0
+    now = time.time() if now_seconds is None else now_seconds
+    return max(0.0, now - oldest_undelivered_commit_ms / 1000.0)
+
+
+def build_versions() -> dict[str, str]:
+    """Installed versions of icetail and its engines, "unknown" for a missing distribution."""
+    versions: dict[str, str] = {}
+    for name in _BUILD_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "unknown"
+    versions["python"] = platform.python_version()
+    return versions
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Every icetail metric, registered on `registry`. Build with `Metrics.create()`."""
+
+    registry: CollectorRegistry
+    lag_snapshots: Gauge
+    lag_seconds: Gauge
+    cursor_commit_timestamp_seconds: Gauge
+    snapshots_discovered: Counter
+    snapshots_processed: Counter
+    rows_emitted: Counter
+    data_files_read: Counter
+    bytes_read: Counter
+    row_groups_read: Counter
+    delete_files_applied: Counter
+    deleted_rows_applied: Counter
+    splits_committed: Counter
+    chunks_committed: Counter
+    batch_duration: Histogram
+    planning_duration: Histogram
+    failures: Counter
+    inflight_chunks: Gauge
+    last_success_timestamp_seconds: Gauge
+    consecutive_failures: Gauge
+    build_info: Info
+
+    @classmethod
+    def create(
+        cls,
+        registry: CollectorRegistry | None = None,
+        *,
+        versions: Mapping[str, str] | None = None,
+    ) -> Metrics:
+        """Register all metrics on `registry` (a fresh `CollectorRegistry` when None).
+
+        `versions` overrides the build-info labels (default: `build_versions()`).
+        Registering twice on the same registry raises ValueError (duplicated timeseries).
+        """
+        reg = CollectorRegistry(auto_describe=True) if registry is None else registry
+        labels = CONSUMER_LABELS
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=reg)
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, (*labels, *extra), registry=reg)
+
+        metrics = cls(
+            registry=reg,
+            lag_snapshots=gauge("icetail_lag_snapshots", "Snapshots committed to the table but not yet delivered."),
+            lag_seconds=gauge(
+                "icetail_lag_seconds",
+                "Age of the oldest committed-but-undelivered snapshot in seconds; 0 when caught up.",
+            ),
+            cursor_commit_timestamp_seconds=gauge(
+                "icetail_cursor_commit_timestamp_seconds",
+                "Commit timestamp of the last delivered snapshot (the cursor), Unix seconds.",
+            ),
+            snapshots_discovered=counter(
+                "icetail_snapshots_discovered",
+                "Snapshots found after the cursor by the planner.",
+            ),
+            snapshots_processed=counter("icetail_snapshots_processed", "Snapshots whose changes were delivered."),
+            rows_emitted=counter(
+                "icetail_rows_emitted",
+                "Change rows delivered to the sink, by Iceberg change type.",
+                ("change_type",),
+            ),
+            data_files_read=counter("icetail_data_files_read", "Data files read."),
+            bytes_read=counter("icetail_bytes_read", "Bytes of data files read."),
+            row_groups_read=counter("icetail_row_groups_read", "Parquet row groups read."),
+            delete_files_applied=counter(
+                "icetail_delete_files_applied", "Delete files (position, DV, equality) applied."
+            ),
+            deleted_rows_applied=counter("icetail_deleted_rows_applied", "Rows removed by applying delete files."),
+            splits_committed=counter("icetail_splits_committed", "Change splits committed to the checkpoint store."),
+            chunks_committed=counter("icetail_chunks_committed", "Sink chunks committed to the checkpoint store."),
+            batch_duration=Histogram(
+                "icetail_batch_duration_seconds",
+                "Wall time of one delivered batch, planning included.",
+                labels,
+                registry=reg,
+                buckets=BATCH_DURATION_BUCKETS,
+            ),
+            planning_duration=Histogram(
+                "icetail_planning_duration_seconds",
+                "Wall time spent planning one batch (reading manifests).",
+                labels,
+                registry=reg,
+                buckets=PLANNING_DURATION_BUCKETS,
+            ),
+            failures=counter(
+                "icetail_failures",
+                "Failed cycles by stage (plan, read, sink, state, catalog).",
+                ("stage",),
+            ),
+            inflight_chunks=gauge("icetail_inflight_chunks", "Chunks written to the sink but not yet committed."),
+            last_success_timestamp_seconds=gauge(
+                "icetail_last_success_timestamp_seconds",
+                "End of the last successful poll cycle (a batch or a poll that found nothing), Unix seconds.",
+            ),
+            consecutive_failures=gauge(
+                "icetail_consecutive_failures",
+                "Failed cycles since the last successful one.",
+            ),
+            build_info=Info(
+                "icetail_build",
+                "Versions of icetail, pyspark, pyiceberg, pyarrow and python.",
+                registry=reg,
+            ),
+        )
+        metrics.build_info.info(dict(build_versions() if versions is None else versions))
+        return metrics
+
+    def register_consumer(self, table: str, consumer: str) -> None:
+        """Create a consumer's series at zero so rates and alerts see it before its first batch.
+
+        `icetail_last_success_timestamp_seconds` is left unset until a real success.
+        """
+        for c in (
+            self.snapshots_discovered,
+            self.snapshots_processed,
+            self.data_files_read,
+            self.bytes_read,
+            self.row_groups_read,
+            self.delete_files_applied,
+            self.deleted_rows_applied,
+            self.splits_committed,
+            self.chunks_committed,
+        ):
+            c.labels(table, consumer)
+        for change_type in ChangeType:
+            self.rows_emitted.labels(table, consumer, change_type.value)
+        for stage in FailureStage:
+            self.failures.labels(table, consumer, stage.value)
+        for g in (self.lag_snapshots, self.lag_seconds, self.inflight_chunks, self.consecutive_failures):
+            g.labels(table, consumer).set(0)
+        self.batch_duration.labels(table, consumer)
+        self.planning_duration.labels(table, consumer)
+
+    def record_discovered(self, table: str, consumer: str, snapshots: int) -> None:
+        """The planner found `snapshots` new snapshots after the cursor."""
+        if snapshots < 0:
+            raise ValueError("snapshots must be >= 0")
+        self.snapshots_discovered.labels(table, consumer).inc(snapshots)
+
+    def record_batch(self, report: BatchReport, *, now: float | None = None) -> None:
+        """Count a delivered batch and mark the consumer's cycle successful at `now`."""
+        t, c = report.table, report.consumer
+        self.snapshots_processed.labels(t, c).inc(report.snapshots)
+        for change_type, rows in report.rows_by_change_type.items():
+            self.rows_emitted.labels(t, c, change_type).inc(rows)
+        self.data_files_read.labels(t, c).inc(report.data_files)
+        self.bytes_read.labels(t, c).inc(report.bytes_read)
+        self.row_groups_read.labels(t, c).inc(report.row_groups)
+        self.delete_files_applied.labels(t, c).inc(report.delete_files)
+        self.deleted_rows_applied.labels(t, c).inc(report.deleted_rows)
+        self.splits_committed.labels(t, c).inc(report.splits)
+        self.chunks_committed.labels(t, c).inc(report.chunks)
+        self.planning_duration.labels(t, c).observe(report.planning_seconds)
+        self.batch_duration.labels(t, c).observe(report.batch_seconds)
+        self.record_success(t, c, now=now)
+
+    def record_success(self, table: str, consumer: str, *, now: float | None = None) -> None:
+        """A poll cycle succeeded (with or without new snapshots)."""
+        self.last_success_timestamp_seconds.labels(table, consumer).set(time.time() if now is None else now)
+        self.consecutive_failures.labels(table, consumer).set(0)
+
+    def record_failure(self, table: str, consumer: str, stage: FailureStage | str) -> None:
+        """A cycle failed in `stage` (plan, read, sink, state or catalog)."""
+        self.failures.labels(table, consumer, _stage_label(stage)).inc()
+        self.consecutive_failures.labels(table, consumer).inc()
+
+    def set_lag(
+        self,
+        table: str,
+        consumer: str,
+        *,
+        snapshots: int,
+        seconds: float,
+        cursor_commit_timestamp_seconds: float | None = None,
+    ) -> None:
+        """Lag after a poll: undelivered snapshots, age of the oldest one, the cursor's commit time."""
+        if snapshots < 0 or seconds < 0:
+            raise ValueError("lag must be >= 0")
+        self.lag_snapshots.labels(table, consumer).set(snapshots)
+        self.lag_seconds.labels(table, consumer).set(seconds)
+        if cursor_commit_timestamp_seconds is not None:
+            self.cursor_commit_timestamp_seconds.labels(table, consumer).set(cursor_commit_timestamp_seconds)
+
+    def set_inflight_chunks(self, table: str, consumer: str, chunks: int) -> None:
+        self.inflight_chunks.labels(table, consumer).set(chunks)
