@@ -76,3 +76,19 @@ class StateBusyError(TransientError):
 
 class SinkError(TransientError):
     """A sink write failed; the chunk was not committed and will be retried."""
+
+
+class StateUnavailableError(TransientError):
+    """The checkpoint store cannot be reached or is locked right now; nothing was changed."""
+
+
+class StateConflictError(TransientError):
+    """A compare-and-swap was refused: the stored state is not what the caller expected.
+
+    Transient because the cure is to reload the checkpoint and carry on from what is stored
+    (another run finished the batch, the cursor was reset, a chunk commit was replayed).
+    """
+
+
+class ConsumerNotFoundError(TerminalError):
+    """The checkpoint store has no consumer with that id (ensure_consumer was never called)."""

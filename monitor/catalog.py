@@ -1,0 +1,38 @@
+"""Load catalogs and tables through pyiceberg's own configuration, with one-line errors."""
+
+from __future__ import annotations
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table import Table
+
+from state.errors import CatalogNotFoundError, ConfigError, MetadataError, TableNotFoundError, TransientError
+
+
+def open_catalog(name: str) -> Catalog:
+    """The catalog `name` as configured in .pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables."""
+    try:
+        return load_catalog(name)
+    except (ValueError, KeyError) as exc:
+        raise CatalogNotFoundError(
+            f"catalog {name!r} is not configured ({exc}); define it in .pyiceberg.yaml or "
+            f"PYICEBERG_CATALOG__{name.upper()}__URI / __TYPE environment variables"
+        ) from exc
+    except OSError as exc:
+        raise TransientError(f"catalog {name!r} is unreachable: {exc}") from exc
+
+
+def load_table(catalog: Catalog, identifier: str) -> Table:
+    """The table `NS.TABLE`; unknown names and unreadable metadata become terminal errors."""
+    if "." not in identifier:
+        raise ConfigError(f"table {identifier!r} must be written as NAMESPACE.TABLE")
+    try:
+        return catalog.load_table(identifier)
+    except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        raise TableNotFoundError(
+            f"table {identifier!r} does not exist in catalog {catalog.name!r}; check --table and --catalog"
+        ) from exc
+    except FileNotFoundError as exc:
+        raise MetadataError(f"table {identifier!r}: metadata file is missing ({exc}); restore it or re-register the table") from exc
+    except (ValueError, OSError) as exc:
+        raise MetadataError(f"table {identifier!r}: metadata cannot be read ({exc}); check the catalog entry") from exc

@@ -1,0 +1,75 @@
+"""`icetail changes` and `icetail plan`: one range, read once, no state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from monitor.api import change_arrow_schema, iter_changes
+from monitor.catalog import load_table, open_catalog
+from monitor.output import write_output
+from monitor.plan_report import format_plan, plan_summary
+from monitor.planner import ChangePlan, Planner
+from state.errors import ConfigError
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--catalog", required=True, help="pyiceberg catalog name (.pyiceberg.yaml or PYICEBERG_CATALOG__*)")
+    parser.add_argument("--table", required=True, help="NAMESPACE.TABLE")
+    parser.add_argument("--from-snapshot", type=_snapshot_id, default=None, help="exclusive; default: before the first")
+    parser.add_argument("--to-snapshot", type=_snapshot_id, default=None, help="inclusive; default: the current snapshot")
+    parser.add_argument("--identifier-columns", type=_columns, default=None, help="a,b: pair DELETE/INSERT into updates")
+
+
+def _snapshot_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"snapshot id must be an integer, got {text!r}") from exc
+
+
+def _columns(text: str) -> tuple[str, ...]:
+    columns = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not columns:
+        raise argparse.ArgumentTypeError("--identifier-columns needs at least one column name")
+    return columns
+
+
+def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
+    table = load_table(open_catalog(args.catalog), args.table)
+    return table, Planner(table).plan(args.from_snapshot, args.to_snapshot)
+
+
+def cmd_changes(args: argparse.Namespace) -> int:
+    if args.output != "-" and not (args.output.endswith(".parquet") or args.output.endswith(".jsonl")):
+        raise ConfigError(f"--output {args.output!r} must end in .parquet or .jsonl, or be - for stdout")
+    table, plan = _plan(args)
+    batches = iter_changes(
+        table,  # type: ignore[arg-type]
+        plan,
+        identifier_columns=args.identifier_columns,
+        carry_over_removal=not args.keep_carry_over,
+    )
+    rows = write_output(args.output, change_arrow_schema(table, plan), batches)  # type: ignore[arg-type]
+    if args.output != "-":
+        print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    _, plan = _plan(args)
+    print(json.dumps(plan_summary(plan), indent=2) if args.json else format_plan(plan))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    changes = subparsers.add_parser("changes", help="write the row-level changes of a snapshot range")
+    add_selection_arguments(changes)
+    changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
+    changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
+    changes.set_defaults(func=cmd_changes)
+    plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
+    add_selection_arguments(plan)
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(func=cmd_plan)

@@ -1,0 +1,71 @@
+"""The `icetail` command: argument parsing and error reporting only.
+
+Exit status: 0 success, 2 bad input (one line on stderr naming the problem and the fix),
+1 unexpected or transient failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from monitor import changes_cmd
+from state.errors import IcetailError, TerminalError
+
+COMMAND_MODULES = [changes_cmd]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="icetail", description="tail -f for Apache Iceberg tables")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
+    _register_optional(subparsers)
+    return parser
+
+
+def _register_optional(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Commands of the pipeline and the service, registered when their modules are present."""
+    import importlib
+
+    for name in ("monitor.run_cmd", "monitor.serve_cmd", "monitor.demo"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(subparsers)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TerminalError as exc:
+        print(f"icetail: error: {exc}", file=sys.stderr)
+        return 2
+    except IcetailError as exc:
+        print(f"icetail: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # the reader of stdout went away (e.g. `| head`): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("icetail: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 1
+        print(f"icetail: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,165 @@
+"""Snapshot diff: a snapshot range becomes change tasks, one per data file whose visible rows changed.
+
+For each non-replace snapshot S with parent P (see docs/semantics.md):
+- data files ADDED in S: rows visible at S are INSERTs;
+- data files REMOVED in S: rows visible at P are DELETEs;
+- data files live at both whose applicable delete files differ: the difference of the rows visible.
+Only the manifests S wrote are read, plus P's delete manifests and S's data manifests when
+delete files changed; the manifest cache makes repeated reads free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+
+from monitor.manifests import FileEntry, ManifestReader
+from state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
+
+REPLACE = "replace"
+
+PathResolver = Callable[[DeleteFileRef], frozenset[str]]
+"""Data file paths a position delete file references (read from the file when not in metadata)."""
+
+
+class DeleteIndex:
+    """Delete files live at one snapshot, answering which apply to a data file (spec sequence rules)."""
+
+    def __init__(self, deletes: Iterable[DeleteFileRef], resolve_paths: PathResolver, global_spec_ids: frozenset[int]):
+        self._by_path: dict[str, list[DeleteFileRef]] = defaultdict(list)
+        self._equality: list[DeleteFileRef] = []
+        self._global_spec_ids = global_spec_ids
+        for delete in deletes:
+            if delete.content == DeleteContent.EQUALITY:
+                self._equality.append(delete)
+            else:
+                for path in resolve_paths(delete):
+                    self._by_path[path].append(delete)
+
+    def for_file(self, data_file: DataFileRef) -> tuple[DeleteFileRef, ...]:
+        seq = data_file.data_sequence_number
+        # position deletes and DVs apply to data of the same or older sequence number
+        found = [d for d in self._by_path.get(data_file.path, ()) if d.data_sequence_number >= seq]
+        # equality deletes apply only to strictly older data, in the same partition unless global
+        found.extend(
+            d
+            for d in self._equality
+            if d.data_sequence_number > seq
+            and (d.spec_id in self._global_spec_ids or (d.spec_id == data_file.spec_id and d.partition == data_file.partition))
+        )
+        return tuple(sorted(set(found), key=lambda d: d.path))
+
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    commit: CommitInfo
+    tasks: tuple[ChangeTask, ...]
+
+
+def commit_info(snapshot: Snapshot, ordinal: int) -> CommitInfo:
+    return CommitInfo(
+        snapshot_id=snapshot.snapshot_id,
+        parent_id=snapshot.parent_snapshot_id,
+        operation=operation_of(snapshot),
+        timestamp_ms=snapshot.timestamp_ms,
+        sequence_number=snapshot.sequence_number or 0,
+        ordinal=ordinal,
+    )
+
+
+def operation_of(snapshot: Snapshot) -> str:
+    summary = snapshot.summary
+    if summary is None:
+        return "unknown"
+    op = summary.operation
+    return str(op.value if hasattr(op, "value") else op)
+
+
+class SnapshotDiffer:
+    """Turns one snapshot into change tasks; holds the manifest cache and table layout."""
+
+    def __init__(self, metadata: TableMetadata, manifests: ManifestReader, resolve_paths: PathResolver) -> None:
+        self._metadata = metadata
+        self._manifests = manifests
+        self._resolve_paths = resolve_paths
+        self._global_spec_ids = frozenset(spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned())
+
+    def diff(self, snapshot: Snapshot, ordinal: int) -> SnapshotDiff:
+        commit = commit_info(snapshot, ordinal)
+        entries = self._manifests.added_in(snapshot)
+        data_added = _files(entries, DataFileRef, ManifestEntryStatus.ADDED)
+        data_removed = _files(entries, DataFileRef, ManifestEntryStatus.DELETED)
+        deletes_added = _files(entries, DeleteFileRef, ManifestEntryStatus.ADDED)
+        deletes_removed = _files(entries, DeleteFileRef, ManifestEntryStatus.DELETED)
+
+        if not (data_removed or deletes_added or deletes_removed):
+            # pure append: nothing older than S can delete rows of files added in S
+            return SnapshotDiff(commit, tuple(ChangeTask(f, ChangeKind.ADDED, commit) for f in data_added))
+
+        parent = self._parent(snapshot)
+        live_before = (
+            [e.file for e in self._manifests.live(parent, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)]
+            if parent is not None
+            else []
+        )
+        removed_paths = {d.path for d in deletes_removed}
+        live_after = [d for d in live_before if d.path not in removed_paths] + deletes_added
+        before = DeleteIndex(live_before, self._resolve_paths, self._global_spec_ids)
+        after = DeleteIndex(live_after, self._resolve_paths, self._global_spec_ids)
+
+        tasks = [ChangeTask(f, ChangeKind.ADDED, commit, deletes_after=after.for_file(f)) for f in data_added]
+        tasks += [ChangeTask(f, ChangeKind.REMOVED, commit, deletes_before=before.for_file(f)) for f in data_removed]
+        tasks += self._modified(snapshot, commit, deletes_added + deletes_removed, data_added, before, after)
+        return SnapshotDiff(commit, tuple(tasks))
+
+    def _modified(
+        self,
+        snapshot: Snapshot,
+        commit: CommitInfo,
+        changed_deletes: list[DeleteFileRef],
+        data_added: list[DataFileRef],
+        before: DeleteIndex,
+        after: DeleteIndex,
+    ) -> list[ChangeTask]:
+        """Data files live before and after S whose applicable delete files changed in S."""
+        touched: set[str] = set()
+        equality_changed = [d for d in changed_deletes if d.content == DeleteContent.EQUALITY]
+        for delete in changed_deletes:
+            if delete.content != DeleteContent.EQUALITY:
+                touched |= self._resolve_paths(delete)
+        if not touched and not equality_changed:
+            return []
+        added_paths = {f.path for f in data_added}
+        live_data = {
+            e.file.path: e.file
+            for e in self._manifests.live(snapshot, ManifestContent.DATA)
+            if isinstance(e.file, DataFileRef) and e.file.path not in added_paths
+        }
+        candidates = {p: live_data[p] for p in touched if p in live_data}
+        if equality_changed:
+            for data_file in live_data.values():
+                if data_file.path not in candidates and any(
+                    d.data_sequence_number > data_file.data_sequence_number for d in equality_changed
+                ):
+                    candidates[data_file.path] = data_file
+        tasks = []
+        for path in sorted(candidates):
+            data_file = candidates[path]
+            deletes_before, deletes_after = before.for_file(data_file), after.for_file(data_file)
+            if deletes_before != deletes_after:
+                tasks.append(ChangeTask(data_file, ChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+        return tasks
+
+    def _parent(self, snapshot: Snapshot) -> Snapshot | None:
+        if snapshot.parent_snapshot_id is None:
+            return None
+        return self._metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+
+
+def _files(entries: list[FileEntry], kind: type, status: ManifestEntryStatus) -> list:  # type: ignore[type-arg]
+    return [e.file for e in entries if isinstance(e.file, kind) and e.status == status]

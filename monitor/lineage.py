@@ -1,0 +1,67 @@
+"""Snapshot ancestry as small pure functions over table metadata.
+
+Ranges are (from_snapshot_id_exclusive, to_snapshot_id_inclusive], as in pyiceberg's
+IncrementalAppendScan and Iceberg's changelog scan.
+"""
+
+from __future__ import annotations
+
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+
+from state.errors import NotAncestorError, SnapshotNotFoundError
+
+
+def snapshot_or_raise(metadata: TableMetadata, snapshot_id: int, role: str) -> Snapshot:
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise SnapshotNotFoundError(
+            f"{role} snapshot {snapshot_id} is not in the table metadata (expired or never existed); "
+            "pick a snapshot listed by `icetail plan` or another start"
+        )
+    return snapshot
+
+
+def current_snapshot_id(metadata: TableMetadata) -> int | None:
+    return metadata.current_snapshot_id
+
+
+def snapshots_between(
+    metadata: TableMetadata, from_snapshot_id_exclusive: int | None, to_snapshot_id_inclusive: int
+) -> list[Snapshot]:
+    """Ancestors of `to` back to (not including) `from`, oldest first.
+
+    Raises NotAncestorError when `from` is given but not on `to`'s ancestry (a rollback or a
+    different branch), naming both snapshot ids.
+    """
+    if from_snapshot_id_exclusive is not None:
+        snapshot_or_raise(metadata, from_snapshot_id_exclusive, "from")
+    chain: list[Snapshot] = []
+    snapshot: Snapshot | None = snapshot_or_raise(metadata, to_snapshot_id_inclusive, "to")
+    while snapshot is not None and snapshot.snapshot_id != from_snapshot_id_exclusive:
+        chain.append(snapshot)
+        parent_id = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+        if parent_id is not None and snapshot is None and from_snapshot_id_exclusive is None:
+            raise SnapshotNotFoundError(
+                f"snapshot {parent_id}, an ancestor of {to_snapshot_id_inclusive}, has expired; the history before it "
+                f"cannot be read: start from a later snapshot (e.g. --from-snapshot {chain[-1].snapshot_id})"
+            )
+    if from_snapshot_id_exclusive is not None and snapshot is None:
+        raise NotAncestorError(
+            f"snapshot {from_snapshot_id_exclusive} is not an ancestor of snapshot {to_snapshot_id_inclusive} "
+            "(rolled back or on another branch); choose a from-snapshot on the to-snapshot's history"
+        )
+    chain.reverse()
+    return chain
+
+
+def is_ancestor(metadata: TableMetadata, ancestor_id: int, snapshot_id: int) -> bool:
+    """True when `ancestor_id` is `snapshot_id` or one of its ancestors."""
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    while snapshot is not None:
+        if snapshot.snapshot_id == ancestor_id:
+            return True
+        parent_id = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+    return False

@@ -1,0 +1,75 @@
+"""Where `icetail changes` writes: one parquet file, JSON lines, or stdout; never a partial file.
+
+Files are written under a temporary name beside the target and renamed into place only when
+every row is written, so a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterable
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from state.errors import ConfigError
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return str(value)
+
+
+def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:
+    rows = 0
+    for batch in batches:
+        for row in batch.to_pylist():
+            stream.write(json.dumps(row, default=json_default) + "\n")
+            rows += 1
+    return rows
+
+
+def write_output(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+    """Write change batches to `path` (`.parquet`, `.jsonl` or `-`); returns the row count."""
+    if path == "-":
+        rows = write_jsonl(batches, sys.stdout)
+        sys.stdout.flush()
+        return rows
+    if not (path.endswith(".parquet") or path.endswith(".jsonl")):
+        raise ConfigError(f"--output {path!r} must end in .parquet or .jsonl, or be - for stdout")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ConfigError(f"--output directory {directory} does not exist; create it first")
+    fd, tmp = tempfile.mkstemp(prefix=".icetail-", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        if path.endswith(".parquet"):
+            rows = 0
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+        else:
+            with open(tmp, "w", encoding="utf-8") as stream:
+                rows = write_jsonl(batches, stream)
+        os.replace(tmp, path)
+        return rows
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,82 @@
+"""`icetail plan`: the job graph of a range, for people (text) and machines (--json)."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from typing import Any
+
+from monitor.planner import ChangePlan
+from state.model import DeleteContent
+
+
+def plan_summary(plan: ChangePlan) -> dict[str, Any]:
+    snapshots = []
+    for commit in plan.commits:
+        tasks = [t for t in plan.tasks if t.commit.snapshot_id == commit.snapshot_id]
+        splits = [s for s in plan.splits if s.task.commit.snapshot_id == commit.snapshot_id]
+        deletes = {d.path: d for t in tasks for d in t.deletes_before + t.deletes_after}
+        snapshots.append(
+            {
+                "snapshot_id": commit.snapshot_id,
+                "parent_id": commit.parent_id,
+                "ordinal": commit.ordinal,
+                "operation": commit.operation,
+                "committed_at": _iso(commit.timestamp_ms),
+                "tasks_by_kind": dict(Counter(t.kind.value for t in tasks)),
+                "data_files": len({t.data_file.path for t in tasks}),
+                "data_bytes": sum(t.data_file.file_size_in_bytes for t in tasks),
+                "delete_files_by_content": dict(Counter(d.content.value for d in deletes.values())),
+                "splits": len(splits),
+                "estimated_rows": sum(s.estimated_rows for s in splits),
+            }
+        )
+    return {
+        "table": plan.table,
+        "from_snapshot_id_exclusive": plan.from_snapshot_id_exclusive,
+        "to_snapshot_id_inclusive": plan.to_snapshot_id_inclusive,
+        "schema_id": plan.schema_id,
+        "snapshots": snapshots,
+        "skipped_replace_snapshots": [
+            {"snapshot_id": s.snapshot_id, "operation": s.operation, "committed_at": _iso(s.timestamp_ms)} for s in plan.skipped
+        ],
+        "totals": {
+            "snapshots": len(plan.commits),
+            "tasks": len(plan.tasks),
+            "splits": len(plan.splits),
+            "estimated_rows": sum(s.estimated_rows for s in plan.splits),
+            "equality_delete_files": len(
+                {d.path for t in plan.tasks for d in t.deletes_after + t.deletes_before if d.content == DeleteContent.EQUALITY}
+            ),
+            "manifests_read": plan.manifests_read,
+        },
+    }
+
+
+def format_plan(plan: ChangePlan) -> str:
+    summary = plan_summary(plan)
+    lines = [
+        f"table {summary['table']}: changes in ({plan.from_snapshot_id_exclusive}, {plan.to_snapshot_id_inclusive}]"
+        f" projected onto schema {plan.schema_id}",
+        "  scan: monitor plans splits -> Spark runs one task per split (merge-on-read) -> ordered chunks"
+        " -> carry-over removal / update pairing per snapshot -> output",
+    ]
+    for snap in summary["snapshots"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(snap["tasks_by_kind"].items())) or "no data changes"
+        deletes = ", ".join(f"{k} {v}" for k, v in sorted(snap["delete_files_by_content"].items())) or "none"
+        lines.append(
+            f"  [{snap['ordinal']}] snapshot {snap['snapshot_id']} {snap['operation']} at {snap['committed_at']}: "
+            f"files {kinds}; delete files {deletes}; {snap['splits']} splits, ~{snap['estimated_rows']} rows"
+        )
+    for skipped in summary["skipped_replace_snapshots"]:
+        lines.append(f"  [-] snapshot {skipped['snapshot_id']} {skipped['operation']}: no row changes (skipped)")
+    totals = summary["totals"]
+    lines.append(
+        f"  total: {totals['snapshots']} snapshots, {totals['tasks']} tasks, {totals['splits']} splits, "
+        f"~{totals['estimated_rows']} rows, {totals['manifests_read']} manifests read"
+    )
+    return "\n".join(lines)
+
+
+def _iso(timestamp_ms: int) -> str:
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.timezone.utc).isoformat(timespec="milliseconds")

@@ -1,0 +1,40 @@
+"""What every Spark task needs besides its split, as a frozen, picklable value."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from pyiceberg.schema import Schema
+from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    io_properties: tuple[tuple[str, str], ...]
+    output_schema_json: str  # the to-snapshot's schema: rows are projected onto it by field id
+    equality_schema_json: str  # every equality-delete field id, typed as in the newest schema holding it
+    name_mapping_json: str | None  # schema.name-mapping.default, for files written without field ids
+    format_version: int
+
+    @property
+    def output_schema(self) -> Schema:
+        return _schema(self.output_schema_json)
+
+    @property
+    def equality_schema(self) -> Schema:
+        return _schema(self.equality_schema_json)
+
+    @property
+    def name_mapping(self) -> NameMapping | None:
+        return _mapping(self.name_mapping_json) if self.name_mapping_json else None
+
+
+@functools.lru_cache(maxsize=32)
+def _schema(raw: str) -> Schema:
+    return Schema.model_validate_json(raw)
+
+
+@functools.lru_cache(maxsize=8)
+def _mapping(raw: str) -> NameMapping:
+    return parse_mapping_from_json(raw)

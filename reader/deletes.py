@@ -1,0 +1,146 @@
+"""Delete files: position deletes, v3 deletion vectors and equality deletes, read vectorized.
+
+Positions come back as sorted numpy int64 arrays of file-absolute row positions; equality
+deletes as Arrow key tables. A small per-process cache keeps decoded delete files, because
+neighbouring splits of one data file need the same deletes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
+from pyiceberg.table.puffin import PuffinFile
+
+from state.errors import DataFileError, MetadataError
+from state.model import DeleteContent, DeleteFileRef
+
+FILE_PATH_COLUMN = "file_path"
+POS_COLUMN = "pos"
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+class _LRU:
+    def __init__(self, max_items: int) -> None:
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._max = max_items
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            if len(self._items) > self._max:
+                self._items.popitem(last=False)
+
+
+_position_cache = _LRU(256)
+_equality_cache = _LRU(64)
+
+
+def _open(io: FileIO, path: str) -> Any:
+    try:
+        return io.new_input(path).open()
+    except FileNotFoundError as exc:
+        raise DataFileError(f"delete file {path} is missing; the table's files were removed outside Iceberg") from exc
+    except OSError as exc:
+        raise DataFileError(f"delete file {path} cannot be read: {exc}") from exc
+
+
+def _read_position_file(io: FileIO, delete: DeleteFileRef) -> dict[str, np.ndarray]:
+    """All (file_path -> positions) of a v2 position delete file."""
+    cached = _position_cache.get(delete.path)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    fmt = delete.file_format.upper()
+    with _open(io, delete.path) as stream:
+        if fmt == "PARQUET":
+            table = pq.read_table(stream, columns=[FILE_PATH_COLUMN, POS_COLUMN])
+        elif fmt == "ORC":
+            import pyarrow.orc as orc
+
+            table = orc.ORCFile(stream).read(columns=[FILE_PATH_COLUMN, POS_COLUMN])
+        else:
+            raise MetadataError(f"position delete file {delete.path} has unsupported format {delete.file_format}")
+    paths = table.column(FILE_PATH_COLUMN).combine_chunks()
+    if isinstance(paths, pa.DictionaryArray):
+        paths = paths.dictionary_decode()
+    positions = table.column(POS_COLUMN).to_numpy()
+    result: dict[str, np.ndarray] = {}
+    encoded = pc.dictionary_encode(paths)
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    for i, path in enumerate(encoded.dictionary.to_pylist()):
+        result[path] = np.sort(positions[indices == i])
+    _position_cache.put(delete.path, result)
+    return result
+
+
+def _read_deletion_vector(io: FileIO, delete: DeleteFileRef, data_path: str) -> np.ndarray:
+    key = (delete.path, delete.content_offset, data_path)
+    cached = _position_cache.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    with _open(io, delete.path) as stream:
+        if delete.content_offset is not None and delete.content_size_in_bytes is not None:
+            stream.seek(delete.content_offset)
+            blob = stream.read(delete.content_size_in_bytes)
+            bitmaps = DeletionVector._deserialize_bitmap(_extract_vector_payload(blob))
+            vector = DeletionVector(data_path, bitmaps).to_vector()
+        else:
+            from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
+
+            vectors = {dv.referenced_data_file: dv for dv in deletion_vectors_from_puffin_file(PuffinFile(stream.read()))}
+            if data_path not in vectors:
+                return _EMPTY
+            vector = vectors[data_path].to_vector()
+    positions = np.sort(np.asarray(vector.to_numpy(), dtype=np.int64))
+    _position_cache.put(key, positions)
+    return positions
+
+
+def deleted_positions(io: FileIO, delete: DeleteFileRef, data_path: str) -> np.ndarray:
+    """Sorted file-absolute positions of `data_path` that a position delete or DV removes."""
+    if delete.content == DeleteContent.DELETION_VECTOR:
+        return _read_deletion_vector(io, delete, data_path)
+    if delete.content == DeleteContent.POSITION:
+        return _read_position_file(io, delete).get(data_path, _EMPTY)
+    raise ValueError(f"{delete.path} is an equality delete file, not a position delete")
+
+
+def referenced_data_files(io: FileIO, delete: DeleteFileRef) -> frozenset[str]:
+    """Data files a position delete or DV references (from metadata when present, else the file)."""
+    if delete.referenced_data_file:
+        return frozenset([delete.referenced_data_file])
+    if delete.content == DeleteContent.DELETION_VECTOR:
+        with _open(io, delete.path) as stream:
+            return frozenset(
+                blob.properties.get("referenced-data-file", "") for blob in PuffinFile(stream.read()).footer.blobs
+            )
+    return frozenset(_read_position_file(io, delete).keys())
+
+
+def equality_delete_rows(io: FileIO, delete: DeleteFileRef) -> pa.Table:
+    """The delete file's rows (physical columns, with field ids in the schema metadata)."""
+    cached = _equality_cache.get(delete.path)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    if delete.file_format.upper() != "PARQUET":
+        raise MetadataError(f"equality delete file {delete.path} has unsupported format {delete.file_format}")
+    with _open(io, delete.path) as stream:
+        table = pq.read_table(stream)
+    _equality_cache.put(delete.path, table)
+    return table

@@ -1,0 +1,135 @@
+"""Driver side: run splits as Spark tasks and stream their chunks back in plan order.
+
+Each split is one Spark partition (so one big file spread over many splits spreads over the
+workers); tasks return Arrow IPC bytes, and `toLocalIterator` keeps at most a couple of
+partitions in driver memory. Local mode by default; any master via standard Spark config.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from reader.context import ReadContext
+from reader.split_reader import Chunk, read_split
+from state.errors import DataFileError, IcetailError
+from state.model import ChangeSplit
+
+_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
+DEFAULT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.python.worker.reuse": "true",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+}
+
+
+def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> Any:
+    """The active SparkSession, or a new one (local[*] unless a master is configured)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
+        settings["spark.master"] = "local[*]"
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _submitted() -> bool:
+    return "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or bool(os.environ.get("SPARK_ENV_LOADED"))
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """A split to run and the file row where it resumes (0 for a fresh split)."""
+
+    split: ChangeSplit
+    start_row_inclusive: int = 0
+
+
+def run_splits(
+    spark: Any,
+    context: ReadContext,
+    requests: Sequence[SplitRequest],
+    *,
+    chunk_rows: int | None = None,
+) -> Iterator[Chunk]:
+    """Chunks of every split, in request order then file order (batches travel as Arrow IPC)."""
+    if not requests:
+        return
+    indexed = list(enumerate(requests))
+    rdd = spark.sparkContext.parallelize(indexed, numSlices=len(indexed))
+    job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows))
+    try:
+        for payload in job.toLocalIterator(prefetchPartitions=True):
+            yield _decode(payload)
+    except Exception as exc:  # noqa: BLE001 - a task error surfaces as a Py4J/Spark exception
+        raise _unwrap(exc) from exc
+
+
+def _run_partition(context: ReadContext, part: Any, chunk_rows: int | None) -> Iterator[tuple[Any, ...]]:
+    for _index, request in part:
+        try:
+            for chunk in read_split(
+                context, request.split, start_row_inclusive=request.start_row_inclusive, chunk_rows=chunk_rows
+            ):
+                yield _encode(chunk)
+        except IcetailError as exc:
+            yield ("error", type(exc).__module__, type(exc).__name__, str(exc))
+            return
+        except (OSError, pa.ArrowException) as exc:
+            path = request.split.task.data_file.path
+            message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
+            yield ("error", DataFileError.__module__, DataFileError.__name__, message)
+            return
+
+
+def _encode(chunk: Chunk) -> tuple[Any, ...]:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, chunk.batch.schema) as writer:
+        writer.write_batch(chunk.batch)
+    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes())  # type: ignore[arg-type]
+
+
+def _decode(payload: tuple[Any, ...]) -> Chunk:
+    if payload[0] == "error":
+        raise _rebuild_error(payload[1], payload[2], payload[3])
+    _, chunk, data = payload
+    batches = list(pa.ipc.open_stream(data))
+    batch = batches[0] if batches else None
+    return replace(chunk, batch=batch)  # type: ignore[no-any-return]
+
+
+def _rebuild_error(module: str, name: str, message: str) -> IcetailError:
+    import importlib
+
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        return cls(message)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError, TypeError):
+        return IcetailError(message)
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """Spark wraps worker failures; keep icetail's own error message when one is inside."""
+    if isinstance(exc, IcetailError):
+        return exc
+    return exc

@@ -1,0 +1,238 @@
+"""Read one ChangeSplit: the change rows of a row-group range of one data file, chunk by chunk.
+
+Runs inside a Spark task. For each chunk the rows visible before the snapshot (parent's
+deletes applied) and after it (the snapshot's deletes applied) are compared as boolean masks:
+visible before only -> DELETE, after only -> INSERT. Row groups whose masks cannot differ are
+never decoded. Each chunk reports the file-absolute row where the next chunk starts, which the
+pipeline commits as the split's offset.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.schema import Schema
+
+from reader.context import ReadContext
+from reader.deletes import deleted_positions, equality_delete_rows
+from reader.equality import rows_matching
+from reader.fileio import file_io_for
+from reader.metadata_columns import change_schema, with_metadata
+from reader.projection import arrow_schema, columns_to_read, file_schema, project
+from state.errors import DataFileError, MetadataError
+from state.model import ChangeKind, ChangeSplit, ChangeType, DeleteContent, DeleteFileRef
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows [row_start_inclusive, next_row_exclusive) of a split's file have been processed."""
+
+    split_id: str
+    row_start_inclusive: int
+    next_row_exclusive: int
+    batch: pa.RecordBatch  # change rows of this chunk (may be empty)
+    rows_decoded: int
+    row_groups_read: int
+    bytes_read: int
+    done: bool  # the last chunk of the split
+
+
+@dataclass(frozen=True)
+class _DeleteState:
+    """The deletes applicable on one side (before or after the snapshot) of a data file."""
+
+    positions: np.ndarray  # sorted, file-absolute
+    equality: tuple[tuple[tuple[int, ...], pa.Table], ...]  # (field ids, key rows)
+
+    def visible(self, lo: int, hi: int, keys: pa.Table | None) -> np.ndarray:
+        mask = np.ones(hi - lo, dtype=bool)
+        first, last = np.searchsorted(self.positions, [lo, hi])
+        mask[self.positions[first:last] - lo] = False
+        if keys is not None:
+            for field_ids, delete_rows in self.equality:
+                names = [str(i) for i in field_ids]
+                mask &= ~rows_matching(keys.select(names), delete_rows.select(names))
+        return mask
+
+
+def read_split(
+    context: ReadContext,
+    split: ChangeSplit,
+    *,
+    start_row_inclusive: int = 0,
+    chunk_rows: int | None = None,
+) -> Iterator[Chunk]:
+    """Chunks of change rows of `split`, starting at file row `start_row_inclusive`.
+
+    Without `chunk_rows` a chunk is one row group.
+    """
+    io = file_io_for(dict(context.io_properties))
+    task = split.task
+    data_file = task.data_file
+    if data_file.file_format.upper() != "PARQUET":
+        raise MetadataError(f"data file {data_file.path} is {data_file.file_format}; icetail reads parquet data files only")
+    before = _delete_state(io, context, data_file.path, task.deletes_before) if task.kind != ChangeKind.ADDED else None
+    after = _delete_state(io, context, data_file.path, task.deletes_after) if task.kind != ChangeKind.REMOVED else None
+    equality_ids = {i for state in (before, after) if state for ids, _ in state.equality for i in ids}
+
+    output_schema = context.output_schema
+    out_arrow = change_schema(arrow_schema(output_schema))
+    stream = _open_data_file(io, data_file.path)
+    with stream:
+        parquet = pq.ParquetFile(stream)
+        meta = parquet.metadata
+        schema_of_file = file_schema(parquet.schema_arrow, context.name_mapping, context.format_version)
+        columns = columns_to_read(schema_of_file, set(output_schema.field_ids) | equality_ids)
+        key_schema = _key_schema(context.equality_schema, equality_ids)
+        row_groups = _row_groups_of(split, meta.num_row_groups)
+        starts = np.concatenate([[0], np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])])
+        last_index = row_groups[-1] if row_groups else None
+        if not row_groups:
+            yield Chunk(split.split_id, start_row_inclusive, start_row_inclusive, _empty(out_arrow), 0, 0, 0, True)
+            return
+        for rg in row_groups:
+            rg_lo, rg_hi = int(starts[rg]), int(starts[rg + 1])
+            if rg_hi <= start_row_inclusive:
+                continue
+            lo = max(rg_lo, start_row_inclusive)
+            step = chunk_rows or (rg_hi - lo) or 1
+            bounds = list(range(lo, rg_hi, step)) + [rg_hi]
+            if not equality_ids and not _may_change(before, after, lo, rg_hi, task.kind):
+                yield Chunk(split.split_id, lo, rg_hi, _empty(out_arrow), 0, 0, 0, rg == last_index)
+                continue
+            batches = parquet.iter_batches(batch_size=step, row_groups=[rg], columns=columns, use_threads=False)
+            decoded_at = rg_lo
+            pending: list[pa.RecordBatch] = []
+            rg_bytes = meta.row_group(rg).total_byte_size
+            for chunk_lo, chunk_hi in zip(bounds[:-1], bounds[1:], strict=True):
+                rows, decoded_at, decoded = _take_rows(batches, pending, decoded_at, chunk_lo, chunk_hi)
+                batch = _changes(rows, chunk_lo, chunk_hi, before, after, task.kind, schema_of_file, output_schema,
+                                 key_schema, context.format_version, split)
+                yield Chunk(
+                    split.split_id, chunk_lo, chunk_hi, batch, decoded, 1 if chunk_lo == lo else 0,
+                    rg_bytes if chunk_lo == lo else 0, rg == last_index and chunk_hi == rg_hi,
+                )
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _take_rows(
+    batches: Iterator[pa.RecordBatch], pending: list[pa.RecordBatch], decoded_at: int, lo: int, hi: int
+) -> tuple[pa.Table, int, int]:
+    """Rows [lo, hi) from the row group's batch stream; `decoded_at` is the file row after `pending`."""
+    decoded = 0
+    while decoded_at < hi:
+        batch = next(batches)
+        pending.append(batch)
+        decoded_at += batch.num_rows
+        decoded += batch.num_rows
+    table = pa.Table.from_batches(pending) if pending else None
+    first = decoded_at - (table.num_rows if table is not None else 0)
+    assert table is not None
+    rows = table.slice(lo - first, hi - lo)
+    rest = table.slice(hi - first)
+    pending.clear()
+    pending.extend(rest.to_batches())
+    return rows, decoded_at, decoded
+
+
+def _may_change(before: _DeleteState | None, after: _DeleteState | None, lo: int, hi: int, kind: ChangeKind) -> bool:
+    if kind != ChangeKind.MODIFIED:
+        return True
+    assert before is not None and after is not None
+    vb, va = before.visible(lo, hi, None), after.visible(lo, hi, None)
+    return bool((vb != va).any())
+
+
+def _changes(
+    rows: pa.Table,
+    lo: int,
+    hi: int,
+    before: _DeleteState | None,
+    after: _DeleteState | None,
+    kind: ChangeKind,
+    schema_of_file: Schema,
+    output_schema: Schema,
+    key_schema: Schema | None,
+    format_version: int,
+    split: ChangeSplit,
+) -> pa.RecordBatch:
+    batch = rows.combine_chunks().to_batches()[0] if rows.num_rows else pa.RecordBatch.from_pylist([], schema=rows.schema)
+    keys = None
+    if key_schema is not None:
+        keyed = project(batch, schema_of_file, key_schema, format_version)
+        keys = pa.Table.from_batches([keyed]).rename_columns([str(f.field_id) for f in key_schema.fields])
+    n = hi - lo
+    visible_before = before.visible(lo, hi, keys) if before is not None else np.zeros(n, dtype=bool)
+    visible_after = after.visible(lo, hi, keys) if after is not None else np.zeros(n, dtype=bool)
+    deleted = visible_before & ~visible_after
+    inserted = visible_after & ~visible_before
+    projected = project(batch, schema_of_file, output_schema, format_version).cast(arrow_schema(output_schema))
+    commit = split.task.commit
+    parts = [
+        with_metadata(projected.filter(pa.array(deleted)), ChangeType.DELETE, commit),
+        with_metadata(projected.filter(pa.array(inserted)), ChangeType.INSERT, commit),
+    ]
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0] if sum(p.num_rows for p in parts) else parts[0]
+
+
+def _row_groups_of(split: ChangeSplit, num_row_groups: int) -> list[int]:
+    """Row-group indexes of the split; if the file disagrees with its metadata, the first split reads all."""
+    offsets = split.task.data_file.split_offsets
+    if split.row_group_end is None:
+        return list(range(split.row_group_start, num_row_groups))
+    if offsets is not None and len(offsets) != num_row_groups:
+        return list(range(num_row_groups)) if split.row_group_start == 0 else []
+    return list(range(split.row_group_start, min(split.row_group_end, num_row_groups)))
+
+
+def _key_schema(equality_schema: Schema, field_ids: set[int]) -> Schema | None:
+    if not field_ids:
+        return None
+    fields = [f for f in equality_schema.fields if f.field_id in field_ids]
+    missing = field_ids - {f.field_id for f in fields}
+    if missing:
+        raise MetadataError(f"equality delete field ids {sorted(missing)} are not top-level columns of any table schema")
+    return Schema(*fields)
+
+
+def _delete_state(io: FileIO, context: ReadContext, data_path: str, deletes: tuple[DeleteFileRef, ...]) -> _DeleteState:
+    arrays = [deleted_positions(io, d, data_path) for d in deletes if d.content != DeleteContent.EQUALITY]
+    positions = np.unique(np.concatenate(arrays)) if arrays else np.empty(0, dtype=np.int64)
+    grouped: dict[tuple[int, ...], list[pa.Table]] = defaultdict(list)
+    for delete in deletes:
+        if delete.content == DeleteContent.EQUALITY:
+            grouped[tuple(sorted(delete.equality_field_ids))].append(_equality_keys(io, context, delete))
+    equality = tuple((ids, pa.concat_tables(tables)) for ids, tables in grouped.items())
+    return _DeleteState(positions, equality)
+
+
+def _equality_keys(io: FileIO, context: ReadContext, delete: DeleteFileRef) -> pa.Table:
+    rows = equality_delete_rows(io, delete)
+    schema_of_file = file_schema(rows.schema, context.name_mapping, context.format_version)
+    ids = sorted(delete.equality_field_ids)
+    key_schema = _key_schema(context.equality_schema, set(ids))
+    assert key_schema is not None
+    names = columns_to_read(schema_of_file, set(ids))
+    batch = rows.select(names).combine_chunks().to_batches()
+    if not batch:
+        return pa.table({str(i): pa.array([], arrow_schema(key_schema).field(j).type) for j, i in enumerate(ids)})
+    keyed = project(batch[0], schema_of_file, key_schema, context.format_version)
+    return pa.Table.from_batches([keyed]).rename_columns([str(f.field_id) for f in key_schema.fields])
+
+
+def _open_data_file(io: FileIO, path: str):  # type: ignore[no-untyped-def]
+    try:
+        return io.new_input(path).open()
+    except FileNotFoundError as exc:
+        raise DataFileError(f"data file {path} is missing; it was deleted outside Iceberg (restore it or skip the snapshot)") from exc
+    except OSError as exc:
+        raise DataFileError(f"data file {path} cannot be read: {exc}") from exc
