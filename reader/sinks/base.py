@@ -1,0 +1,50 @@
+"""The sink contract: where committed change rows go.
+
+Exactly-once delivery needs a sink write that is idempotent per chunk: the pipeline writes a
+chunk to the sink first and commits its row offset to the state second, so after a crash
+between the two the same chunk (same key, same rows) is written again and must not duplicate.
+Sinks that cannot promise that (`exactly_once = False`) deliver at least once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class ChunkKey:
+    """Identity of one delivered chunk; equal keys always carry identical rows.
+
+    `split_index` is the split's position in its batch, so names sort in delivery order.
+    """
+
+    consumer: str
+    batch_id: str
+    split_index: int
+    split_id: str
+    row_start_inclusive: int
+
+    @property
+    def name(self) -> str:
+        """A file-name-safe id, unique per consumer, sorting in delivery order."""
+        consumer = re.sub(r"[^A-Za-z0-9_.-]", "_", self.consumer)
+        return f"{consumer}-{self.batch_id}-{self.split_index:06d}-{self.row_start_inclusive:012d}"
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Receives the change rows of committed chunks, in delivery order."""
+
+    exactly_once: bool
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        """Deliver `rows` (never empty) idempotently per `key`; return a token stored with the offset."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release resources; idempotent."""
+        ...
