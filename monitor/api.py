@@ -7,7 +7,7 @@ as a whole, every other snapshot streams chunk by chunk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,25 +21,32 @@ from reader.projection import arrow_schema
 from reader.reconcile import reconcile_snapshot
 from reader.spark import SplitRequest, run_splits, spark_session
 from state.errors import ConfigError
-from state.model import ChangeKind, ChangeSplit, DeleteContent
+from state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
 
 
-def output_schema(table: Table, plan: ChangePlan) -> Schema:
-    schemas = table.metadata.schemas
-    for schema in schemas:
-        if schema.schema_id == plan.schema_id:
+def output_schema(table: Table, schema_id: int | None) -> Schema:
+    """The schema change rows are projected onto (the to-snapshot's), by id."""
+    for schema in table.metadata.schemas:
+        if schema.schema_id == schema_id:
             return schema
     return table.schema()
 
 
-def change_arrow_schema(table: Table, plan: ChangePlan) -> pa.Schema:
-    return change_schema(arrow_schema(output_schema(table, plan)))
+def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
+    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    if snapshot is None or snapshot.schema_id is None:
+        return table.metadata.current_schema_id
+    return snapshot.schema_id
 
 
-def read_context(table: Table, plan: ChangePlan) -> ReadContext:
+def change_arrow_schema(table: Table, schema_id: int | None) -> pa.Schema:
+    return change_schema(arrow_schema(output_schema(table, schema_id)))
+
+
+def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask]) -> ReadContext:
     equality_ids = {
         i
-        for task in plan.tasks
+        for task in tasks
         for d in task.deletes_before + task.deletes_after
         if d.content == DeleteContent.EQUALITY
         for i in d.equality_field_ids
@@ -52,29 +59,31 @@ def read_context(table: Table, plan: ChangePlan) -> ReadContext:
     mapping = table.metadata.properties.get("schema.name-mapping.default")
     return ReadContext(
         io_properties=tuple(sorted(table.io.properties.items())),
-        output_schema_json=output_schema(table, plan).model_dump_json(),
+        output_schema_json=output_schema(table, schema_id).model_dump_json(),
         equality_schema_json=Schema(*[fields[i] for i in sorted(fields)]).model_dump_json(),
         name_mapping_json=mapping,
         format_version=table.metadata.format_version,
     )
 
 
-def identifier_names(table: Table, plan: ChangePlan, requested: Sequence[str] | None) -> tuple[str, ...]:
+def identifier_names(table: Table, schema_id: int | None, requested: Sequence[str] | None) -> tuple[str, ...]:
     """`--identifier-columns` if given, else the table's identifier fields (names in the output schema)."""
-    schema = output_schema(table, plan)
+    schema = output_schema(table, schema_id)
     if requested:
         unknown = [c for c in requested if c not in {f.name for f in schema.fields}]
         if unknown:
-            raise ConfigError(f"identifier column(s) {', '.join(unknown)} not in the table schema; use top-level column names")
+            raise ConfigError(
+                f"identifier column(s) {', '.join(unknown)} not in the table schema; use top-level column names"
+            )
         return tuple(requested)
     return tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
 
 
-def snapshots_needing_reconcile(plan: ChangePlan) -> set[int]:
+def snapshots_needing_reconcile(tasks: Iterable[ChangeTask]) -> set[int]:
     """Snapshots whose tasks can yield both DELETE and INSERT rows."""
     deleting: set[int] = set()
     inserting: set[int] = set()
-    for task in plan.tasks:
+    for task in tasks:
         sid = task.commit.snapshot_id
         if task.kind in (ChangeKind.REMOVED, ChangeKind.MODIFIED):
             deleting.add(sid)
@@ -93,12 +102,12 @@ def iter_changes(
     chunk_rows: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
-    schema = change_arrow_schema(table, plan)
+    schema = change_arrow_schema(table, plan.schema_id)
     if not plan.splits:
         return
-    context = read_context(table, plan)
-    identifiers = identifier_names(table, plan, identifier_columns)
-    gather = snapshots_needing_reconcile(plan) if (carry_over_removal or identifiers) else set()
+    context = read_context(table, plan.schema_id, plan.tasks)
+    identifiers = identifier_names(table, plan.schema_id, identifier_columns)
+    gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []
@@ -138,6 +147,8 @@ def read_changes(
     """Every change of (from_snapshot_id_exclusive, to_snapshot_id_inclusive] as one Arrow table."""
     plan = Planner(table).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
     batches = list(
-        iter_changes(table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark)
+        iter_changes(
+            table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+        )
     )
-    return pa.Table.from_batches(batches, schema=change_arrow_schema(table, plan))
+    return pa.Table.from_batches(batches, schema=change_arrow_schema(table, plan.schema_id))

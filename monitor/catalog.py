@@ -33,6 +33,8 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
             f"table {identifier!r} does not exist in catalog {catalog.name!r}; check --table and --catalog"
         ) from exc
     except FileNotFoundError as exc:
-        raise MetadataError(f"table {identifier!r}: metadata file is missing ({exc}); restore it or re-register the table") from exc
+        raise MetadataError(
+            f"table {identifier!r}: metadata file is missing ({exc}); restore it or re-register the table"
+        ) from exc
     except (ValueError, OSError) as exc:
         raise MetadataError(f"table {identifier!r}: metadata cannot be read ({exc}); check the catalog entry") from exc

@@ -15,11 +15,17 @@ from state.errors import ConfigError
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--catalog", required=True, help="pyiceberg catalog name (.pyiceberg.yaml or PYICEBERG_CATALOG__*)")
+    parser.add_argument(
+        "--catalog", required=True, help="pyiceberg catalog name (.pyiceberg.yaml or PYICEBERG_CATALOG__*)"
+    )
     parser.add_argument("--table", required=True, help="NAMESPACE.TABLE")
     parser.add_argument("--from-snapshot", type=_snapshot_id, default=None, help="exclusive; default: before the first")
-    parser.add_argument("--to-snapshot", type=_snapshot_id, default=None, help="inclusive; default: the current snapshot")
-    parser.add_argument("--identifier-columns", type=_columns, default=None, help="a,b: pair DELETE/INSERT into updates")
+    parser.add_argument(
+        "--to-snapshot", type=_snapshot_id, default=None, help="inclusive; default: the current snapshot"
+    )
+    parser.add_argument(
+        "--identifier-columns", type=_columns, default=None, help="a,b: pair DELETE/INSERT into updates"
+    )
 
 
 def _snapshot_id(text: str) -> int:
@@ -51,7 +57,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         identifier_columns=args.identifier_columns,
         carry_over_removal=not args.keep_carry_over,
     )
-    rows = write_output(args.output, change_arrow_schema(table, plan), batches)  # type: ignore[arg-type]
+    rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)  # type: ignore[arg-type]
     if args.output != "-":
         print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
     return 0

@@ -30,17 +30,22 @@ def create_demo_table(root: str) -> tuple[dict[str, str], Table]:
     catalog.create_namespace("shop")
     schema = pa.schema([("order_id", pa.int64()), ("customer", pa.string()), ("amount", pa.float64())])
     table = catalog.create_table(DEMO_TABLE, schema=schema)
-    table.append(pa.table({"order_id": [1, 2, 3], "customer": ["ann", "bob", "cid"], "amount": [10.0, 20.5, 7.25]}, schema))
+    table.append(
+        pa.table({"order_id": [1, 2, 3], "customer": ["ann", "bob", "cid"], "amount": [10.0, 20.5, 7.25]}, schema)
+    )
     table.append(pa.table({"order_id": [4, 5], "customer": ["dee", "eve"], "amount": [99.0, 1.5]}, schema))
     table.delete(EqualTo("order_id", 2))
     table.overwrite(
-        pa.table({"order_id": [3], "customer": ["cid"], "amount": [8.0]}, schema), overwrite_filter=EqualTo("order_id", 3)
+        pa.table({"order_id": [3], "customer": ["cid"], "amount": [8.0]}, schema),
+        overwrite_filter=EqualTo("order_id", 3),
     )
     with table.update_schema() as update:
         update.add_column("channel", pa_to_iceberg_string())
     table = catalog.load_table(DEMO_TABLE)
     table.append(
-        pa.table({"order_id": [6], "customer": ["fay"], "amount": [42.0], "channel": ["web"]}, table.schema().as_arrow())
+        pa.table(
+            {"order_id": [6], "customer": ["fay"], "amount": [42.0], "channel": ["web"]}, table.schema().as_arrow()
+        )
     )
     env = {f"PYICEBERG_CATALOG__{DEMO_CATALOG.upper()}__{k.upper()}": v for k, v in properties.items()}
     return env, catalog.load_table(DEMO_TABLE)
@@ -78,8 +83,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"icetail demo: creating a warehouse and SQLite catalog under {root}")
     env, table = create_demo_table(root)
     os.environ.update(env)
-    print(f"  committed {len(table.metadata.snapshots)} snapshots to {DEMO_TABLE}: "
-          + ", ".join(s.summary.operation.value for s in table.metadata.snapshots if s.summary))
+    print(
+        f"  committed {len(table.metadata.snapshots)} snapshots to {DEMO_TABLE}: "
+        + ", ".join(s.summary.operation.value for s in table.metadata.snapshots if s.summary)
+    )
     from monitor.demo_pipeline import run_demo_pipeline
 
     return run_demo_pipeline(root, table, format_rows)

@@ -50,7 +50,10 @@ class DeleteIndex:
             d
             for d in self._equality
             if d.data_sequence_number > seq
-            and (d.spec_id in self._global_spec_ids or (d.spec_id == data_file.spec_id and d.partition == data_file.partition))
+            and (
+                d.spec_id in self._global_spec_ids
+                or (d.spec_id == data_file.spec_id and d.partition == data_file.partition)
+            )
         )
         return tuple(sorted(set(found), key=lambda d: d.path))
 

@@ -110,7 +110,8 @@ class ManifestReader:
             manifests = tuple(snapshot.manifests(self._io))
         except FileNotFoundError as exc:
             raise MetadataError(
-                f"manifest list of snapshot {snapshot.snapshot_id} is missing ({key}); the snapshot's metadata was deleted"
+                f"manifest list of snapshot {snapshot.snapshot_id} is missing ({key}); "
+                "the snapshot's metadata was deleted"
             ) from exc
         except (OSError, ValueError) as exc:
             raise MetadataError(f"manifest list of snapshot {snapshot.snapshot_id} cannot be read: {exc}") from exc

@@ -50,7 +50,7 @@ def write_output(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
         rows = write_jsonl(batches, sys.stdout)
         sys.stdout.flush()
         return rows
-    if not (path.endswith(".parquet") or path.endswith(".jsonl")):
+    if not path.endswith((".parquet", ".jsonl")):
         raise ConfigError(f"--output {path!r} must end in .parquet or .jsonl, or be - for stdout")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):

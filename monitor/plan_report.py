@@ -38,7 +38,8 @@ def plan_summary(plan: ChangePlan) -> dict[str, Any]:
         "schema_id": plan.schema_id,
         "snapshots": snapshots,
         "skipped_replace_snapshots": [
-            {"snapshot_id": s.snapshot_id, "operation": s.operation, "committed_at": _iso(s.timestamp_ms)} for s in plan.skipped
+            {"snapshot_id": s.snapshot_id, "operation": s.operation, "committed_at": _iso(s.timestamp_ms)}
+            for s in plan.skipped
         ],
         "totals": {
             "snapshots": len(plan.commits),
@@ -46,7 +47,12 @@ def plan_summary(plan: ChangePlan) -> dict[str, Any]:
             "splits": len(plan.splits),
             "estimated_rows": sum(s.estimated_rows for s in plan.splits),
             "equality_delete_files": len(
-                {d.path for t in plan.tasks for d in t.deletes_after + t.deletes_before if d.content == DeleteContent.EQUALITY}
+                {
+                    d.path
+                    for t in plan.tasks
+                    for d in t.deletes_after + t.deletes_before
+                    if d.content == DeleteContent.EQUALITY
+                }
             ),
             "manifests_read": plan.manifests_read,
         },
@@ -79,4 +85,6 @@ def format_plan(plan: ChangePlan) -> str:
 
 
 def _iso(timestamp_ms: int) -> str:
-    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.timezone.utc).isoformat(
+        timespec="milliseconds"
+    )

@@ -66,7 +66,9 @@ class Planner:
         if to_snapshot_id_inclusive is None:
             to_snapshot_id_inclusive = metadata.current_snapshot_id
         if to_snapshot_id_inclusive is None or to_snapshot_id_inclusive == from_snapshot_id_exclusive:
-            return ChangePlan(name, from_snapshot_id_exclusive, to_snapshot_id_inclusive, metadata.current_schema_id, (), (), ())
+            return ChangePlan(
+                name, from_snapshot_id_exclusive, to_snapshot_id_inclusive, metadata.current_schema_id, (), (), ()
+            )
         before = self._manifests.manifests_read
         chain = snapshots_between(metadata, from_snapshot_id_exclusive, to_snapshot_id_inclusive)
         differ = SnapshotDiffer(metadata, self._manifests, self._resolve_paths)
@@ -93,6 +95,47 @@ class Planner:
             commits=tuple(commits),
             skipped=tuple(skipped),
             tasks=tuple(tasks),
+            splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
+            manifests_read=self._manifests.manifests_read - before,
+        )
+
+    def plan_full(self, snapshot_id_inclusive: int | None = None) -> ChangePlan:
+        """The rows of one snapshot as INSERTs (Flink's TABLE_SCAN_THEN_INCREMENTAL first step).
+
+        The result is a range (None, snapshot] whose single commit is the snapshot itself.
+        """
+        metadata = self._table.metadata
+        snapshot_id = snapshot_id_inclusive if snapshot_id_inclusive is not None else metadata.current_snapshot_id
+        name = ".".join(self._table.name())
+        if snapshot_id is None:
+            return ChangePlan(name, None, None, metadata.current_schema_id, (), (), ())
+        from pyiceberg.manifest import ManifestContent
+
+        from monitor.diff import DeleteIndex
+        from monitor.lineage import snapshot_or_raise
+        from state.model import ChangeKind, DataFileRef, DeleteFileRef
+
+        snapshot = snapshot_or_raise(metadata, snapshot_id, "start")
+        before = self._manifests.manifests_read
+        commit = commit_info(snapshot, 0)
+        deletes = [
+            e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
+        ]
+        global_specs = frozenset(spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned())
+        index = DeleteIndex(deletes, self._resolve_paths, global_specs)
+        tasks = tuple(
+            ChangeTask(e.file, ChangeKind.ADDED, commit, deletes_after=index.for_file(e.file))
+            for e in self._manifests.live(snapshot, ManifestContent.DATA)
+            if isinstance(e.file, DataFileRef)
+        )
+        return ChangePlan(
+            table=name,
+            from_snapshot_id_exclusive=None,
+            to_snapshot_id_inclusive=snapshot_id,
+            schema_id=snapshot.schema_id if snapshot.schema_id is not None else metadata.current_schema_id,
+            commits=(commit,),
+            skipped=(),
+            tasks=tasks,
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before,
         )

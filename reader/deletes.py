@@ -103,7 +103,9 @@ def _read_deletion_vector(io: FileIO, delete: DeleteFileRef, data_path: str) -> 
         else:
             from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
 
-            vectors = {dv.referenced_data_file: dv for dv in deletion_vectors_from_puffin_file(PuffinFile(stream.read()))}
+            vectors = {
+                dv.referenced_data_file: dv for dv in deletion_vectors_from_puffin_file(PuffinFile(stream.read()))
+            }
             if data_path not in vectors:
                 return _EMPTY
             vector = vectors[data_path].to_vector()

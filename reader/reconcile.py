@@ -19,6 +19,8 @@ from reader.equality import row_codes
 from reader.metadata_columns import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS
 from state.model import ChangeType
 
+HIDDEN_PREFIX = "__icetail_"  # bookkeeping columns a caller may carry through; never compared
+
 
 def needs_reconcile(changes: pa.Table, identifier_columns: Sequence[str] | None, remove_carry_over: bool) -> bool:
     """Only a snapshot with both deletes and inserts can hold carry-overs or updates."""
@@ -40,7 +42,7 @@ def reconcile_snapshot(
     if len(pc.unique(changes.column(COMMIT_SNAPSHOT_ID))) > 1:
         raise ValueError("reconcile_snapshot takes the changes of one snapshot")
     is_delete = pc.equal(changes.column(CHANGE_TYPE), ChangeType.DELETE.value).to_numpy(zero_copy_only=False)
-    data_columns = [c for c in changes.column_names if c not in METADATA_COLUMNS]
+    data_columns = [c for c in changes.column_names if c not in METADATA_COLUMNS and not c.startswith(HIDDEN_PREFIX)]
     keep = np.ones(changes.num_rows, dtype=bool)
     if remove_carry_over:
         keep = ~_cancelled(row_codes(changes.select(data_columns)), is_delete)

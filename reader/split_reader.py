@@ -76,7 +76,9 @@ def read_split(
     task = split.task
     data_file = task.data_file
     if data_file.file_format.upper() != "PARQUET":
-        raise MetadataError(f"data file {data_file.path} is {data_file.file_format}; icetail reads parquet data files only")
+        raise MetadataError(
+            f"data file {data_file.path} is {data_file.file_format}; icetail reads parquet data files only"
+        )
     before = _delete_state(io, context, data_file.path, task.deletes_before) if task.kind != ChangeKind.ADDED else None
     after = _delete_state(io, context, data_file.path, task.deletes_after) if task.kind != ChangeKind.REMOVED else None
     equality_ids = {i for state in (before, after) if state for ids, _ in state.equality for i in ids}
@@ -112,11 +114,28 @@ def read_split(
             rg_bytes = meta.row_group(rg).total_byte_size
             for chunk_lo, chunk_hi in zip(bounds[:-1], bounds[1:], strict=True):
                 rows, decoded_at, decoded = _take_rows(batches, pending, decoded_at, chunk_lo, chunk_hi)
-                batch = _changes(rows, chunk_lo, chunk_hi, before, after, task.kind, schema_of_file, output_schema,
-                                 key_schema, context.format_version, split)
+                batch = _changes(
+                    rows,
+                    chunk_lo,
+                    chunk_hi,
+                    before,
+                    after,
+                    task.kind,
+                    schema_of_file,
+                    output_schema,
+                    key_schema,
+                    context.format_version,
+                    split,
+                )
                 yield Chunk(
-                    split.split_id, chunk_lo, chunk_hi, batch, decoded, 1 if chunk_lo == lo else 0,
-                    rg_bytes if chunk_lo == lo else 0, rg == last_index and chunk_hi == rg_hi,
+                    split.split_id,
+                    chunk_lo,
+                    chunk_hi,
+                    batch,
+                    decoded,
+                    1 if chunk_lo == lo else 0,
+                    rg_bytes if chunk_lo == lo else 0,
+                    rg == last_index and chunk_hi == rg_hi,
                 )
 
 
@@ -165,7 +184,9 @@ def _changes(
     format_version: int,
     split: ChangeSplit,
 ) -> pa.RecordBatch:
-    batch = rows.combine_chunks().to_batches()[0] if rows.num_rows else pa.RecordBatch.from_pylist([], schema=rows.schema)
+    batch = (
+        rows.combine_chunks().to_batches()[0] if rows.num_rows else pa.RecordBatch.from_pylist([], schema=rows.schema)
+    )
     keys = None
     if key_schema is not None:
         keyed = project(batch, schema_of_file, key_schema, format_version)
@@ -200,7 +221,9 @@ def _key_schema(equality_schema: Schema, field_ids: set[int]) -> Schema | None:
     fields = [f for f in equality_schema.fields if f.field_id in field_ids]
     missing = field_ids - {f.field_id for f in fields}
     if missing:
-        raise MetadataError(f"equality delete field ids {sorted(missing)} are not top-level columns of any table schema")
+        raise MetadataError(
+            f"equality delete field ids {sorted(missing)} are not top-level columns of any table schema"
+        )
     return Schema(*fields)
 
 
@@ -233,6 +256,8 @@ def _open_data_file(io: FileIO, path: str):  # type: ignore[no-untyped-def]
     try:
         return io.new_input(path).open()
     except FileNotFoundError as exc:
-        raise DataFileError(f"data file {path} is missing; it was deleted outside Iceberg (restore it or skip the snapshot)") from exc
+        raise DataFileError(
+            f"data file {path} is missing; it was deleted outside Iceberg (restore it or skip the snapshot)"
+        ) from exc
     except OSError as exc:
         raise DataFileError(f"data file {path} cannot be read: {exc}") from exc

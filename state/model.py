@@ -135,12 +135,16 @@ def split_from_json_dict(raw: dict[str, Any]) -> ChangeSplit:
     """Inverse of `to_json_dict` for a ChangeSplit."""
     t = raw["task"]
     df = t["data_file"]
-    data_file = DataFileRef(**{**df, "split_offsets": tuple(df["split_offsets"]) if df["split_offsets"] is not None else None})
+    data_file = DataFileRef(
+        **{**df, "split_offsets": tuple(df["split_offsets"]) if df["split_offsets"] is not None else None}
+    )
     commit = CommitInfo(**t["commit"])
 
     def deletes(items: list[dict[str, Any]]) -> tuple[DeleteFileRef, ...]:
         return tuple(
-            DeleteFileRef(**{**d, "content": DeleteContent(d["content"]), "equality_field_ids": tuple(d["equality_field_ids"])})
+            DeleteFileRef(
+                **{**d, "content": DeleteContent(d["content"]), "equality_field_ids": tuple(d["equality_field_ids"])}
+            )
             for d in items
         )
 

@@ -1,0 +1,454 @@
+"""The pipeline: plan -> write ahead -> read -> sink -> commit offset -> advance cursor.
+
+Exactly-once rests on an order that makes every crash harmless:
+1. the batch (range and ordered splits) is written ahead to the state before any row is read,
+   so a restart finishes the same batch even if the table moved on;
+2. each chunk is written to the sink first (idempotent per chunk key) and its row offset
+   committed to the state second; a crash in between replays the same chunk onto the same key;
+3. the cursor advances only when every split of the batch is done.
+Snapshots that need carry-over removal or update pairing are reconciled as a whole and
+delivered as one chunk anchored at their first split (see docs/delivery.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+
+from monitor.api import identifier_names, read_context, schema_id_of, snapshots_needing_reconcile
+from monitor.catalog import load_table, open_catalog
+from monitor.lineage import snapshots_between
+from monitor.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
+from monitor.startup import StartMode, cursor_problem, initial_cursor, parse_missing_cursor_policy, parse_start
+from reader.metadata_columns import CHANGE_TYPE
+from reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
+from reader.sinks.base import ChunkKey, Sink
+from reader.spark import SplitRequest, run_splits, spark_session
+from reader.split_reader import Chunk
+from state.checkpoint import Checkpoint, Cursor, Inflight, InflightBatch
+from state.errors import ConfigError, TerminalError
+from state.model import ChangeSplit
+from state.store import CheckpointStore, open_store
+
+SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
+
+
+class CursorLostError(TerminalError):
+    """The committed cursor snapshot expired or is no longer an ancestor of the current snapshot."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    catalog: str
+    table: str
+    state_url: str
+    sink_url: str
+    consumer: str | None = None
+    start: str = "earliest"
+    max_snapshots_per_batch: int | None = None
+    chunk_rows: int | None = None  # rows between two offset commits; None: one parquet row group
+    identifier_columns: tuple[str, ...] | None = None
+    carry_over_removal: bool = True
+    on_missing_cursor: str = "fail"
+    protect_cursor: bool = False
+    lease_ttl_seconds: float = 120.0
+    target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
+
+    def __post_init__(self) -> None:
+        parse_start(self.start)
+        parse_missing_cursor_policy(self.on_missing_cursor)
+        if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
+            raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
+        if self.chunk_rows is not None and self.chunk_rows < 1:
+            raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
+        if "." not in self.table:
+            raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
+
+    @property
+    def consumer_id(self) -> str:
+        """Default consumer id: derived from catalog and table."""
+        return self.consumer or f"{self.catalog}.{self.table}"
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one batch did; `completed` is False when a stop request interrupted it."""
+
+    batch_id: str
+    from_snapshot_exclusive: int | None
+    to_snapshot_inclusive: int
+    snapshots: int
+    rows_by_change_type: dict[str, int] = field(default_factory=dict)
+    splits: int = 0
+    chunks: int = 0
+    data_files: int = 0
+    delete_files: int = 0
+    bytes_read: int = 0
+    row_groups: int = 0
+    rows_decoded: int = 0
+    planning_seconds: float = 0.0
+    batch_seconds: float = 0.0
+    resumed: bool = False
+    completed: bool = True
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_change_type.values())
+
+
+class _Tally:
+    """Mutable counters of one batch, frozen into a BatchOutcome at the end."""
+
+    def __init__(self) -> None:
+        self.rows: Counter[str] = Counter()
+        self.chunks = 0
+        self.bytes_read = 0
+        self.row_groups = 0
+        self.rows_decoded = 0
+
+    def add_chunk(self, chunk: Chunk) -> None:
+        self.bytes_read += chunk.bytes_read
+        self.row_groups += chunk.row_groups_read
+        self.rows_decoded += chunk.rows_decoded
+
+    def add_rows(self, rows: pa.Table) -> None:
+        self.chunks += 1
+        if rows.num_rows:
+            for item in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist():
+                self.rows[str(item["values"])] += int(item["counts"])
+
+
+class Pipeline:
+    """Follows one table for one consumer; `run_batch` delivers one batch exactly once."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        store: CheckpointStore | None = None,
+        sink: Sink | None = None,
+        spark: Any = None,
+        stop_event: threading.Event | None = None,
+        on_batch: Callable[[BatchOutcome], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.consumer = config.consumer_id
+        self._owns_store = store is None
+        self._store: CheckpointStore = store or open_store(config.state_url)
+        self._sink = sink
+        self._spark = spark
+        self._stop = stop_event or threading.Event()
+        self._on_batch = on_batch
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._planner: Planner | None = None
+        self._lease_renewed_at = 0.0
+        self._full_next = False
+
+    # lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> Pipeline:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Take the consumer's lease: a second run of the same consumer refuses (StateBusyError)."""
+        checkpoint = self._store.load(self.consumer)
+        if checkpoint is None:
+            # the consumer must exist before it can be leased; its start is decided in run_batch
+            table = self._load_table()
+            checkpoint = self._create_consumer(table)
+        self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
+        self._lease_renewed_at = time.monotonic()
+
+    def close(self) -> None:
+        try:
+            self._store.release_lease(self.consumer, self._owner)
+        finally:
+            if self._sink is not None:
+                self._sink.close()
+            if self._owns_store:
+                self._store.close()
+
+    def request_stop(self) -> None:
+        """Finish the chunk in progress, commit it, and return (the batch stays in flight)."""
+        self._stop.set()
+
+    @property
+    def sink(self) -> Sink:
+        if self._sink is None:
+            from reader.sinks.factory import open_sink
+
+            self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
+        return self._sink
+
+    # running ---------------------------------------------------------------------------
+    def run(self, *, once: bool = False) -> list[BatchOutcome]:
+        """Run batches until caught up (or one batch with `once`), holding the lease throughout."""
+        outcomes: list[BatchOutcome] = []
+        while not self._stop.is_set():
+            outcome = self.run_batch()
+            if outcome is None:
+                break
+            outcomes.append(outcome)
+            if once or not outcome.completed:
+                break
+        return outcomes
+
+    def run_batch(self) -> BatchOutcome | None:
+        """Deliver the in-flight batch, or plan and deliver the next one; None when caught up."""
+        started = time.monotonic()
+        table = self._load_table()
+        checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
+        resumed = checkpoint.inflight is not None
+        planning_seconds = 0.0
+        if checkpoint.inflight is None:
+            plan = self._plan_next(table, checkpoint)
+            planning_seconds = time.monotonic() - started
+            if plan is None:
+                return None
+            to_snapshot = table.metadata.snapshot_by_id(plan.to_snapshot_id_inclusive or -1)
+            batch = InflightBatch(
+                batch_id=self._new_batch_id(checkpoint),
+                from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
+                to_snapshot_inclusive=plan.to_snapshot_id_inclusive,  # type: ignore[arg-type]
+                to_timestamp_ms=to_snapshot.timestamp_ms if to_snapshot else 0,
+                splits=plan.splits,
+            )
+            self._store.begin_batch(self.consumer, batch, owner=self._owner)
+            loaded = self._store.load(self.consumer)
+            assert loaded is not None and loaded.inflight is not None
+            checkpoint = loaded
+        inflight = checkpoint.inflight
+        assert inflight is not None
+        tally = _Tally()
+        completed = self._deliver(table, inflight, tally)
+        if completed:
+            self._store.finish_batch(self.consumer, inflight.batch.batch_id, owner=self._owner)
+            if self.config.protect_cursor:
+                self._protect(table, inflight.batch.to_snapshot_inclusive)
+        batch = inflight.batch
+        outcome = BatchOutcome(
+            batch_id=batch.batch_id,
+            from_snapshot_exclusive=batch.from_snapshot_exclusive,
+            to_snapshot_inclusive=batch.to_snapshot_inclusive,
+            snapshots=len({s.task.commit.snapshot_id for s in batch.splits}),
+            rows_by_change_type=dict(tally.rows),
+            splits=len(batch.splits),
+            chunks=tally.chunks,
+            data_files=len({s.task.data_file.path for s in batch.splits}),
+            delete_files=len({d.path for s in batch.splits for d in s.task.deletes_before + s.task.deletes_after}),
+            bytes_read=tally.bytes_read,
+            row_groups=tally.row_groups,
+            rows_decoded=tally.rows_decoded,
+            planning_seconds=planning_seconds,
+            batch_seconds=time.monotonic() - started,
+            resumed=resumed,
+            completed=completed,
+        )
+        if self._on_batch is not None:
+            self._on_batch(outcome)
+        return outcome
+
+    # planning --------------------------------------------------------------------------
+    def _load_table(self) -> Table:
+        table = load_table(open_catalog(self.config.catalog), self.config.table)
+        if self._planner is None:
+            self._planner = Planner(table, self.config.target_split_bytes)
+        else:
+            self._planner.refresh(table)
+        return table
+
+    def _create_consumer(self, table: Table) -> Checkpoint:
+        mode = parse_start(self.config.start)
+        cursor = initial_cursor(table.metadata, mode)
+        self._full_next = mode.reads_full_snapshot
+        return self._store.ensure_consumer(self.consumer, self.config.catalog, self.config.table, cursor)
+
+    def _plan_next(self, table: Table, checkpoint: Checkpoint) -> ChangePlan | None:
+        assert self._planner is not None
+        metadata = table.metadata
+        cursor = checkpoint.cursor
+        problem = cursor_problem(metadata, cursor)
+        if problem is not None:
+            cursor = self._recover_cursor(table, problem)
+        current = metadata.current_snapshot_id
+        if current is None or current == cursor.snapshot_id:
+            return None
+        if cursor.snapshot_id is None and (
+            self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
+        ):
+            return self._planner.plan_full(current)
+        to_snapshot = current
+        if self.config.max_snapshots_per_batch is not None:
+            chain = snapshots_between(metadata, cursor.snapshot_id, current)
+            to_snapshot = chain[min(len(chain), self.config.max_snapshots_per_batch) - 1].snapshot_id
+        return self._planner.plan(cursor.snapshot_id, to_snapshot)
+
+    def _recover_cursor(self, table: Table, problem: str) -> Cursor:
+        policy = self.config.on_missing_cursor
+        if policy == "fail":
+            raise CursorLostError(
+                f"consumer {self.consumer!r}: {problem}; rerun with --on-missing-cursor earliest|latest|full, "
+                f"or move it with `icetail reset --consumer {self.consumer} --to ...`"
+            )
+        cursor = initial_cursor(table.metadata, StartMode(policy))
+        self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
+        self._full_next = policy == "full"
+        return cursor
+
+    def _new_batch_id(self, checkpoint: Checkpoint) -> str:
+        # the chunk size is part of the id: a resumed batch must cut chunks exactly as before
+        return f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}-c{self.config.chunk_rows or 0}"
+
+    # delivery --------------------------------------------------------------------------
+    def _deliver(self, table: Table, inflight: Inflight, tally: _Tally) -> bool:
+        batch = inflight.batch
+        splits = batch.splits
+        if not splits:
+            return True
+        schema_id = schema_id_of(table, batch.to_snapshot_inclusive)
+        identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
+        tasks = [s.task for s in splits]
+        gather = snapshots_needing_reconcile(tasks) if (self.config.carry_over_removal or identifiers) else set()
+        progress = {p.split_id: p for p in inflight.progress}
+        index_of = {s.split_id: i for i, s in enumerate(splits)}
+        by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
+        for split in splits:
+            by_snapshot[split.task.commit.snapshot_id].append(split)
+        requests: list[SplitRequest] = []
+        for split in splits:
+            snapshot_id = split.task.commit.snapshot_id
+            if snapshot_id in gather:
+                if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
+                    requests.append(SplitRequest(split, 0))  # reconcile needs the whole snapshot again
+            elif not progress[split.split_id].done:
+                requests.append(SplitRequest(split, progress[split.split_id].next_row_exclusive or 0))
+        if not requests:
+            return True
+        context = read_context(table, schema_id, tasks)
+        spark = self._spark or spark_session()
+        chunk_rows = _chunk_rows_of(batch.batch_id)
+        held: list[tuple[int, Chunk]] = []
+        held_snapshot: int | None = None
+        for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows):
+            tally.add_chunk(chunk)
+            split_index = index_of[chunk.split_id]
+            snapshot_id = splits[split_index].task.commit.snapshot_id
+            if held_snapshot is not None and snapshot_id != held_snapshot:
+                self._deliver_reconciled(
+                    batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally
+                )
+                held, held_snapshot = [], None
+                if self._stop.is_set():
+                    return False
+            if snapshot_id in gather:
+                held.append((split_index, chunk))
+                held_snapshot = snapshot_id
+                continue
+            self._deliver_chunk(batch, split_index, chunk, tally)
+            if self._stop.is_set():
+                return False
+        if held_snapshot is not None:
+            self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally)
+        return not self._stop.is_set() or self._all_done()
+
+    def _all_done(self) -> bool:
+        checkpoint = self._store.load(self.consumer)
+        return checkpoint is not None and checkpoint.inflight is not None and not checkpoint.inflight.pending()
+
+    def _deliver_chunk(self, batch: InflightBatch, split_index: int, chunk: Chunk, tally: _Tally) -> None:
+        rows = pa.Table.from_batches([chunk.batch]) if chunk.batch is not None else pa.table({})
+        token = None
+        if rows.num_rows:
+            key = ChunkKey(self.consumer, batch.batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
+            token = self.sink.write(key, rows)
+        self._store.commit_chunk(
+            self.consumer,
+            batch.batch_id,
+            chunk.split_id,
+            chunk.next_row_exclusive,
+            rows.num_rows,
+            chunk.done,
+            token,
+            owner=self._owner,
+        )
+        tally.add_rows(rows)
+        self._renew_lease_if_due()
+
+    def _deliver_reconciled(
+        self,
+        batch: InflightBatch,
+        held: list[tuple[int, Chunk]],
+        snapshot_splits: list[ChangeSplit],
+        progress: dict[str, Any],
+        index_of: dict[str, int],
+        identifiers: tuple[str, ...],
+        tally: _Tally,
+    ) -> None:
+        """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split."""
+        batches = [chunk.batch for _, chunk in held if chunk.batch is not None and chunk.batch.num_rows]
+        rows = (
+            reconcile_snapshot(pa.Table.from_batches(batches), identifiers or None, self.config.carry_over_removal)
+            if batches
+            else pa.table({})
+        )
+        anchor = snapshot_splits[0]
+        token = None
+        if rows.num_rows:
+            key = ChunkKey(self.consumer, batch.batch_id, index_of[anchor.split_id], anchor.split_id, 0)
+            token = self.sink.write(key, rows)
+        next_rows: dict[str, int] = {}
+        for _, chunk in held:
+            next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
+        for split in snapshot_splits:
+            if progress[split.split_id].done:
+                continue
+            emitted = rows.num_rows if split is anchor else 0
+            self._store.commit_chunk(
+                self.consumer,
+                batch.batch_id,
+                split.split_id,
+                next_rows.get(split.split_id, 0),
+                emitted,
+                True,
+                token if split is anchor else None,
+                owner=self._owner,
+            )
+        tally.add_rows(rows)
+        self._renew_lease_if_due()
+
+    def _renew_lease_if_due(self) -> None:
+        if time.monotonic() - self._lease_renewed_at > self.config.lease_ttl_seconds / 3:
+            self._store.renew_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
+            self._lease_renewed_at = time.monotonic()
+
+    def _protect(self, table: Table, snapshot_id: int) -> None:
+        """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need."""
+        tag = f"icetail-{self.consumer}"
+        table = self._load_table()
+        with table.manage_snapshots() as manage:
+            if tag in table.metadata.refs:
+                manage.remove_tag(tag)
+            manage.create_tag(snapshot_id, tag)
+
+
+def _chunk_rows_of(batch_id: str) -> int | None:
+    """The chunk size a batch was started with (encoded in its id), so replays cut the same chunks."""
+    try:
+        value = int(batch_id.rsplit("-c", 1)[1])
+    except (IndexError, ValueError):
+        return None
+    return value or None
