@@ -37,6 +37,7 @@ def always_ready() -> tuple[bool, str]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64  # listen backlog; socketserver's default of 5 drops bursts of connects
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry, readiness: Readiness) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
