@@ -221,7 +221,7 @@ class Pipeline:
                 return None
             to_snapshot = table.metadata.snapshot_by_id(plan.to_snapshot_id_inclusive or -1)
             batch = InflightBatch(
-                batch_id=self._new_batch_id(checkpoint),
+                batch_id=self._new_batch_id(checkpoint, plan),
                 from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
                 to_snapshot_inclusive=plan.to_snapshot_id_inclusive,  # type: ignore[arg-type]
                 to_timestamp_ms=to_snapshot.timestamp_ms if to_snapshot else 0,
@@ -287,15 +287,26 @@ class Pipeline:
         current = metadata.current_snapshot_id
         if current is None or current == cursor.snapshot_id:
             return None
-        if cursor.snapshot_id is None and (
-            self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
-        ):
-            return self._planner.plan_full(current)
+        base = self._next_ordinal(cursor) if problem is None else 0
+        full = self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
+        if cursor.snapshot_id is None and full:
+            return self._planner.plan_full(current, ordinal_base=base)
         to_snapshot = current
         if self.config.max_snapshots_per_batch is not None:
             chain = snapshots_between(metadata, cursor.snapshot_id, current)
             to_snapshot = chain[min(len(chain), self.config.max_snapshots_per_batch) - 1].snapshot_id
-        return self._planner.plan(cursor.snapshot_id, to_snapshot)
+        return self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
+
+    def _next_ordinal(self, cursor: Cursor) -> int:
+        """`_change_ordinal` of the next snapshot: ordinals count from the consumer's (re)start.
+
+        The newest finished batch records its first ordinal and snapshot count in its id; after
+        a reset (the cursor is not where that batch ended) the count starts again at 0.
+        """
+        history = self._store.history(self.consumer, 1)
+        if not history or history[0].to_snapshot_inclusive != cursor.snapshot_id:
+            return 0
+        return _ordinal_after(history[0].batch_id)
 
     def _recover_cursor(self, table: Table, problem: str) -> Cursor:
         policy = self.config.on_missing_cursor
@@ -309,9 +320,14 @@ class Pipeline:
         self._full_next = policy == "full"
         return cursor
 
-    def _new_batch_id(self, checkpoint: Checkpoint) -> str:
-        # the chunk size is part of the id: a resumed batch must cut chunks exactly as before
-        return f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}-c{self.config.chunk_rows or 0}"
+    def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
+        # the chunk size is part of the id: a resumed batch must cut chunks exactly as before;
+        # so are its first ordinal and snapshot count, from which the next batch's ordinals follow
+        first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
+        return (
+            f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}"
+            f"-c{self.config.chunk_rows or 0}-o{first}-n{len(plan.commits)}"
+        )
 
     # delivery --------------------------------------------------------------------------
     def _deliver(self, table: Table, inflight: Inflight, tally: _Tally) -> bool:
@@ -445,10 +461,18 @@ class Pipeline:
             manage.create_tag(snapshot_id, tag)
 
 
+def _batch_id_field(batch_id: str, letter: str) -> int | None:
+    for part in batch_id.split("-")[2:]:
+        if part.startswith(letter) and part[1:].isdigit():
+            return int(part[1:])
+    return None
+
+
 def _chunk_rows_of(batch_id: str) -> int | None:
     """The chunk size a batch was started with (encoded in its id), so replays cut the same chunks."""
-    try:
-        value = int(batch_id.rsplit("-c", 1)[1])
-    except (IndexError, ValueError):
-        return None
-    return value or None
+    return _batch_id_field(batch_id, "c") or None
+
+
+def _ordinal_after(batch_id: str) -> int:
+    """The ordinal following the last snapshot of a finished batch."""
+    return (_batch_id_field(batch_id, "o") or 0) + (_batch_id_field(batch_id, "n") or 0)

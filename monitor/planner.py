@@ -60,7 +60,10 @@ class Planner:
     def table(self) -> Table:
         return self._table
 
-    def plan(self, from_snapshot_id_exclusive: int | None, to_snapshot_id_inclusive: int | None) -> ChangePlan:
+    def plan(
+        self, from_snapshot_id_exclusive: int | None, to_snapshot_id_inclusive: int | None, *, ordinal_base: int = 0
+    ) -> ChangePlan:
+        """Plan the range; the first non-replace snapshot gets `_change_ordinal` = `ordinal_base`."""
         metadata = self._table.metadata
         name = ".".join(self._table.name())
         if to_snapshot_id_inclusive is None:
@@ -80,7 +83,7 @@ class Planner:
             if operation == REPLACE:
                 skipped.append(SkippedSnapshot(snapshot.snapshot_id, operation, snapshot.timestamp_ms))
                 continue
-            result = differ.diff(snapshot, len(commits))
+            result = differ.diff(snapshot, ordinal_base + len(commits))
             commits.append(result.commit)
             tasks.extend(result.tasks)
         to_snapshot = metadata.snapshot_by_id(to_snapshot_id_inclusive)
@@ -99,7 +102,7 @@ class Planner:
             manifests_read=self._manifests.manifests_read - before,
         )
 
-    def plan_full(self, snapshot_id_inclusive: int | None = None) -> ChangePlan:
+    def plan_full(self, snapshot_id_inclusive: int | None = None, *, ordinal_base: int = 0) -> ChangePlan:
         """The rows of one snapshot as INSERTs (Flink's TABLE_SCAN_THEN_INCREMENTAL first step).
 
         The result is a range (None, snapshot] whose single commit is the snapshot itself.
@@ -117,7 +120,7 @@ class Planner:
 
         snapshot = snapshot_or_raise(metadata, snapshot_id, "start")
         before = self._manifests.manifests_read
-        commit = commit_info(snapshot, 0)
+        commit = commit_info(snapshot, ordinal_base)
         deletes = [
             e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
         ]

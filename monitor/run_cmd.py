@@ -1,0 +1,205 @@
+"""`icetail run`, `icetail status` and `icetail reset`: the pipeline from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from typing import Any
+
+from monitor.catalog import load_table, open_catalog
+from monitor.changes_cmd import _columns
+from monitor.lineage import snapshots_between
+from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
+from monitor.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
+from state.checkpoint import Checkpoint
+from state.errors import ConfigError, ConsumerNotFoundError, IcetailError
+from state.store import open_store
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Arguments shared by `run` and `serve` (serve may take them from a config file instead)."""
+    parser.add_argument("--catalog", required=required, help="pyiceberg catalog name")
+    parser.add_argument("--table", required=required, help="NAMESPACE.TABLE to follow")
+    parser.add_argument("--state", required=required, help="checkpoint store: sqlite:///path.db or postgresql://...")
+    parser.add_argument("--sink", required=required, help="parquet:///dir, iceberg://CATALOG/NS.TABLE, jsonl:///f, -")
+    parser.add_argument("--consumer", default=None, help="consumer id (default: CATALOG.NS.TABLE)")
+    parser.add_argument("--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601")
+    parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
+    parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
+    parser.add_argument("--identifier-columns", type=_columns, default=None)
+    parser.add_argument("--keep-carry-over", action="store_true", default=None)
+    parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
+    parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
+
+
+def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> PipelineConfig:
+    """A PipelineConfig from `base` (config file/env) overridden by the flags that were given."""
+    values: dict[str, Any] = dict(base or {})
+    flags = {
+        "catalog": args.catalog,
+        "table": args.table,
+        "state_url": args.state,
+        "sink_url": args.sink,
+        "consumer": args.consumer,
+        "start": args.start,
+        "max_snapshots_per_batch": args.max_snapshots_per_batch,
+        "chunk_rows": args.chunk_rows,
+        "identifier_columns": args.identifier_columns,
+        "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
+        "on_missing_cursor": args.on_missing_cursor,
+        "protect_cursor": args.protect_cursor,
+    }
+    values.update({k: v for k, v in flags.items() if v is not None})
+    missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]
+    if missing:
+        names = ", ".join("--" + m.replace("_url", "").replace("_", "-") for m in missing)
+        raise ConfigError(f"missing {names}: give them as flags, in --config or as ICETAIL_* variables")
+    try:
+        return PipelineConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad pipeline configuration: {exc}") from exc
+
+
+def describe(outcome: BatchOutcome) -> str:
+    rows = ", ".join(f"{k} {v}" for k, v in sorted(outcome.rows_by_change_type.items())) or "no rows"
+    state = "" if outcome.completed else " (stopped; resumes on the next run)"
+    return (
+        f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
+        f"{' resumed' if outcome.resumed else ''}: {rows} in {outcome.chunks} chunks, "
+        f"{outcome.batch_seconds:.2f}s{state}"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.once and args.until_caught_up:
+        raise ConfigError("--once and --until-caught-up exclude each other")
+    config = config_from_args(args)
+    with Pipeline(config) as pipeline:
+        outcomes = pipeline.run(once=args.once)
+    for outcome in outcomes:
+        print(describe(outcome), file=sys.stderr)
+    if not outcomes:
+        print(f"consumer {config.consumer_id}: caught up, nothing to deliver", file=sys.stderr)
+    return 0
+
+
+def status_of(checkpoint: Checkpoint, *, with_table: bool = True) -> dict[str, Any]:
+    """Cursor, lag in snapshots and seconds, in-flight progress (lag needs the catalog)."""
+    report: dict[str, Any] = {
+        "consumer": checkpoint.consumer,
+        "catalog": checkpoint.catalog,
+        "table": checkpoint.table,
+        "cursor_snapshot_id": checkpoint.cursor.snapshot_id,
+        "cursor_committed_at": _iso(checkpoint.cursor.timestamp_ms),
+        "lease_owner": checkpoint.lease.owner if checkpoint.lease_is_live() and checkpoint.lease else None,
+    }
+    if checkpoint.inflight is not None:
+        inflight = checkpoint.inflight
+        report["inflight"] = {
+            "batch_id": inflight.batch.batch_id,
+            "from_snapshot_exclusive": inflight.batch.from_snapshot_exclusive,
+            "to_snapshot_inclusive": inflight.batch.to_snapshot_inclusive,
+            "splits_done": sum(1 for p in inflight.progress if p.done),
+            "splits": len(inflight.progress),
+            "rows_emitted": inflight.rows_emitted,
+        }
+    if with_table:
+        report.update(lag_of(checkpoint))
+    return report
+
+
+def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
+    try:
+        table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
+    except IcetailError as exc:
+        return {"lag_error": str(exc)}
+    metadata = table.metadata
+    current = metadata.current_snapshot_id
+    if current is None or current == checkpoint.cursor.snapshot_id:
+        return {"current_snapshot_id": current, "lag_snapshots": 0, "lag_seconds": 0.0}
+    try:
+        pending = snapshots_between(metadata, checkpoint.cursor.snapshot_id, current)
+    except IcetailError as exc:
+        return {"current_snapshot_id": current, "lag_error": str(exc)}
+    oldest = pending[0].timestamp_ms if pending else None
+    return {
+        "current_snapshot_id": current,
+        "lag_snapshots": len(pending),
+        "lag_seconds": max(0.0, time.time() - oldest / 1000) if oldest else 0.0,
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with open_store(args.state) as store:
+        if args.consumer:
+            checkpoint = store.load(args.consumer)
+            if checkpoint is None:
+                raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
+            checkpoints = [checkpoint]
+        else:
+            checkpoints = [c for c in (store.load(s.consumer) for s in store.list_consumers()) if c is not None]
+    reports = [status_of(c) for c in checkpoints]
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    else:
+        for r in reports:
+            line = (
+                f"{r['consumer']}: {r['catalog']}.{r['table']} cursor {r['cursor_snapshot_id']} "
+                f"({r['cursor_committed_at']}), lag {r.get('lag_snapshots', '?')} snapshots / "
+                f"{r.get('lag_seconds', 0):.1f}s"
+            )
+            if "inflight" in r:
+                f = r["inflight"]
+                line += (
+                    f"; in flight {f['batch_id']}: {f['splits_done']}/{f['splits']} splits, {f['rows_emitted']} rows"
+                )
+            if "lag_error" in r:
+                line += f"; {r['lag_error']}"
+            print(line)
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    mode = parse_start(args.to)
+    if mode.reads_full_snapshot:
+        raise ConfigError("--to full is not a position; use earliest, latest, snapshot:ID or timestamp:T")
+    with open_store(args.state) as store:
+        checkpoint = store.load(args.consumer)
+        if checkpoint is None:
+            raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
+        table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
+        cursor = initial_cursor(table.metadata, StartMode(mode.kind, mode.snapshot_id, mode.timestamp_ms))
+        if checkpoint.inflight is not None:
+            store.abandon_batch(args.consumer, checkpoint.inflight.batch.batch_id)
+        store.reset_cursor(args.consumer, cursor)
+    print(
+        f"consumer {args.consumer}: cursor reset to {cursor.snapshot_id} ({_iso(cursor.timestamp_ms)})", file=sys.stderr
+    )
+    return 0
+
+
+def _iso(timestamp_ms: int | None) -> str | None:
+    if timestamp_ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = subparsers.add_parser("run", help="deliver changes to a sink exactly once, from the consumer's checkpoint")
+    add_pipeline_arguments(run)
+    run.add_argument("--once", action="store_true", help="run one batch")
+    run.add_argument("--until-caught-up", action="store_true", help="run batches until caught up (the default)")
+    run.set_defaults(func=cmd_run)
+    status = subparsers.add_parser("status", help="cursor, lag and in-flight progress of consumers")
+    status.add_argument("--state", required=True)
+    status.add_argument("--consumer", default=None)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+    reset = subparsers.add_parser("reset", help="move a consumer's cursor (refused while a run holds it)")
+    reset.add_argument("--state", required=True)
+    reset.add_argument("--consumer", required=True)
+    reset.add_argument("--to", required=True, help="earliest | latest | snapshot:ID | timestamp:ISO8601")
+    reset.set_defaults(func=cmd_reset)
