@@ -1,0 +1,173 @@
+"""Frozen values a checkpoint store takes and returns.
+
+They describe one consumer's durable progress: the committed cursor, the write-ahead record of
+the batch in flight with per-split row offsets, the lease that keeps a second run out, and the
+recent history. Times are epoch milliseconds read from the store's clock, so that two hosts
+with skewed clocks agree on when a lease expires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from state.model import ChangeSplit
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last fully delivered snapshot; `snapshot_id is None` means before the first snapshot.
+
+    `timestamp_ms` is that snapshot's commit time, so lag can be reported without the catalog.
+    """
+
+    snapshot_id: int | None
+    timestamp_ms: int | None
+
+    def __post_init__(self) -> None:
+        if (self.snapshot_id is None) != (self.timestamp_ms is None):
+            raise ValueError(f"a cursor needs both a snapshot id and its timestamp, or neither: {self!r}")
+
+    @classmethod
+    def before_first_snapshot(cls) -> Cursor:
+        return cls(None, None)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who may write a consumer's state, until when (store clock)."""
+
+    owner: str
+    expires_at_ms: int
+
+    def is_live(self, now_ms: int) -> bool:
+        return now_ms < self.expires_at_ms
+
+
+@dataclass(frozen=True)
+class InflightBatch:
+    """The write-ahead record of one batch: snapshots (from, to] split into ordered splits.
+
+    It is stored before any row is read, so that a restart resumes exactly these splits rather
+    than replanning a range whose files may have been compacted or expired meanwhile.
+    """
+
+    batch_id: str
+    from_snapshot_exclusive: int | None
+    to_snapshot_inclusive: int
+    to_timestamp_ms: int
+    splits: tuple[ChangeSplit, ...]
+
+    def __post_init__(self) -> None:
+        if not self.batch_id:
+            raise ValueError("batch_id must not be empty")
+        if self.from_snapshot_exclusive == self.to_snapshot_inclusive:
+            raise ValueError(f"batch {self.batch_id} is empty: from and to are both {self.to_snapshot_inclusive}")
+        if not isinstance(self.splits, tuple):
+            raise TypeError("InflightBatch.splits must be a tuple")
+        ids = [s.split_id for s in self.splits]
+        if len(set(ids)) != len(ids):
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"batch {self.batch_id} repeats split ids {dupes[:5]}")
+
+    @property
+    def split_ids(self) -> tuple[str, ...]:
+        return tuple(s.split_id for s in self.splits)
+
+
+@dataclass(frozen=True)
+class SplitProgress:
+    """Committed progress of one split: rows at file positions < next_row_exclusive are delivered.
+
+    `next_row_exclusive is None` means no chunk was committed yet (the split starts from its
+    first row group). `sink_token` is the sink's own record of the last committed chunk.
+    """
+
+    split_id: str
+    next_row_exclusive: int | None
+    rows_emitted: int
+    done: bool
+    sink_token: str | None
+
+
+@dataclass(frozen=True)
+class ChunkCommit:
+    """One split's new committed progress, as `commit_chunks` applies it."""
+
+    split_id: str
+    next_row_exclusive: int  # file-absolute: rows at positions < this are delivered
+    rows_in_chunk: int  # added to the split's rows_emitted
+    done: bool
+    sink_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.next_row_exclusive < 0 or self.rows_in_chunk < 0:
+            raise ValueError(f"negative chunk commit: {self!r}")
+
+
+@dataclass(frozen=True)
+class Inflight:
+    """A batch in flight as loaded: the write-ahead record plus progress, in split order."""
+
+    batch: InflightBatch
+    created_at_ms: int
+    progress: tuple[SplitProgress, ...]
+
+    def progress_of(self, split_id: str) -> SplitProgress:
+        """KeyError if the batch has no such split."""
+        return self._by_split_id[split_id]
+
+    @cached_property
+    def _by_split_id(self) -> dict[str, SplitProgress]:
+        return {p.split_id: p for p in self.progress}
+
+    def pending(self) -> tuple[tuple[ChangeSplit, SplitProgress], ...]:
+        """Splits not yet done, in planned order, with where each resumes."""
+        return tuple((s, p) for s, p in zip(self.batch.splits, self.progress, strict=True) if not p.done)
+
+    @property
+    def rows_emitted(self) -> int:
+        return sum(p.rows_emitted for p in self.progress)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Everything stored for one consumer, read in one consistent transaction."""
+
+    consumer: str
+    catalog: str
+    table: str
+    cursor: Cursor
+    generation: int  # +1 on every finished batch and every reset: a cheap "did anything move"
+    lease: Lease | None
+    inflight: Inflight | None
+    as_of_ms: int  # store clock when this was read; compare lease expiry against it
+
+    def lease_is_live(self) -> bool:
+        return self.lease is not None and self.lease.is_live(self.as_of_ms)
+
+
+@dataclass(frozen=True)
+class ConsumerSummary:
+    """One line of `list_consumers`: a checkpoint without the in-flight splits."""
+
+    consumer: str
+    catalog: str
+    table: str
+    cursor: Cursor
+    generation: int
+    lease: Lease | None
+    inflight_batch_id: str | None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One finished batch: snapshots (from, to] delivered, `rows` rows in total."""
+
+    batch_id: str
+    from_snapshot_exclusive: int | None
+    to_snapshot_inclusive: int
+    rows: int
+    split_count: int
+    started_at_ms: int
+    finished_at_ms: int

@@ -1,0 +1,124 @@
+"""Ordered schema migrations of the checkpoint store, shared by SQLite and PostgreSQL.
+
+The store records its schema version in `icetail_meta`; on open, every migration newer than
+that is applied in one transaction. A store newer than this code is refused rather than
+written with rules it does not know. The SQL here uses only what both databases accept.
+To change the schema, append a Migration; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from state.errors import StateError
+
+META_TABLE = "icetail_meta"
+SCHEMA_VERSION_KEY = "schema_version"
+
+# Created before the version is read, so it can never change shape: key/value text.
+META_DDL = f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+
+
+_V1 = (
+    """
+    CREATE TABLE icetail_consumers (
+        consumer TEXT PRIMARY KEY,
+        catalog_name TEXT NOT NULL,
+        table_name TEXT NOT NULL,
+        cursor_snapshot_id BIGINT,
+        cursor_timestamp_ms BIGINT,
+        generation BIGINT NOT NULL,
+        lease_owner TEXT,
+        lease_expires_at_ms BIGINT,
+        created_at_ms BIGINT NOT NULL,
+        updated_at_ms BIGINT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE icetail_inflight_batches (
+        consumer TEXT PRIMARY KEY REFERENCES icetail_consumers (consumer),
+        batch_id TEXT NOT NULL,
+        from_snapshot_exclusive BIGINT,
+        to_snapshot_inclusive BIGINT NOT NULL,
+        to_timestamp_ms BIGINT NOT NULL,
+        split_count INTEGER NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        UNIQUE (consumer, batch_id)
+    )
+    """,
+    """
+    CREATE TABLE icetail_inflight_splits (
+        consumer TEXT NOT NULL,
+        batch_id TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        split_id TEXT NOT NULL,
+        split_json TEXT NOT NULL,
+        next_row_exclusive BIGINT,
+        rows_emitted BIGINT NOT NULL,
+        done BOOLEAN NOT NULL,
+        sink_token TEXT,
+        updated_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (consumer, batch_id, split_id),
+        UNIQUE (consumer, batch_id, ordinal),
+        FOREIGN KEY (consumer, batch_id) REFERENCES icetail_inflight_batches (consumer, batch_id)
+    )
+    """,
+    """
+    CREATE TABLE icetail_history (
+        consumer TEXT NOT NULL REFERENCES icetail_consumers (consumer),
+        seq BIGINT NOT NULL,
+        batch_id TEXT NOT NULL,
+        from_snapshot_exclusive BIGINT,
+        to_snapshot_inclusive BIGINT NOT NULL,
+        row_count BIGINT NOT NULL,
+        split_count INTEGER NOT NULL,
+        started_at_ms BIGINT NOT NULL,
+        finished_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (consumer, seq)
+    )
+    """,
+)
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "consumers, in-flight batches and splits, history", _V1),)
+SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
+LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+
+
+def parse_version(raw: str | None, where: str) -> int:
+    """The stored schema version; 0 for a store that has none yet."""
+    if raw is None:
+        return 0
+    try:
+        version = int(raw)
+    except ValueError:
+        raise StateError(f"checkpoint store {where} has an unreadable schema version {raw!r}") from None
+    if version < 0:
+        raise StateError(f"checkpoint store {where} has an invalid schema version {version}")
+    return version
+
+
+def pending_migrations(current: int, where: str) -> tuple[Migration, ...]:
+    """Migrations to apply, oldest first; StateError if the store is newer than this code."""
+    if current > LATEST_VERSION:
+        supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+        raise StateError(
+            f"checkpoint store {where} has schema version {current}, but this icetail supports only "
+            f"schema versions {supported}; upgrade icetail to a release that supports schema version {current}"
+        )
+    return tuple(m for m in MIGRATIONS if m.version > current)
+
+
+def _check_order() -> None:
+    """Versions must be 1, 2, 3, ...: a gap or a repeat is a bug in this file."""
+    if SUPPORTED_VERSIONS != tuple(range(1, len(MIGRATIONS) + 1)):
+        raise AssertionError(f"migration versions must be 1..n in order, got {SUPPORTED_VERSIONS}")
+
+
+_check_order()

@@ -1,0 +1,91 @@
+"""Parse a checkpoint store URL into where the store lives.
+
+SQLite paths follow SQLAlchemy's convention, as pyiceberg's SQL catalog URIs do:
+`sqlite:///relative/state.db` (three slashes) and `sqlite:////absolute/state.db` (four).
+PostgreSQL URLs are libpq URLs plus an optional `schema=` query parameter naming the schema
+that holds the `icetail_*` tables (created if missing); passwords never appear in messages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from state.errors import ConfigError
+
+ACCEPTED_FORMS = (
+    "sqlite:///relative/path/state.db",
+    "sqlite:////absolute/path/state.db",
+    "postgresql://user@host:5432/dbname[?schema=name]",
+)
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+@dataclass(frozen=True)
+class SqliteLocation:
+    path: Path
+    display: str  # the URL as given, for messages
+
+
+@dataclass(frozen=True)
+class PostgresLocation:
+    conninfo: str  # libpq URL without the `schema` parameter; may hold a password
+    schema: str | None  # None: the connection's default search_path
+    display: str  # the URL with any password replaced by ***
+
+
+StoreLocation = SqliteLocation | PostgresLocation
+
+
+def parse_store_url(url: str) -> StoreLocation:
+    """Where a store lives; ConfigError (one line, naming the URL and the accepted forms) if unusable."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme == "sqlite":
+        return _sqlite(url, parts.netloc, parts.path, parts.query, parts.fragment)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(url)
+    raise _bad(url, "unknown scheme")
+
+
+def redact(url: str) -> str:
+    """The URL with its password, if any, replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _sqlite(url: str, netloc: str, path: str, query: str, fragment: str) -> SqliteLocation:
+    if netloc:
+        raise _bad(url, f"a sqlite URL has no host (got {netloc!r}); use three slashes before a relative path")
+    if query or fragment:
+        raise _bad(url, "a sqlite URL takes no query parameters")
+    file_path = unquote(path[1:]) if path.startswith("/") else ""
+    if not file_path or file_path.endswith("/") or file_path == ":memory:":
+        raise _bad(url, "it names no database file")
+    return SqliteLocation(path=Path(file_path), display=url)
+
+
+def _postgres(url: str) -> PostgresLocation:
+    parts = urlsplit(url.strip())
+    display = redact(url.strip())
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in params if k == "schema"]
+    if len(schemas) > 1:
+        raise _bad(display, "schema= is given more than once")
+    schema = schemas[0] if schemas else None
+    if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+        raise _bad(display, f"schema {schema!r} must be a lower-case SQL identifier")
+    rest = urlencode([(k, v) for k, v in params if k != "schema"])
+    conninfo = urlunsplit(parts._replace(query=rest))
+    return PostgresLocation(conninfo=conninfo, schema=schema, display=display)
+
+
+def _bad(url: str, why: str) -> ConfigError:
+    forms = ", ".join(ACCEPTED_FORMS)
+    return ConfigError(f"bad checkpoint store URL {redact(url)!r} ({why}); expected one of: {forms}")
