@@ -1,0 +1,158 @@
+"""PostgreSQL backend: a store several hosts can share (psycopg 3, imported only when used).
+
+Write transactions run at READ COMMITTED and lock the consumer's row first (SELECT ... FOR
+UPDATE), so writes to one consumer serialize while different consumers proceed in parallel.
+Reads run as one REPEATABLE READ snapshot. Migrations serialize on an advisory lock. A dropped
+connection is reopened on the next call; the failed call raises StateUnavailableError.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from state.errors import ConfigError, IcetailError, StateError, StateUnavailableError
+from state.urls import PostgresLocation
+
+if TYPE_CHECKING:
+    import psycopg
+
+DEFAULT_CONNECT_TIMEOUT_S = 10
+DEFAULT_LOCK_TIMEOUT_MS = 10_000  # a writer stuck behind a dead session fails (transiently) instead of hanging
+_MIGRATION_LOCK_KEY = 0x1CE7A11  # first half of the advisory lock key; the second is the schema
+
+
+@functools.lru_cache(maxsize=256)
+def _pg_sql(sql: str) -> str:
+    """The shared `?`-placeholder SQL in psycopg's `%s` style."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PostgresTx:
+    """Statements of one open PostgreSQL transaction, with errors mapped to icetail's."""
+
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]], backend: PostgresBackend) -> None:
+        self._conn = conn
+        self._backend = backend
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        try:
+            return self._conn.execute(_pg_sql(sql), params).fetchall()
+        except psycopg.Error as exc:
+            raise self._backend.translate(exc) from exc
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        import psycopg
+
+        try:
+            return self._conn.execute(_pg_sql(sql), params).rowcount
+        except psycopg.Error as exc:
+            raise self._backend.translate(exc) from exc
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        import psycopg
+
+        try:
+            with self._conn.cursor() as cur:
+                cur.executemany(_pg_sql(sql), rows)
+        except psycopg.Error as exc:
+            raise self._backend.translate(exc) from exc
+
+
+class PostgresBackend:
+    """One psycopg connection (autocommit; transactions are explicit BEGIN/COMMIT)."""
+
+    for_update = " FOR UPDATE"
+    now_ms_sql = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+
+    def __init__(self, location: PostgresLocation, *, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> None:
+        self._location = location
+        self._lock_timeout_ms = lock_timeout_ms
+        self._conn = self._connect()
+
+    @property
+    def display(self) -> str:
+        return self._location.display
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        import psycopg
+
+        extra: dict[str, Any] = {}
+        if "connect_timeout" not in self._location.conninfo:
+            extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
+        try:
+            conn = psycopg.connect(self._location.conninfo, autocommit=True, **extra)
+        except psycopg.OperationalError as exc:
+            raise StateUnavailableError(
+                f"cannot reach checkpoint store {self.display}: {_first_line(exc)}; "
+                "check that PostgreSQL is running and the URL's host, port, user and database are right"
+            ) from exc
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"bad checkpoint store URL {self.display!r}: {_first_line(exc)}") from exc
+        try:
+            if self._location.schema is not None:
+                # The name matched a lower-case identifier pattern in urls.py, so quoting it is safe.
+                conn.execute(f'SET search_path TO "{self._location.schema}"')
+            conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
+        except psycopg.Error as exc:
+            conn.close()
+            raise self.translate(exc) from exc
+        return conn
+
+    def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._conn.closed or self._conn.broken:
+            self._conn.close()
+            self._conn = self._connect()
+        return self._conn
+
+    def transaction(self, *, write: bool) -> AbstractContextManager[PostgresTx]:
+        begin = "BEGIN ISOLATION LEVEL READ COMMITTED" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        return self._transaction(begin, migration=False)
+
+    def migration_transaction(self) -> AbstractContextManager[PostgresTx]:
+        return self._transaction("BEGIN ISOLATION LEVEL READ COMMITTED", migration=True)
+
+    @contextmanager
+    def _transaction(self, begin: str, *, migration: bool) -> Iterator[PostgresTx]:
+        import psycopg
+
+        conn = self._connection()
+        tx = PostgresTx(conn, self)
+        tx.execute(begin)
+        try:
+            if migration:
+                tx.query(
+                    f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_KEY}, hashtext(CAST(? AS TEXT)))",
+                    (self._location.schema or "",),
+                )
+                if self._location.schema is not None:
+                    tx.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._location.schema}"')
+            yield tx
+            tx.execute("COMMIT")
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass  # the original error matters more; the server rolls back a dead session
+            raise
+
+    def translate(self, exc: Exception) -> IcetailError:
+        """Connection loss, timeouts, serialization and lock failures are transient."""
+        import psycopg
+
+        if isinstance(exc, psycopg.OperationalError):
+            return StateUnavailableError(f"checkpoint store {self.display} is unavailable: {_first_line(exc)}; retry")
+        return StateError(f"checkpoint store {self.display} failed: {_first_line(exc)}")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
