@@ -1,0 +1,58 @@
+"""A store that is locked or whose server dropped the connection fails transiently, then recovers."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from state.checkpoint import Cursor
+from state.errors import StateError, StateUnavailableError
+from state.sqlite_store import SqliteBackend
+from state.store import SqlCheckpointStore, open_store
+from state.urls import SqliteLocation, parse_store_url
+from tests.state.conftest import PG_URL
+
+
+def test_sqlite_locked_by_another_writer_is_transient(sqlite_url: str) -> None:
+    open_store(sqlite_url).close()
+    location = parse_store_url(sqlite_url)
+    assert isinstance(location, SqliteLocation)
+    store = SqlCheckpointStore(SqliteBackend(location, busy_timeout_ms=100))
+    blocker = sqlite3.connect(location.path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StateUnavailableError, match="locked by another process"):
+            store.ensure_consumer("c", "cat", "db.t", Cursor.before_first_snapshot())
+        assert store.load("c") is None  # WAL: reading goes on while another process writes
+        blocker.execute("ROLLBACK")
+        store.ensure_consumer("c", "cat", "db.t", Cursor.before_first_snapshot())
+    finally:
+        blocker.close()
+        store.close()
+
+
+def test_sqlite_file_that_is_not_a_database_is_terminal(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is not a sqlite database, just text long enough to have a header" * 20)
+    with pytest.raises(StateError, match="not a database") as info:
+        open_store(f"sqlite:///{path}")
+    assert not isinstance(info.value, StateUnavailableError)
+
+
+def test_postgres_reconnects_after_the_server_drops_the_session(pg_schema: str) -> None:
+    app = f"icetail-drop-{uuid.uuid4().hex[:8]}"
+    with open_store(f"{PG_URL}?schema={pg_schema}&application_name={app}") as store:
+        store.ensure_consumer("c", "cat", "db.t", Cursor(1, 1001))
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,)
+            ).fetchall()
+        assert killed == [(True,)]
+        with pytest.raises(StateUnavailableError, match="unavailable"):
+            store.load("c")
+        cp = store.load("c")  # the next call opens a new session
+        assert cp is not None and cp.cursor == Cursor(1, 1001)

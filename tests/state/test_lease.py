@@ -1,0 +1,128 @@
+"""Leases keep a second run of the same consumer out, across store objects and processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Event
+
+import pytest
+
+from state.checkpoint import Cursor
+from state.errors import StateBusyError, TransientError
+from state.store import SqlCheckpointStore, open_store
+from tests.state.conftest import make_batch
+
+START = Cursor.before_first_snapshot()
+
+
+def test_second_store_object_is_refused(open_test_store: Callable[..., SqlCheckpointStore]) -> None:
+    first, second = open_test_store(), open_test_store()
+    first.ensure_consumer("c", "cat", "db.t", START)
+    lease = first.acquire_lease("c", "run-1", 30)
+    with pytest.raises(StateBusyError, match="leased to run-1") as info:
+        second.acquire_lease("c", "run-2", 30)
+    assert isinstance(info.value, TransientError)
+    cp = second.load("c")
+    assert cp is not None and cp.lease == lease and cp.lease_is_live()
+    assert first.acquire_lease("c", "run-1", 60).expires_at_ms >= lease.expires_at_ms  # re-acquire extends
+    first.release_lease("c", "run-1")
+    second.acquire_lease("c", "run-2", 30)
+    first.release_lease("c", "run-1")  # not the holder any more: a no-op
+    cp = first.load("c")
+    assert cp is not None and cp.lease is not None and cp.lease.owner == "run-2"
+
+
+def test_expired_lease_can_be_taken_over(open_test_store: Callable[..., SqlCheckpointStore]) -> None:
+    first, second = open_test_store(), open_test_store()
+    first.ensure_consumer("c", "cat", "db.t", START)
+    first.acquire_lease("c", "run-1", 0.2)
+    first.renew_lease("c", "run-1", 0.2)
+    time.sleep(0.3)
+    cp = second.load("c")
+    assert cp is not None and cp.lease is not None and not cp.lease_is_live()
+    second.acquire_lease("c", "run-2", 30)
+    with pytest.raises(StateBusyError, match="run-1 lost its lease to run-2"):
+        first.renew_lease("c", "run-1", 30)
+
+
+def test_writes_are_fenced_by_the_lease(open_test_store: Callable[..., SqlCheckpointStore]) -> None:
+    store, operator = open_test_store(), open_test_store()
+    store.ensure_consumer("c", "cat", "db.t", START)
+    batch = make_batch("b1", None, 10, 1)
+    (split_id,) = batch.split_ids
+    with pytest.raises(StateBusyError, match="holds no lease"):
+        store.begin_batch("c", batch, owner="run-1")
+    store.acquire_lease("c", "run-1", 30)
+    store.begin_batch("c", batch, owner="run-1")
+    with pytest.raises(StateBusyError, match="leased to run-1"):  # no owner while a lease is live
+        operator.commit_chunk("c", "b1", split_id, 5, 5, True)
+    with pytest.raises(StateBusyError, match="leased to run-1"):
+        operator.abandon_batch("c", "b1")
+    with pytest.raises(StateBusyError, match="leased to run-1"):
+        operator.reset_cursor("c", Cursor(3, 1003))
+    with pytest.raises(StateBusyError, match="lost its lease to run-1"):
+        operator.commit_chunk("c", "b1", split_id, 5, 5, True, owner="zombie")
+    store.commit_chunk("c", "b1", split_id, 5, 5, True, owner="run-1")
+    store.finish_batch("c", "b1", owner="run-1")
+    store.release_lease("c", "run-1")
+    operator.reset_cursor("c", START)  # nobody holds a lease: the operator may reset
+    cp = operator.load("c")
+    assert cp is not None and cp.cursor == START
+
+
+def test_bad_ttl_is_refused(store: SqlCheckpointStore) -> None:
+    store.ensure_consumer("c", "cat", "db.t", START)
+    for ttl in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            store.acquire_lease("c", "run-1", ttl)
+
+
+def _hold_lease(url: str, ttl: float, acquired: Event, release: Event) -> None:
+    """Child process: take the lease, say so, keep it until told to let go."""
+    with open_store(url) as store:
+        store.acquire_lease("c", "child", ttl)
+        acquired.set()
+        if release.wait(20):
+            store.release_lease("c", "child")
+
+
+def test_lease_excludes_another_process(sqlite_url: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    with open_store(sqlite_url) as store:
+        store.ensure_consumer("c", "cat", "db.t", START)
+        acquired, release = ctx.Event(), ctx.Event()
+        child = ctx.Process(target=_hold_lease, args=(sqlite_url, 30.0, acquired, release))
+        child.start()
+        try:
+            assert acquired.wait(20), "child never took the lease"
+            with pytest.raises(StateBusyError, match="leased to child"):
+                store.acquire_lease("c", "parent", 30)
+            release.set()
+            child.join(20)
+            assert child.exitcode == 0
+            store.acquire_lease("c", "parent", 30)
+        finally:
+            release.set()
+            child.join(5)
+            if child.is_alive():
+                child.kill()
+
+
+def test_lease_of_a_killed_process_expires(sqlite_url: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    with open_store(sqlite_url) as store:
+        store.ensure_consumer("c", "cat", "db.t", START)
+        acquired, release = ctx.Event(), ctx.Event()
+        child = ctx.Process(target=_hold_lease, args=(sqlite_url, 1.0, acquired, release))
+        child.start()
+        assert acquired.wait(20), "child never took the lease"
+        child.kill()  # SIGKILL: no release
+        child.join(5)
+        with pytest.raises(StateBusyError):
+            store.acquire_lease("c", "parent", 30)
+        cp = store.load("c")
+        assert cp is not None and cp.lease is not None and cp.lease.owner == "child"
+        time.sleep((cp.lease.expires_at_ms - cp.as_of_ms) / 1000 + 0.05)
+        store.acquire_lease("c", "parent", 30)
