@@ -36,7 +36,7 @@ from reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from reader.sinks.base import ChunkKey, Sink
 from reader.spark import SplitRequest, run_splits, spark_session
 from reader.split_reader import Chunk
-from state.checkpoint import Checkpoint, Cursor, Inflight, InflightBatch
+from state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from state.errors import ConfigError, TerminalError
 from state.model import ChangeSplit
 from state.store import CheckpointStore, open_store
@@ -181,6 +181,10 @@ class Pipeline:
                 self._sink.close()
             if self._owns_store:
                 self._store.close()
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The consumer's stored state (cursor, in-flight batch)."""
+        return self._store.load(self.consumer)
 
     def request_stop(self) -> None:
         """Finish the chunk in progress, commit it, and return (the batch stays in flight)."""
@@ -429,20 +433,21 @@ class Pipeline:
         next_rows: dict[str, int] = {}
         for _, chunk in held:
             next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
-        for split in snapshot_splits:
-            if progress[split.split_id].done:
-                continue
-            emitted = rows.num_rows if split is anchor else 0
-            self._store.commit_chunk(
-                self.consumer,
-                batch.batch_id,
-                split.split_id,
-                next_rows.get(split.split_id, 0),
-                emitted,
-                True,
-                token if split is anchor else None,
-                owner=self._owner,
+        commits = [
+            ChunkCommit(
+                split_id=split.split_id,
+                next_row_exclusive=max(
+                    next_rows.get(split.split_id, 0), progress[split.split_id].next_row_exclusive or 0
+                ),
+                rows_in_chunk=rows.num_rows if split is anchor else 0,
+                done=True,
+                sink_token=token if split is anchor else None,
             )
+            for split in snapshot_splits
+            if not progress[split.split_id].done
+        ]
+        # one transaction: a crash cannot leave the snapshot half committed
+        self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
         tally.add_rows(rows)
         self._renew_lease_if_due()
 

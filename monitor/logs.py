@@ -1,0 +1,49 @@
+"""Structured logs: JSON lines when stderr is not a terminal, a readable line format when it is."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import sys
+from typing import Any
+
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per event: time, level, logger, message and any `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: dict[str, Any] = {
+            "ts": datetime.datetime.fromtimestamp(record.created, tz=datetime.timezone.utc).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        event.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED})
+        if record.exc_info:
+            event["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(event, default=str)
+
+
+class LineFormatter(logging.Formatter):
+    """`HH:MM:SS level message key=value ...` for people at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        extras = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _RESERVED)
+        time = datetime.datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        line = f"{time} {record.levelname.lower():5} {record.getMessage()}"
+        return f"{line}  {extras}" if extras else line
+
+
+def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) -> None:
+    """Log to stderr; JSON lines unless stderr is a terminal (or `json_lines` says otherwise)."""
+    use_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if use_json else LineFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("py4j", "apscheduler.executors.default", "apscheduler.scheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,29 @@
+"""`icetail serve`: the long-running form (same arguments as `run`, or --config)."""
+
+from __future__ import annotations
+
+import argparse
+
+from monitor.logs import configure_logging
+from monitor.run_cmd import add_pipeline_arguments
+from monitor.service import Service
+from monitor.service_config import build_service_config
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = build_service_config(args)
+    configure_logging(config.log_level)
+    return Service(config).run()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = subparsers.add_parser("serve", help="follow tables forever: scheduler, metrics, health endpoints")
+    add_pipeline_arguments(serve, required=False)
+    serve.add_argument("--config", default=None, help="icetail.yaml with the same keys (a tables: list for several)")
+    serve.add_argument("--interval", default=None, help="poll period, e.g. 5s, 500ms, 1m (default 5s)")
+    serve.add_argument("--metrics-host", default=None, help="default 0.0.0.0")
+    serve.add_argument("--metrics-port", type=int, default=None, help="default 9464; /metrics /healthz /readyz")
+    serve.add_argument("--max-failures", type=int, default=None, help="consecutive failures before exiting (5)")
+    serve.add_argument("--shutdown-timeout", default=None, help="bound on a graceful stop (30s)")
+    serve.add_argument("--log-level", default=None)
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,271 @@
+"""`icetail serve`: APScheduler polls each table; metrics, health and graceful shutdown.
+
+One job per consumer, never overlapping itself (max_instances=1) and coalescing missed ticks,
+so a slow batch delays the next tick instead of starting a second. All jobs share one
+SparkSession. A failing cycle is retried with exponential backoff; after `max_failures`
+consecutive failures of one consumer the process exits non-zero for the orchestrator to
+restart it. SIGTERM/SIGINT stop new ticks, let the chunk in progress commit, and exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry
+
+from monitor.catalog import load_table, open_catalog
+from monitor.http_server import MonitorServer
+from monitor.lineage import snapshots_between
+from monitor.metrics import BatchReport, FailureStage, Metrics
+from monitor.pipeline import BatchOutcome, CursorLostError, Pipeline, PipelineConfig
+from monitor.service_config import ServiceConfig
+from state.errors import (
+    CatalogNotFoundError,
+    DataFileError,
+    IcetailError,
+    MetadataError,
+    SinkError,
+    StateBusyError,
+    StateError,
+    TableNotFoundError,
+    TerminalError,
+)
+
+log = logging.getLogger("icetail.serve")
+
+MAX_BACKOFF_SECONDS = 300.0
+
+
+def failure_stage(exc: BaseException) -> FailureStage:
+    """Which stage a failure belongs to, for `icetail_failures_total{stage}`."""
+    if isinstance(exc, CatalogNotFoundError | TableNotFoundError):
+        return FailureStage.CATALOG
+    if isinstance(exc, StateError | StateBusyError) or type(exc).__module__.startswith("state."):
+        return FailureStage.STATE if "State" in type(exc).__name__ else FailureStage.READ
+    if isinstance(exc, SinkError) or type(exc).__module__.startswith("reader.sinks"):
+        return FailureStage.SINK
+    if isinstance(exc, MetadataError | CursorLostError):
+        return FailureStage.PLAN
+    if isinstance(exc, DataFileError):
+        return FailureStage.READ
+    return FailureStage.READ
+
+
+@dataclass
+class _JobState:
+    """Mutable per-consumer bookkeeping, touched only by that consumer's job thread."""
+
+    pipeline: Pipeline | None = None
+    consecutive_failures: int = 0
+    next_attempt_at: float = 0.0
+    last_ok: bool = False
+    last_error: str = ""
+
+
+class Service:
+    """Runs every configured pipeline on a schedule until stopped."""
+
+    def __init__(self, config: ServiceConfig, *, registry: CollectorRegistry | None = None, spark: Any = None) -> None:
+        self.config = config
+        self.registry = registry or CollectorRegistry()
+        self.metrics = Metrics.create(self.registry)
+        self.server = MonitorServer(self.registry, self.readiness)
+        self._spark = spark
+        self._stop = threading.Event()
+        self._fatal: str | None = None
+        self._jobs = {p.consumer_id: _JobState() for p in config.pipelines}
+        self._scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+        )
+        for p in config.pipelines:
+            self.metrics.register_consumer(p.table, p.consumer_id)
+
+    # health ----------------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, str]:
+        """Ready when every consumer's last cycle succeeded or is still within its retry budget."""
+        for consumer, job in self._jobs.items():
+            if not job.last_ok and job.consecutive_failures == 0:
+                return False, f"{consumer}: first cycle not finished"
+            if job.consecutive_failures >= self.config.max_failures:
+                return False, f"{consumer}: {job.consecutive_failures} consecutive failures: {job.last_error}"
+        return True, "ok"
+
+    # lifecycle -------------------------------------------------------------------------
+    def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Serve until SIGTERM/SIGINT (exit 0) or a consumer exhausts its retries (exit 1)."""
+        if install_signal_handlers:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        _, port = self.server.start(self.config.metrics_host, self.config.metrics_port)
+        log.info("serving metrics", extra={"port": port, "consumers": list(self._jobs)})
+        if self._spark is None:
+            from reader.spark import spark_session
+
+            self._spark = spark_session("icetail-serve")
+        for pipeline_config in self.config.pipelines:
+            self._scheduler.add_job(
+                self._tick,
+                "interval",
+                args=[pipeline_config],
+                seconds=self.config.interval_seconds,
+                id=pipeline_config.consumer_id,
+                next_run_time=_now_datetime(),
+            )
+        self._scheduler.start()
+        try:
+            while not self._stop.wait(0.2):
+                if self._fatal:
+                    break
+        finally:
+            self._shutdown()
+        if self._fatal:
+            log.error("exiting after repeated failures", extra={"reason": self._fatal})
+            return 1
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        log.info("stop requested", extra={"signal": signal.Signals(signum).name})
+        self._stop.set()
+        for job in self._jobs.values():
+            if job.pipeline is not None:
+                job.pipeline.request_stop()
+
+    def _shutdown(self) -> None:
+        for job in self._jobs.values():
+            if job.pipeline is not None:
+                job.pipeline.request_stop()
+        done = threading.Event()
+
+        def wait_for_jobs() -> None:
+            self._scheduler.shutdown(wait=True)
+            done.set()
+
+        threading.Thread(target=wait_for_jobs, daemon=True).start()
+        if not done.wait(self.config.shutdown_timeout_seconds):
+            log.warning("a batch did not stop in time; its uncommitted chunk will be replayed on restart")
+        for job in self._jobs.values():
+            if job.pipeline is not None:
+                try:
+                    job.pipeline.close()
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    log.warning("could not release the lease", exc_info=True)
+        self.server.stop()
+
+    # one poll of one consumer ----------------------------------------------------------
+    def _tick(self, config: PipelineConfig) -> None:
+        job = self._jobs[config.consumer_id]
+        if self._stop.is_set() or time.monotonic() < job.next_attempt_at:
+            return
+        try:
+            if job.pipeline is None:
+                pipeline = Pipeline(config, spark=self._spark, stop_event=self._stop, on_batch=self._on_batch(config))
+                pipeline.open()
+                job.pipeline = pipeline
+            job.pipeline.run()
+            self._update_lag(config, job.pipeline)
+            self.metrics.record_success(config.table, config.consumer_id)
+            job.consecutive_failures, job.last_ok, job.last_error = 0, True, ""
+        except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
+            self._on_failure(config, job, exc)
+
+    def _on_batch(self, config: PipelineConfig) -> Any:
+        def record(outcome: BatchOutcome) -> None:
+            self.metrics.record_batch(
+                BatchReport(
+                    table=config.table,
+                    consumer=config.consumer_id,
+                    from_snapshot_exclusive=outcome.from_snapshot_exclusive,
+                    to_snapshot_inclusive=outcome.to_snapshot_inclusive,
+                    snapshots=outcome.snapshots if outcome.completed else 0,
+                    rows_by_change_type=outcome.rows_by_change_type,
+                    data_files=outcome.data_files,
+                    bytes_read=outcome.bytes_read,
+                    row_groups=outcome.row_groups,
+                    delete_files=outcome.delete_files,
+                    splits=outcome.splits if outcome.completed else 0,
+                    chunks=outcome.chunks,
+                    planning_seconds=outcome.planning_seconds,
+                    batch_seconds=outcome.batch_seconds,
+                )
+            )
+            log.info(
+                "batch delivered" if outcome.completed else "batch interrupted",
+                extra={
+                    "consumer": config.consumer_id,
+                    "table": config.table,
+                    "batch_id": outcome.batch_id,
+                    "from_snapshot_exclusive": outcome.from_snapshot_exclusive,
+                    "to_snapshot_inclusive": outcome.to_snapshot_inclusive,
+                    "rows": outcome.rows_by_change_type,
+                    "chunks": outcome.chunks,
+                    "planning_seconds": round(outcome.planning_seconds, 3),
+                    "batch_seconds": round(outcome.batch_seconds, 3),
+                    "resumed": outcome.resumed,
+                },
+            )
+
+        return record
+
+    def _on_failure(self, config: PipelineConfig, job: _JobState, exc: BaseException) -> None:
+        stage = failure_stage(exc)
+        self.metrics.record_failure(config.table, config.consumer_id, stage)
+        job.consecutive_failures += 1
+        job.last_ok = False
+        job.last_error = str(exc) if isinstance(exc, IcetailError) else f"{type(exc).__name__}: {exc}"
+        backoff = min(MAX_BACKOFF_SECONDS, self.config.interval_seconds * 2 ** (job.consecutive_failures - 1))
+        job.next_attempt_at = time.monotonic() + backoff
+        log.error(
+            "cycle failed",
+            extra={
+                "consumer": config.consumer_id,
+                "stage": stage.value,
+                "error": job.last_error,
+                "terminal": isinstance(exc, TerminalError),
+                "consecutive_failures": job.consecutive_failures,
+                "retry_in_seconds": round(backoff, 1),
+            },
+        )
+        if job.pipeline is not None and not isinstance(exc, StateBusyError):
+            try:
+                job.pipeline.close()
+            except Exception:  # noqa: BLE001
+                log.warning("could not close the pipeline after a failure", exc_info=True)
+            job.pipeline = None
+        if job.consecutive_failures >= self.config.max_failures:
+            self._fatal = f"{config.consumer_id}: {job.last_error}"
+
+    def _update_lag(self, config: PipelineConfig, pipeline: Pipeline) -> None:
+        checkpoint = pipeline.checkpoint()
+        if checkpoint is None:
+            return
+        table = load_table(open_catalog(config.catalog), config.table)
+        metadata = table.metadata
+        current = metadata.current_snapshot_id
+        snapshots, seconds = 0, 0.0
+        if current is not None and current != checkpoint.cursor.snapshot_id:
+            pending = snapshots_between(metadata, checkpoint.cursor.snapshot_id, current)
+            snapshots = len(pending)
+            seconds = max(0.0, time.time() - pending[0].timestamp_ms / 1000) if pending else 0.0
+        cursor_ts = checkpoint.cursor.timestamp_ms
+        self.metrics.set_lag(
+            config.table,
+            config.consumer_id,
+            snapshots=snapshots,
+            seconds=seconds,
+            cursor_commit_timestamp_seconds=cursor_ts / 1000 if cursor_ts else None,
+        )
+
+
+def _now_datetime() -> Any:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc)

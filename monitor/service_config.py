@@ -1,0 +1,144 @@
+"""`icetail serve` configuration: config file < ICETAIL_* environment < command-line flags.
+
+The config file uses the flag names (dashes or underscores) as keys; a `tables:` list gives
+several table/consumer pairs, each inheriting the top-level keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from monitor.pipeline import PipelineConfig
+from monitor.run_cmd import config_from_args
+from state.errors import ConfigError
+
+PIPELINE_KEYS = {
+    "catalog": "catalog",
+    "table": "table",
+    "state": "state_url",
+    "sink": "sink_url",
+    "consumer": "consumer",
+    "start": "start",
+    "max_snapshots_per_batch": "max_snapshots_per_batch",
+    "chunk_rows": "chunk_rows",
+    "identifier_columns": "identifier_columns",
+    "keep_carry_over": "keep_carry_over",
+    "on_missing_cursor": "on_missing_cursor",
+    "protect_cursor": "protect_cursor",
+}
+SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
+INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
+BOOL_KEYS = {"keep_carry_over", "protect_cursor"}
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    pipelines: tuple[PipelineConfig, ...]
+    interval_seconds: float = 5.0
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 9464
+    max_failures: int = 5  # consecutive failures of one consumer before the process exits non-zero
+    shutdown_timeout_seconds: float = 30.0
+    log_level: str = "INFO"
+
+
+def parse_duration(text: str | float | int) -> float:
+    """`5s`, `500ms`, `2m`, `1h` or a number of seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
+    if not match:
+        raise ConfigError(f"duration {text!r} is not like 5s, 500ms, 2m or 1h")
+    value, unit = float(match.group(1)), match.group(2) or "s"
+    return value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+def _normalize(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        if name not in PIPELINE_KEYS and name not in SERVICE_KEYS and name != "tables":
+            allowed = ", ".join(sorted([*PIPELINE_KEYS, *SERVICE_KEYS, "tables"]))
+            raise ConfigError(f"{where}: unknown key {key!r}; allowed keys: {allowed}")
+        out[name] = value
+    return out
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    if value is None:
+        return None
+    try:
+        if name in INT_KEYS:
+            return int(value)
+        if name in BOOL_KEYS:
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+        if name == "identifier_columns":
+            return tuple(value) if isinstance(value, list | tuple) else tuple(c.strip() for c in str(value).split(","))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {name} must be an integer, got {value!r}") from exc
+    return value
+
+
+def load_file(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as stream:
+            raw = yaml.safe_load(stream) or {}
+    except FileNotFoundError as exc:
+        raise ConfigError(f"--config {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {path} must hold a mapping of keys")
+    return _normalize(raw, path)
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """ICETAIL_CATALOG, ICETAIL_TABLE, ICETAIL_STATE, ICETAIL_SINK, ICETAIL_INTERVAL, ..."""
+    out: dict[str, Any] = {}
+    for name in [*PIPELINE_KEYS, *SERVICE_KEYS]:
+        value = environ.get("ICETAIL_" + name.upper())
+        if value is not None and value != "":
+            out[name] = value
+    return out
+
+
+def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceConfig:
+    layered = load_file(getattr(args, "config", None))
+    layered.update(from_environment(os.environ if environ is None else environ))
+    for name in SERVICE_KEYS:
+        value = getattr(args, name, None)
+        if value is not None:
+            layered[name] = value
+    tables = layered.pop("tables", None) or [{}]
+    if not isinstance(tables, list):
+        raise ConfigError("config key 'tables' must be a list of mappings")
+    pipelines = []
+    for i, entry in enumerate(tables):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"tables[{i}] must be a mapping")
+        merged = {**{k: v for k, v in layered.items() if k in PIPELINE_KEYS}, **_normalize(entry, f"tables[{i}]")}
+        base = {PIPELINE_KEYS[k]: _coerce(k, v, f"tables[{i}]") for k, v in merged.items() if k != "keep_carry_over"}
+        if "keep_carry_over" in merged:
+            base["carry_over_removal"] = not _coerce("keep_carry_over", merged["keep_carry_over"], f"tables[{i}]")
+        pipelines.append(config_from_args(args, base))
+    consumers = [p.consumer_id for p in pipelines]
+    if len(set(consumers)) != len(consumers):
+        raise ConfigError(f"two tables share a consumer id ({consumers}); give each a distinct consumer")
+    return ServiceConfig(
+        pipelines=tuple(pipelines),
+        interval_seconds=parse_duration(layered.get("interval", 5)),
+        metrics_host=str(layered.get("metrics_host", "0.0.0.0")),
+        metrics_port=int(layered.get("metrics_port", 9464)),
+        max_failures=int(layered.get("max_failures", 5)),
+        shutdown_timeout_seconds=parse_duration(layered.get("shutdown_timeout", 30)),
+        log_level=str(layered.get("log_level", "INFO")),
+    )
