@@ -92,3 +92,7 @@ class StateConflictError(TransientError):
 
 class ConsumerNotFoundError(TerminalError):
     """The checkpoint store has no consumer with that id (ensure_consumer was never called)."""
+
+
+class SinkRejectedError(TerminalError):
+    """The sink refuses the rows for good (incompatible schema, closed output, changed chunk)."""
