@@ -1,0 +1,282 @@
+"""Append the change rows to another Iceberg table, exactly once per chunk.
+
+Every chunk becomes one append snapshot whose summary carries
+
+* `icetail.consumer`   - the consumer id
+* `icetail.chunk-id`   - `ChunkKey.name`, unique per consumer
+* `icetail.chunk-rows` - the number of rows in the chunk
+
+Before writing, the sink refreshes the table and looks for this consumer's chunk id among the
+snapshots of the table's current history (main branch ancestry, indexed once at open and kept
+up to date incrementally). A chunk that is already there - the write succeeded but the offset
+commit did not - is skipped, the pattern of Flink's Iceberg sink. The token is the id of the
+snapshot that holds the chunk.
+
+The table is created (with its namespace) when missing, from the rows' schema with every column
+optional. When the change stream gains columns or widens types, the table schema is evolved with
+`union_by_name`; rows are matched to the table's columns by name and cast to their types, and
+columns the rows lack are written as nulls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, cast
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NotInstalledError,
+    ServerError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+    ValidationError,
+    WaitingForLockException,
+)
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.utils.config import Config
+
+from reader.sinks.base import ChunkKey
+from reader.sinks.parquet_sink import error_text
+from state.errors import CatalogNotFoundError, ConfigError, IcetailError, SinkError, SinkRejectedError
+
+CONSUMER_PROPERTY = "icetail.consumer"
+CHUNK_ID_PROPERTY = "icetail.chunk-id"
+CHUNK_ROWS_PROPERTY = "icetail.chunk-rows"
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError,
+    CommitFailedException,
+    CommitStateUnknownException,
+    ServerError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+    WaitingForLockException,
+)
+try:  # the SQL catalog's database errors (locked, unreachable)
+    from sqlalchemy.exc import OperationalError
+
+    _TRANSIENT += (OperationalError,)
+except ImportError:  # pragma: no cover - pyiceberg without the sql extra
+    pass
+try:
+    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
+
+    _REJECTED: tuple[type[BaseException], ...] = (
+        ValueError,
+        TypeError,
+        ValidationError,
+        pa.ArrowException,
+        UnsupportedPyArrowTypeException,
+    )
+except ImportError:  # pragma: no cover
+    _REJECTED = (ValueError, TypeError, ValidationError, pa.ArrowException)
+
+
+class IcebergTableSink:
+    """Appends each chunk as one snapshot of `identifier` in catalog `catalog_name`."""
+
+    exactly_once: bool = True
+
+    def __init__(self, catalog_name: str, identifier: str, *, consumer: str, schema: pa.Schema | None = None) -> None:
+        if "." not in identifier.strip(".") or any(not part for part in identifier.split(".")):
+            raise ConfigError(f"iceberg sink table {identifier!r} must be written as NAMESPACE.TABLE")
+        self.catalog_name = catalog_name
+        self.identifier = identifier
+        self.consumer = consumer
+        self._closed = False
+        self._chunks: dict[str, tuple[int, int | None]] = {}  # chunk id -> (snapshot id, rows)
+        self._head: int | None = None  # current snapshot id when `_chunks` was last brought up to date
+        self.catalog = _open_catalog(catalog_name)
+        self._table = self._load()
+        if self._table is None and schema is not None:
+            self._table = self._create(schema)
+        if self._table is not None:
+            self._index(self._table)
+
+    @property
+    def table(self) -> Table | None:
+        """The sink table as last loaded (None until it exists)."""
+        return self._table
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str:
+        if self._closed:
+            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
+        if key.consumer != self.consumer:
+            raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
+        try:
+            return self._write(key, rows)
+        except IcetailError:
+            raise
+        except _TRANSIENT as exc:
+            raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} not written: {error_text(exc)}") from exc
+        except _REJECTED as exc:
+            raise SinkRejectedError(
+                f"iceberg sink {self._where()}: chunk {key.name} does not fit the table: {error_text(exc)}"
+            ) from exc
+
+    def close(self) -> None:
+        """Release the catalog's connections; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        close = getattr(self.catalog, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _write(self, key: ChunkKey, rows: pa.Table) -> str:
+        table = self._refreshed(rows.schema)
+        self._index(table)
+        done = self._chunks.get(key.name)
+        if done is not None:
+            snapshot_id, stored_rows = done
+            if stored_rows is not None and stored_rows != rows.num_rows:
+                raise SinkRejectedError(
+                    f"iceberg sink {self._where()}: chunk {key.name} is already in snapshot {snapshot_id} with "
+                    f"{stored_rows} rows but was replayed with {rows.num_rows}; chunk boundaries must not change"
+                )
+            return str(snapshot_id)
+        self._evolve(table, rows.schema)
+        table.append(
+            _conform(rows, table.schema().as_arrow()),
+            snapshot_properties={
+                CONSUMER_PROPERTY: self.consumer,
+                CHUNK_ID_PROPERTY: key.name,
+                CHUNK_ROWS_PROPERTY: str(rows.num_rows),
+            },
+        )
+        snapshot = table.current_snapshot()
+        if snapshot is None or _chunk_of(snapshot, self.consumer) != key.name:
+            self._head = None  # someone else's snapshot on top already: index again from scratch
+            self._index(table)
+            if key.name not in self._chunks:
+                raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} was appended but cannot be found")
+            return str(self._chunks[key.name][0])
+        self._chunks[key.name] = (snapshot.snapshot_id, rows.num_rows)
+        self._head = snapshot.snapshot_id
+        return str(snapshot.snapshot_id)
+
+    def _refreshed(self, schema: pa.Schema) -> Table:
+        """The table as committed right now; created from `schema` if it does not exist yet."""
+        if self._table is not None:
+            try:
+                return self._table.refresh()
+            except (NoSuchTableError, NoSuchNamespaceError) as exc:
+                raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use") from exc
+        table = self._load() or self._create(schema)
+        self._table = table
+        return table
+
+    def _load(self) -> Table | None:
+        try:
+            return self.catalog.load_table(self.identifier)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+        except _TRANSIENT as exc:
+            raise SinkError(f"iceberg sink table {self._where()} cannot be loaded: {error_text(exc)}") from exc
+
+    def _create(self, schema: pa.Schema) -> Table:
+        namespace = tuple(self.identifier.split(".")[:-1])
+        try:
+            self.catalog.create_namespace_if_not_exists(namespace)
+            return self.catalog.create_table_if_not_exists(self.identifier, schema=sink_schema(schema))
+        except _TRANSIENT as exc:
+            raise SinkError(f"iceberg sink table {self._where()} cannot be created: {error_text(exc)}") from exc
+        except _REJECTED as exc:
+            raise SinkRejectedError(
+                f"iceberg sink table {self._where()} cannot be created from the change rows' schema: {error_text(exc)}"
+            ) from exc
+
+    def _evolve(self, table: Table, schema: pa.Schema) -> None:
+        """Add the rows' new columns and widen types; commits nothing when nothing changes."""
+        with table.update_schema() as update:
+            update.union_by_name(sink_schema(schema))
+
+    def _index(self, table: Table) -> None:
+        """Bring chunk id -> snapshot up to date with the table's current history."""
+        current = table.current_snapshot()
+        head = current.snapshot_id if current is not None else None
+        if head == self._head:
+            return
+        found: dict[str, tuple[int, int | None]] = {}
+        reached_known_head = False
+        for snapshot in ancestors_of(current, table.metadata):
+            if self._head is not None and snapshot.snapshot_id == self._head:
+                reached_known_head = True
+                break
+            chunk_id = _chunk_of(snapshot, self.consumer)
+            if chunk_id is not None:
+                found[chunk_id] = (snapshot.snapshot_id, _rows_of(snapshot))
+        if reached_known_head:
+            self._chunks.update(found)
+        else:  # first scan, or the history was rewritten (rollback): start over
+            self._chunks = found
+        self._head = head
+
+    def _where(self) -> str:
+        return f"{self.catalog_name}/{self.identifier}"
+
+
+def _open_catalog(name: str) -> Catalog:
+    """`load_catalog(name)` with its configuration read now (pyiceberg caches the environment at import)."""
+    try:
+        properties = Config().get_catalog_config(name) or {}
+        return load_catalog(name, **cast(dict[str, Any], properties))
+    except (ValueError, KeyError, NotInstalledError) as exc:
+        raise CatalogNotFoundError(
+            f"iceberg sink: catalog {name!r} is not configured ({error_text(exc)}); define it in .pyiceberg.yaml "
+            f"or PYICEBERG_CATALOG__{name.upper()}__URI / __TYPE environment variables"
+        ) from exc
+    except _TRANSIENT as exc:
+        raise SinkError(f"iceberg sink: catalog {name!r} is unreachable: {error_text(exc)}") from exc
+
+
+def _chunk_of(snapshot: Snapshot, consumer: str) -> str | None:
+    summary = snapshot.summary
+    if summary is None or summary.get(CONSUMER_PROPERTY) != consumer:
+        return None
+    return summary.get(CHUNK_ID_PROPERTY)
+
+
+def _rows_of(snapshot: Snapshot) -> int | None:
+    raw = snapshot.summary.get(CHUNK_ROWS_PROPERTY) if snapshot.summary is not None else None
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def sink_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` without metadata and with every field optional: the shape of the sink table."""
+    return pa.schema([pa.field(f.name, _optional(f.type), nullable=True) for f in schema])
+
+
+def _optional(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _optional(f.type), nullable=True) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(pa.field(t.key_field.name, _optional(t.key_type), nullable=False), _optional(t.item_type))
+    if pa.types.is_large_list(t):
+        return pa.large_list(_optional(t.value_type))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_optional(t.value_type), t.list_size)
+    if pa.types.is_list(t):
+        return pa.list_(_optional(t.value_type))
+    return t
+
+
+def _conform(rows: pa.Table, target: pa.Schema) -> pa.Table:
+    """`rows` as the table's arrow schema: columns by name, cast; missing columns as nulls."""
+    columns = [
+        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in target
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
