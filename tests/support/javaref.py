@@ -28,7 +28,7 @@ import glob
 import itertools
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,7 +293,7 @@ class JavaCatalog:
         ident: str,
         key_rows_sql: str,
         columns: Sequence[str] = ("id",),
-        partitions: str = "live",
+        partitions: str | Callable[[str], bool] = "live",
         commit: bool = True,
     ) -> list[Any]:
         """Commit equality-delete files through the Java API (one RowDelta, one snapshot).
@@ -302,7 +302,8 @@ class JavaCatalog:
         is cast to the table's types). `partitions="live"` writes one delete file per
         (spec, partition) of the current live data files (an equality delete only applies to data
         files of its own partition, unless its spec is unpartitioned); `"unpartitioned"` writes a
-        single global delete file with the unpartitioned spec (id 0 must be unpartitioned).
+        single global delete file with the unpartitioned spec (id 0 must be unpartitioned); a
+        callable keeps the live partitions whose path (`spec.partitionToPath`, e.g. "p=1") it accepts.
         Returns the Java DeleteFile objects; with commit=False nothing is committed.
         """
         jvm = self.spark._jvm
@@ -315,7 +316,18 @@ class JavaCatalog:
         field_ids = self.spark.sparkContext._gateway.new_array(jvm.int, len(columns))
         for i, name in enumerate(columns):
             field_ids[i] = schema.findField(name).fieldId()
-        targets = self._live_partitions(table) if partitions == "live" else [(table.specs().get(0), None)]
+        if partitions == "unpartitioned":
+            targets = [(table.specs().get(0), None)]
+        elif partitions == "live":
+            targets = self._live_partitions(table)
+        elif callable(partitions):
+            targets = [
+                (spec, part)
+                for spec, part in self._live_partitions(table)
+                if partitions(spec.partitionToPath(part) if part is not None else "")
+            ]
+        else:
+            raise ValueError(f"partitions={partitions!r}")
         delete_files = []
         for spec, partition in targets:
             factory = jvm.org.apache.iceberg.data.GenericAppenderFactory(schema, spec, field_ids, delete_schema, None)

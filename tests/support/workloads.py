@@ -20,6 +20,7 @@ two-decimal literals, with NULLs and the occasional NaN. Workloads are small (te
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +41,10 @@ class LogEntry:
     snapshot_id: int | None  # None: the statement created no snapshot
     operation: str
     statement: str
+    seconds: float = 0.0
 
     def __str__(self) -> str:
-        return f"{self.snapshot_id}: [{self.operation}] {self.statement}"
+        return f"{self.snapshot_id}: [{self.operation}] ({self.seconds:.1f}s) {self.statement}"
 
 
 def table_properties(format_version: int, mode: str) -> dict[str, str]:
@@ -260,9 +262,11 @@ class Workload:
         if self.rng.random() < 0.2:  # keys that match nothing are legal too
             key_sql = f"SELECT {self.max_id + 100}L AS id" + (f", 'nothing' AS {cols[1]}" if len(cols) > 1 else "")
         before = self.catalog.current_snapshot_id(self.ident)
+        start = time.perf_counter()
         files = self.catalog.write_equality_deletes(self.ident, key_sql, columns=cols)
         after = self.catalog.current_snapshot_id(self.ident)
-        self._record(before, after, "eq-delete", f"java RowDelta eq-delete on {cols} ({len(files)} files): {key_sql}")
+        stmt = f"java RowDelta eq-delete on {cols} ({len(files)} files): {key_sql}"
+        self._record(before, after, "eq-delete", stmt, time.perf_counter() - start)
 
     def compact(self) -> None:
         self._exec(
@@ -330,15 +334,17 @@ class Workload:
 
     def _exec(self, stmt: str, operation: str) -> None:
         before = self.catalog.current_snapshot_id(self.ident) if operation != "create" else None
+        start = time.perf_counter()
         self.catalog.spark.sql(stmt).collect()
+        seconds = time.perf_counter() - start
         after = self.catalog.current_snapshot_id(self.ident)
-        self._record(before, after, operation, stmt)
+        self._record(before, after, operation, stmt, seconds)
 
-    def _record(self, before: int | None, after: int | None, operation: str, stmt: str) -> None:
+    def _record(self, before: int | None, after: int | None, operation: str, stmt: str, seconds: float) -> None:
         created = after if after is not None and after != before else None
         if created is not None:
             self.snapshot_ids.append(created)
-        self.log.append(LogEntry(created, operation, stmt if len(stmt) < 400 else stmt[:400] + " ..."))
+        self.log.append(LogEntry(created, operation, stmt if len(stmt) < 400 else stmt[:400] + " ...", seconds))
 
 
 def run_workload(
