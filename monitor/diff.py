@@ -55,7 +55,7 @@ class DeleteIndex:
                 or (d.spec_id == data_file.spec_id and d.partition == data_file.partition)
             )
         )
-        return tuple(sorted(set(found), key=lambda d: d.path))
+        return tuple(sorted(set(found), key=lambda d: (d.path, d.content_offset or -1)))
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,9 @@ class SnapshotDiffer:
             if parent is not None
             else []
         )
-        removed_paths = {d.path for d in deletes_removed}
-        live_after = [d for d in live_before if d.path not in removed_paths] + deletes_added
+        # a Puffin file holds the DVs of many data files: identify a delete by file AND blob offset
+        removed = {_delete_identity(d) for d in deletes_removed}
+        live_after = [d for d in live_before if _delete_identity(d) not in removed] + deletes_added
         before = DeleteIndex(live_before, self._resolve_paths, self._global_spec_ids)
         after = DeleteIndex(live_after, self._resolve_paths, self._global_spec_ids)
 
@@ -162,6 +163,10 @@ class SnapshotDiffer:
         if snapshot.parent_snapshot_id is None:
             return None
         return self._metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+
+
+def _delete_identity(delete: DeleteFileRef) -> tuple[str, int | None]:
+    return (delete.path, delete.content_offset)
 
 
 def _files(entries: list[FileEntry], kind: type, status: ManifestEntryStatus) -> list:  # type: ignore[type-arg]

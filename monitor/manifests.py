@@ -11,22 +11,29 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
-    DEFAULT_READ_VERSION,
+    MANIFEST_ENTRY_SCHEMAS,
     DataFile,
     DataFileContent,
+    FileFormat,
     ManifestContent,
+    ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    _inherit_from_manifest,
 )
 from pyiceberg.table.snapshots import Snapshot
 
 from state.errors import MetadataError
 from state.model import DataFileRef, DeleteContent, DeleteFileRef
 
-_DATA_FILE_FIELDS = [f.name for f in DATA_FILE_TYPE[DEFAULT_READ_VERSION].fields]
+# pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
+# need (referenced_data_file, content_offset, content_size_in_bytes); read with v3, a superset.
+_READ_VERSION = 3
+_DATA_FILE_FIELDS = [f.name for f in DATA_FILE_TYPE[_READ_VERSION].fields]
 
 
 def _optional_field(data_file: DataFile, name: str) -> Any:
@@ -89,6 +96,17 @@ def _to_ref(data_file: DataFile, data_sequence_number: int) -> DataFileRef | Del
     )
 
 
+def _read_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+    """Every entry of a manifest, read with the v3 entry schema, sequence numbers inherited."""
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[_READ_VERSION],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        return [_inherit_from_manifest(entry, manifest) for entry in reader]
+
+
 class ManifestReader:
     """Reads manifest lists and manifests through a FileIO, with a bounded LRU of manifests."""
 
@@ -129,7 +147,7 @@ class ManifestReader:
                 self._entries.move_to_end(key)
                 return self._entries[key]
         try:
-            raw = manifest.fetch_manifest_entry(self._io, discard_deleted=False)
+            raw = _read_entries(self._io, manifest)
         except FileNotFoundError as exc:
             raise MetadataError(f"manifest {key} is missing; the table metadata is damaged") from exc
         except (OSError, ValueError) as exc:
