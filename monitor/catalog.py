@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
+from pyiceberg.utils.config import Config
 
 from state.errors import CatalogNotFoundError, ConfigError, MetadataError, TableNotFoundError, TransientError
 
@@ -12,7 +13,8 @@ from state.errors import CatalogNotFoundError, ConfigError, MetadataError, Table
 def open_catalog(name: str) -> Catalog:
     """The catalog `name` as configured in .pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables."""
     try:
-        return load_catalog(name)
+        # read .pyiceberg.yaml and PYICEBERG_CATALOG__* now: pyiceberg's own copy is taken at import
+        return load_catalog(name, **(Config().get_catalog_config(name) or {}))
     except (ValueError, KeyError) as exc:
         raise CatalogNotFoundError(
             f"catalog {name!r} is not configured ({exc}); define it in .pyiceberg.yaml or "
