@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
@@ -14,7 +16,8 @@ def open_catalog(name: str) -> Catalog:
     """The catalog `name` as configured in .pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables."""
     try:
         # read .pyiceberg.yaml and PYICEBERG_CATALOG__* now: pyiceberg's own copy is taken at import
-        return load_catalog(name, **(Config().get_catalog_config(name) or {}))
+        properties = cast(dict[str, str], Config().get_catalog_config(name) or {})
+        return load_catalog(name, **properties)
     except (ValueError, KeyError) as exc:
         raise CatalogNotFoundError(
             f"catalog {name!r} is not configured ({exc}); define it in .pyiceberg.yaml or "

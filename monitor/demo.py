@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 DEMO_CATALOG = "demo"
@@ -34,10 +33,10 @@ def create_demo_table(root: str) -> tuple[dict[str, str], Table]:
         pa.table({"order_id": [1, 2, 3], "customer": ["ann", "bob", "cid"], "amount": [10.0, 20.5, 7.25]}, schema)
     )
     table.append(pa.table({"order_id": [4, 5], "customer": ["dee", "eve"], "amount": [99.0, 1.5]}, schema))
-    table.delete(EqualTo("order_id", 2))
+    table.delete("order_id = 2")
     table.overwrite(
         pa.table({"order_id": [3], "customer": ["cid"], "amount": [8.0]}, schema),
-        overwrite_filter=EqualTo("order_id", 3),
+        overwrite_filter="order_id = 3",
     )
     with table.update_schema() as update:
         update.add_column("channel", pa_to_iceberg_string())
@@ -74,7 +73,7 @@ def _cell(value: object) -> str:
     if value is None:
         return "null"
     if hasattr(value, "isoformat"):
-        return value.isoformat(timespec="milliseconds")  # type: ignore[no-any-return, attr-defined]
+        return str(value.isoformat(timespec="milliseconds"))
     return str(value)
 
 

@@ -6,6 +6,7 @@ import datetime
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
 
 from monitor.lineage import is_ancestor, snapshot_or_raise
 from state.checkpoint import Cursor
@@ -58,13 +59,12 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
         return Cursor(current.snapshot_id, current.timestamp_ms) if current else Cursor.before_first_snapshot()
     if mode.kind == "snapshot":
         assert mode.snapshot_id is not None
-        snapshot = snapshot_or_raise(metadata, mode.snapshot_id, "--start")
-        return Cursor(snapshot.snapshot_id, snapshot.timestamp_ms)
+        start = snapshot_or_raise(metadata, mode.snapshot_id, "--start")
+        return Cursor(start.snapshot_id, start.timestamp_ms)
     assert mode.timestamp_ms is not None
     # the newest snapshot on the current history committed at or before the instant
-    found = None
-    current = metadata.current_snapshot()
-    snapshot = current
+    found: Snapshot | None = None
+    snapshot: Snapshot | None = metadata.current_snapshot()
     while snapshot is not None:
         if snapshot.timestamp_ms <= mode.timestamp_ms:
             found = snapshot

@@ -65,7 +65,7 @@ def _read_position_file(io: FileIO, delete: DeleteFileRef) -> dict[str, np.ndarr
     """All (file_path -> positions) of a v2 position delete file."""
     cached = _position_cache.get(delete.path)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     fmt = delete.file_format.upper()
     with _open(io, delete.path) as stream:
         if fmt == "PARQUET":
@@ -93,7 +93,7 @@ def _read_deletion_vector(io: FileIO, delete: DeleteFileRef, data_path: str) -> 
     key = (delete.path, delete.content_offset, data_path)
     cached = _position_cache.get(key)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     with _open(io, delete.path) as stream:
         if delete.content_offset is not None and delete.content_size_in_bytes is not None:
             stream.seek(delete.content_offset)
@@ -139,7 +139,7 @@ def equality_delete_rows(io: FileIO, delete: DeleteFileRef) -> pa.Table:
     """The delete file's rows (physical columns, with field ids in the schema metadata)."""
     cached = _equality_cache.get(delete.path)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     if delete.file_format.upper() != "PARQUET":
         raise MetadataError(f"equality delete file {delete.path} has unsupported format {delete.file_format}")
     with _open(io, delete.path) as stream:

@@ -106,7 +106,7 @@ def _encode(chunk: Chunk) -> tuple[Any, ...]:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, chunk.batch.schema) as writer:
         writer.write_batch(chunk.batch)
-    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes())  # type: ignore[arg-type]
+    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes())
 
 
 def _decode(payload: tuple[Any, ...]) -> Chunk:
@@ -115,7 +115,7 @@ def _decode(payload: tuple[Any, ...]) -> Chunk:
     _, chunk, data = payload
     batches = list(pa.ipc.open_stream(data))
     batch = batches[0] if batches else None
-    return replace(chunk, batch=batch)  # type: ignore[no-any-return]
+    return replace(chunk, batch=batch)
 
 
 def _rebuild_error(module: str, name: str, message: str) -> IcetailError:
@@ -123,7 +123,7 @@ def _rebuild_error(module: str, name: str, message: str) -> IcetailError:
 
     try:
         cls = getattr(importlib.import_module(module), name)
-        return cls(message)  # type: ignore[no-any-return]
+        return cls(message)
     except (ImportError, AttributeError, TypeError):
         return IcetailError(message)
 
