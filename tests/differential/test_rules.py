@@ -41,12 +41,17 @@ def _read(catalog: Any, from_id: int | None = None, to_id: int | None = None, **
     return read_changes(catalog.load_table("t"), from_id, to_id, **kwargs)
 
 
-def _check_all(catalog: Any, **kwargs: Any) -> pa.Table:
-    """Whole history plus every single snapshot on its own; returns the whole-history output."""
+def _check_all(catalog: Any, *singles: int, **kwargs: Any) -> pa.Table:
+    """Whole history, plus each snapshot in `singles` read on its own (from its parent).
+
+    Every snapshot is checked from the whole-history output already; the single reads add the
+    range boundaries. Returns the whole-history output.
+    """
     problems: list[str] = []
     whole = _read(catalog, **kwargs)
-    ids = catalog.snapshot_ids("t")
-    ranges = [(None, None)] + [(ids[i - 1] if i else None, ids[i]) for i in range(len(ids))]
+    table = catalog.load_table("t")
+    ranges: list[tuple[int | None, int | None]] = [(None, None)]
+    ranges += [(table.snapshot_by_id(s).parent_snapshot_id, s) for s in singles]
     for from_id, to_id in ranges:
         out = whole if (from_id, to_id) == (None, None) else _read(catalog, from_id, to_id, **kwargs)
         try:
@@ -83,7 +88,7 @@ def test_v2_position_deletes(catalog) -> None:
     assert _summary(catalog, s2)["added-position-deletes"] == "2"
     assert _summary(catalog, s2).get("added-data-files") is None
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s2)
     assert _changes(out, s1)[(2, "b", "INSERT")] == 2
     assert _changes(out, s2) == Counter({(2, "b", "DELETE"): 2})
     assert _changes(out, s3) == Counter({(4, None, "DELETE"): 1})
@@ -105,7 +110,7 @@ def test_v2_position_delete_file_is_rewritten_on_each_delete(catalog) -> None:
     assert third["added-position-deletes"] == "2", third  # positions 0 and 1: position 0 repeated
     assert _summary(catalog, s4)["removed-position-delete-files"] == "1"
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s3, s4)
     assert _changes(out, s2) == Counter({(1, "a", "DELETE"): 1})
     assert _changes(out, s3) == Counter({(2, "b", "DELETE"): 1})
     assert _changes(out, s4) == Counter({(3, "c", "DELETE"): 1, (3, "cc", "INSERT"): 1})
@@ -131,7 +136,7 @@ def test_v3_deletion_vectors_replaced_per_data_file(catalog) -> None:
     at_s4 = catalog.java_planned_files("t", s4)
     assert shared <= {d for _, deletes in at_s4 for d in deletes}, "the other file keeps its DV in the old Puffin"
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s4)
     assert _changes(out, s3) == Counter({(1, "a", "DELETE"): 1, (11, "k", "DELETE"): 1})
     assert _changes(out, s4) == Counter({(2, "b", "DELETE"): 1})
     assert _changes(out, s5) == Counter({(12, "l", "DELETE"): 1, (12, "ll", "INSERT"): 1})
@@ -158,7 +163,7 @@ def test_equality_deletes_skip_data_files_of_the_same_sequence_number(catalog) -
     java_s2 = Counter(row_tuples(catalog.snapshot_rows("t", s2).table))
     assert java_s2 == Counter({(1, "new"): 1, (2, "old"): 1, (3, "old"): 1, (3, "new"): 1})
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s2)
     assert _changes(out, s2) == Counter({(1, "old", "DELETE"): 1, (1, "new", "INSERT"): 1, (3, "new", "INSERT"): 1})
     assert _changes(out, s3) == Counter({(1, "new", "DELETE"): 1})
     assert _changes(out, s4) == Counter({(3, "old", "DELETE"): 1})
@@ -172,7 +177,7 @@ def test_equality_deletes_stay_in_their_partition(catalog) -> None:
     s2 = catalog.current_snapshot_id("t")
     assert sorted(row_tuples(catalog.snapshot_rows("t", s2).table)) == [(1, 0, "a"), (2, 1, "c")]
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s2)
     assert _changes(out, s2, ("id", "p", "v")) == Counter({(1, 1, "b", "DELETE"): 1})
 
 
@@ -189,7 +194,7 @@ def test_copy_on_write_carry_over_is_removed_as_a_multiset(catalog) -> None:
     second = _summary(catalog, s2)
     assert (second["operation"], second["deleted-records"], second["added-records"]) == ("overwrite", "5", "5")
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s2)
     assert _changes(out, s2) == Counter({(3, "b", "DELETE"): 1, (3, "a", "INSERT"): 1})
     assert _changes(out, s3) == Counter()
 
@@ -207,7 +212,7 @@ def test_no_op_update_emits_nothing(catalog, mode) -> None:
     _insert_one_file(catalog, "(1L, 'a'), (1L, 'a'), (2L, 'b')")
     catalog.sql("UPDATE {cat}.ns.t SET v = v WHERE id = 1")
     s2 = catalog.current_snapshot_id("t")
-    out = _check_all(catalog)
+    out = _check_all(catalog, s2)
     assert _changes(out, s2) == Counter()
 
 
@@ -261,7 +266,7 @@ def test_schema_evolution_projects_by_field_id(catalog) -> None:
     s3 = catalog.current_snapshot_id("t")
     catalog.sql("DELETE FROM {cat}.ns.t WHERE id = 2")
 
-    out = _check_all(catalog)
+    out = _check_all(catalog, s3)
     data_cols = [c for c in out.column_names if not c.startswith("_")]
     assert data_cols == ["id", "n", "f", "w", "e"]
     assert out.schema.field("n").type == pa.int64()

@@ -27,7 +27,7 @@ CONFIGS = [
 ]
 
 
-def _sub_ranges(ids: list[int], rng: random.Random, count: int = 3) -> list[tuple[int | None, int | None]]:
+def _sub_ranges(ids: list[int], rng: random.Random, count: int = 2) -> list[tuple[int | None, int | None]]:
     """(from_exclusive, to_inclusive) pairs on the ancestry: one single snapshot, others random."""
     out: list[tuple[int | None, int | None]] = []
     k = rng.randrange(1, len(ids))
@@ -44,7 +44,7 @@ def test_workload_changes_match_java(catalog, format_version, partitioned, mode,
     from monitor.api import read_changes
 
     config_seed = seed * 1000 + format_version * 100 + partitioned * 10 + MODES.index(mode)
-    w = Workload(catalog, "t", seed=config_seed, steps=10, format_version=format_version,
+    w = Workload(catalog, "t", seed=config_seed, steps=8, format_version=format_version,
                  partitioned=partitioned, mode=mode)
     w.run()
     table = catalog.load_table("t")
