@@ -1,0 +1,291 @@
+"""`icetail serve` configuration: config file < ICETAIL_* environment < flags, `tables:` lists,
+one-line ConfigErrors, and the exit status of `icetail serve --config bad.yaml`.
+
+The arguments come from the real `icetail` parser; the environment is passed explicitly.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monitor.cli import build_parser
+from monitor.service_config import ServiceConfig, build_service_config, parse_duration
+from state.errors import ConfigError
+from tests.service.conftest import ICETAIL, child_env, free_port
+
+BASE = {
+    "catalog": "prod",
+    "table": "db.events",
+    "state": "sqlite:////var/lib/icetail/state.db",
+    "sink": "parquet:///data/changes",
+}
+
+
+def config_file(tmp_path: Path, content: dict[str, Any] | str) -> str:
+    path = tmp_path / "icetail.yaml"
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return str(path)
+
+
+def build(tmp_path: Path, content: dict[str, Any] | str | None, *flags: str, **env: str) -> ServiceConfig:
+    argv = ["serve", *flags]
+    if content is not None:
+        argv += ["--config", config_file(tmp_path, content)]
+    return build_service_config(build_parser().parse_args(argv), environ=env)
+
+
+def config_error(tmp_path: Path, content: dict[str, Any] | str | None, *flags: str, **env: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        build(tmp_path, content, *flags, **env)
+    message = str(caught.value)
+    assert "\n" not in message and message.strip() == message, repr(message)
+    return message
+
+
+# --------------------------------------------------------------------------------------------
+# precedence
+# --------------------------------------------------------------------------------------------
+
+
+def test_defaults_from_a_minimal_file(tmp_path: Path) -> None:
+    config = build(tmp_path, BASE)
+    assert (config.interval_seconds, config.metrics_host, config.metrics_port) == (5.0, "0.0.0.0", 9464)
+    assert (config.max_failures, config.shutdown_timeout_seconds, config.log_level) == (5, 30.0, "INFO")
+    (pipeline,) = config.pipelines
+    assert (pipeline.catalog, pipeline.table, pipeline.state_url, pipeline.sink_url) == tuple(BASE.values())
+    assert pipeline.consumer_id == "prod.db.events" and pipeline.start == "earliest"
+    assert pipeline.carry_over_removal is True and pipeline.protect_cursor is False
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    content = {
+        **BASE,
+        "interval": "10s",
+        "metrics-port": 1000,  # dashes or underscores
+        "max_failures": 7,
+        "shutdown_timeout": "1m",
+        "chunk_rows": 100,
+        "start": "latest",
+        "protect_cursor": False,
+    }
+    env = {
+        "ICETAIL_INTERVAL": "500ms",
+        "ICETAIL_METRICS_PORT": "2000",
+        "ICETAIL_SINK": "jsonl:///env/changes.jsonl",
+        "ICETAIL_CHUNK_ROWS": "200",
+        "ICETAIL_PROTECT_CURSOR": "true",
+        "ICETAIL_LOG_LEVEL": "debug",
+        "ICETAIL_CONSUMER": "",  # empty variables are ignored
+    }
+    config = build(tmp_path, content, "--metrics-port", "3000", "--catalog", "flagcat", "--chunk-rows", "300", **env)
+
+    assert config.interval_seconds == 0.5  # env over file
+    assert config.metrics_port == 3000  # flag over env over file
+    assert config.max_failures == 7 and config.shutdown_timeout_seconds == 60.0  # file only
+    assert config.log_level == "debug"
+    (pipeline,) = config.pipelines
+    assert pipeline.catalog == "flagcat"  # flag over file
+    assert pipeline.sink_url == "jsonl:///env/changes.jsonl"  # env over file
+    assert pipeline.chunk_rows == 300  # flag over env over file
+    assert pipeline.protect_cursor is True  # env "true" over file false
+    assert pipeline.state_url == BASE["state"] and pipeline.start == "latest"
+    assert pipeline.consumer_id == "flagcat.db.events"
+
+    without_flags = build(tmp_path, content, **env)
+    assert without_flags.metrics_port == 2000 and without_flags.pipelines[0].chunk_rows == 200
+    without_env = build(tmp_path, content)
+    assert without_env.metrics_port == 1000 and without_env.pipelines[0].chunk_rows == 100
+    assert without_env.interval_seconds == 10.0 and without_env.pipelines[0].sink_url == BASE["sink"]
+
+
+def test_environment_and_flags_alone_need_no_file(tmp_path: Path) -> None:
+    env = {f"ICETAIL_{k.upper()}": v for k, v in BASE.items()}
+    config = build(
+        tmp_path, None, "--interval", "2m", "--keep-carry-over", **env, ICETAIL_IDENTIFIER_COLUMNS="id, region"
+    )
+    assert config.interval_seconds == 120.0
+    (pipeline,) = config.pipelines
+    assert pipeline.table == "db.events" and pipeline.carry_over_removal is False
+    assert pipeline.identifier_columns == ("id", "region")
+
+
+def test_two_tables_inherit_top_level_keys_and_override_them(tmp_path: Path) -> None:
+    content = {
+        "catalog": "prod",
+        "state": "postgresql://icetail@db:5432/icetail?schema=icetail",
+        "interval": "2s",
+        "chunk-rows": 500,
+        "tables": [
+            {"table": "db.a", "sink": "parquet:///out/a"},
+            {
+                "table": "db.b",
+                "consumer": "b-tail",
+                "sink": "iceberg://prod/db.b_changes",
+                "chunk_rows": 10,
+                "keep-carry-over": True,
+                "identifier_columns": ["id", "region"],
+                "start": "snapshot:42",
+                "max_snapshots_per_batch": "3",
+                "on_missing_cursor": "latest",
+            },
+        ],
+    }
+    config = build(tmp_path, content, ICETAIL_CATALOG="envcat")
+    assert config.interval_seconds == 2.0
+    a, b = config.pipelines
+    assert (a.catalog, a.table, a.sink_url, a.chunk_rows, a.consumer_id) == (
+        "envcat",
+        "db.a",
+        "parquet:///out/a",
+        500,
+        "envcat.db.a",
+    )
+    assert a.carry_over_removal is True and a.identifier_columns is None and a.start == "earliest"
+    assert (b.catalog, b.table, b.consumer_id, b.sink_url) == (
+        "envcat",
+        "db.b",
+        "b-tail",
+        "iceberg://prod/db.b_changes",
+    )
+    assert (b.chunk_rows, b.carry_over_removal, b.identifier_columns) == (10, False, ("id", "region"))
+    assert (b.start, b.max_snapshots_per_batch, b.on_missing_cursor) == ("snapshot:42", 3, "latest")
+    assert a.state_url == b.state_url == content["state"]
+
+
+def test_two_tables_with_the_same_consumer_are_refused(tmp_path: Path) -> None:
+    content = {**BASE, "tables": [{"consumer": "same"}, {"table": "db.other", "consumer": "same"}]}
+    assert "share a consumer id" in config_error(tmp_path, content)
+    # same table twice without consumers: both default to CATALOG.NS.TABLE
+    assert "share a consumer id" in config_error(tmp_path, {**BASE, "tables": [{}, {}]})
+
+
+# --------------------------------------------------------------------------------------------
+# errors: one line, naming the problem
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ({**BASE, "bogus": 1}, "unknown key 'bogus'"),
+        (
+            {**BASE, "tables": [{"table": "db.a"}, {"table": "db.b", "colour": "red"}]},
+            "tables[1]: unknown key 'colour'",
+        ),
+        ({**BASE, "interval": "5 minutes"}, "duration '5 minutes'"),
+        ({**BASE, "shutdown_timeout": "soon"}, "duration 'soon'"),
+        ({**BASE, "interval": "-1s"}, "duration '-1s'"),
+        ({**BASE, "chunk_rows": "many"}, "chunk_rows must be an integer"),
+        ({**BASE, "chunk_rows": 0}, "--chunk-rows must be >= 1"),
+        ({**BASE, "start": "yesterday"}, "yesterday"),
+        ({**BASE, "table": "events"}, "NAMESPACE.TABLE"),
+        ({**BASE, "tables": {"table": "db.a"}}, "'tables' must be a list"),
+        ({**BASE, "tables": ["db.a"]}, "tables[0] must be a mapping"),
+        ({k: v for k, v in BASE.items() if k != "sink"}, "missing --sink"),
+        ("interval: [1\n", "is not valid YAML"),
+        ("- just\n- a list\n", "must hold a mapping"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
+)
+def test_bad_configuration_is_one_line_config_error(tmp_path: Path, content: Any, expected: str) -> None:
+    assert expected in config_error(tmp_path, content)
+
+
+def test_unknown_key_names_the_allowed_ones(tmp_path: Path) -> None:
+    message = config_error(tmp_path, {**BASE, "metrics-prot": 9000})
+    assert "unknown key 'metrics-prot'" in message and "metrics_port" in message and "tables" in message
+
+
+def test_bad_environment_values_are_config_errors(tmp_path: Path) -> None:
+    assert "duration 'fast'" in config_error(tmp_path, BASE, ICETAIL_INTERVAL="fast")
+    assert "chunk_rows must be an integer" in config_error(tmp_path, BASE, ICETAIL_CHUNK_ROWS="1e3")
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    message = config_error(tmp_path, None, "--config", str(tmp_path / "absent.yaml"))
+    assert message == f"--config {tmp_path / 'absent.yaml'} does not exist"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [{**BASE, "metrics_port": "ninety"}, {**BASE, "max_failures": "x"}],
+    ids=["metrics_port", "max_failures"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="monitor/service_config.py int()s metrics_port and max_failures without _coerce: a ValueError "
+    "escapes (`icetail serve` exits 1 with 'unexpected error') instead of a ConfigError (exit 2)",
+)
+def test_non_integer_service_values_are_config_errors(tmp_path: Path, content: dict[str, Any]) -> None:
+    assert "must be an integer" in config_error(tmp_path, content)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="monitor/service_config.py does not check log_level: configure_logging raises ValueError later "
+    "(`icetail serve --log-level LOUD` exits 1 with 'unexpected error: ValueError: Unknown level')",
+)
+def test_unknown_log_level_is_a_config_error(tmp_path: Path) -> None:
+    assert "LOUD" in config_error(tmp_path, {**BASE, "log_level": "LOUD"})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="monitor/service_config.py accepts max_failures 0 (or negative): readiness() then never "
+    "reports ready (consecutive_failures >= 0 is always true)",
+)
+def test_max_failures_must_be_positive(tmp_path: Path) -> None:
+    config_error(tmp_path, {**BASE, "max_failures": 0})
+
+
+def test_parse_duration_units() -> None:
+    assert [parse_duration(t) for t in ("5s", "500ms", "2m", "1h", "1.5s", "7", 3, 0.25)] == [
+        5.0,
+        0.5,
+        120.0,
+        3600.0,
+        1.5,
+        7.0,
+        3.0,
+        0.25,
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# the process: `icetail serve --config bad.yaml`
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("catalog: prod\ntable: db.t\nstate: sqlite:////s.db\nsink: '-'\ncolour: red\n", "unknown key 'colour'"),
+        ("catalog: prod\ntable: db.t\nstate: sqlite:////s.db\nsink: '-'\ninterval: 1 hour\n", "duration '1 hour'"),
+        ("tables: [\n", "is not valid YAML"),
+    ],
+    ids=["unknown-key", "bad-duration", "invalid-yaml"],
+)
+def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, content: str, expected: str) -> None:
+    path = config_file(tmp_path, content)
+    port = free_port()
+    done = subprocess.run(
+        [ICETAIL, "serve", "--config", path, "--metrics-host", "127.0.0.1", "--metrics-port", str(port)],
+        env=child_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("icetail: error: ") and expected in lines[0]
+    assert done.stdout == ""
