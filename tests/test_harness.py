@@ -160,6 +160,17 @@ def test_env_lets_a_subprocess_load_the_catalog(catalog) -> None:
     assert ids == [7]
 
 
+def test_set_env_in_process(catalog, monkeypatch) -> None:
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.utils.config import Config
+
+    catalog.sql("CREATE TABLE {cat}.ns.t (id bigint) USING iceberg")
+    catalog.set_env(monkeypatch)
+    properties = Config().get_catalog_config(catalog.name)  # what icetail's open_catalog does
+    assert properties == {"type": "sql", "uri": catalog.uri, "warehouse": catalog.warehouse}
+    assert load_catalog(catalog.name, **properties).load_table("ns.t").metadata.format_version == 2
+
+
 def test_snapshot_rows_use_each_snapshots_schema(catalog) -> None:
     catalog.sql("CREATE TABLE {cat}.ns.t (id bigint, n int, v string) USING iceberg")
     catalog.sql("INSERT INTO {cat}.ns.t VALUES (1, 10, 'a')")

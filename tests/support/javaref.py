@@ -88,6 +88,8 @@ def spark_conf() -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "1g",
         "spark.sql.session.timeZone": "UTC",
+        # C1 only: the tests run many short Spark jobs on 2 cores, where C2 compilation costs more
+        # than it saves (a workload of 8 snapshots: ~18 s instead of ~43 s under load)
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=1",
     }
 
@@ -164,12 +166,12 @@ class JavaCatalog:
         return f"{self.name}.{self.ident(ident)}"
 
     def env(self) -> dict[str, str]:
-        """Environment for a subprocess (e.g. the icetail CLI) resolving this catalog via pyiceberg.
+        """PYICEBERG_CATALOG__<NAME>__{TYPE,URI,WAREHOUSE} for resolving this catalog by name.
 
-        pyiceberg reads these variables once, when `pyiceberg.catalog` is imported, so setting
-        them in the running test process does not affect `load_catalog` there; pass them to a
-        subprocess (`subprocess.run(..., env={**os.environ, **catalog.env()})`), or use
-        `catalog.pyiceberg` / `catalog.properties()` in-process.
+        For a subprocess (the icetail CLI): `subprocess.run(..., env={**os.environ, **catalog.env()})`.
+        In-process, `set_env(monkeypatch)`: icetail's `monitor.catalog.open_catalog` reads the
+        variables at call time, but pyiceberg's own `load_catalog(name)` without properties uses a
+        copy taken when `pyiceberg.catalog` was imported and will not see them.
         """
         key = self.name.upper()
         return {
@@ -177,6 +179,11 @@ class JavaCatalog:
             f"PYICEBERG_CATALOG__{key}__URI": self.uri,
             f"PYICEBERG_CATALOG__{key}__WAREHOUSE": self.warehouse,
         }
+
+    def set_env(self, monkeypatch: Any) -> None:
+        """Set `env()` in this process for the duration of the test (pytest's monkeypatch)."""
+        for key, value in self.env().items():
+            monkeypatch.setenv(key, value)
 
     def properties(self) -> dict[str, str]:
         return {"type": "sql", "uri": self.uri, "warehouse": self.warehouse}

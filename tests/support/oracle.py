@@ -178,7 +178,8 @@ def _diff_lines(label: str, actual: Counter[Any], expected: Counter[Any], names:
 
 def _epoch_ms(column: pa.ChunkedArray) -> list[int | None]:
     if pa.types.is_timestamp(column.type):
-        return pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64()).to_pylist()
+        as_ms = pc.cast(column, pa.timestamp("ms", tz=column.type.tz), safe=False)
+        return pc.cast(as_ms, pa.int64()).to_pylist()
     return column.to_pylist()
 
 
