@@ -9,7 +9,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
-from state.errors import CatalogNotFoundError, ConfigError, MetadataError, TableNotFoundError, TransientError
+from state.errors import CatalogNotFoundError, CatalogUnavailableError, ConfigError, MetadataError, TableNotFoundError
 
 
 def open_catalog(name: str) -> Catalog:
@@ -23,8 +23,8 @@ def open_catalog(name: str) -> Catalog:
             f"catalog {name!r} is not configured ({exc}); define it in .pyiceberg.yaml or "
             f"PYICEBERG_CATALOG__{name.upper()}__URI / __TYPE environment variables"
         ) from exc
-    except OSError as exc:
-        raise TransientError(f"catalog {name!r} is unreachable: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - drivers raise their own types (sqlalchemy, requests)
+        raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {_first_line(exc)}") from exc
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:
@@ -43,3 +43,12 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         ) from exc
     except (ValueError, OSError) as exc:
         raise MetadataError(f"table {identifier!r}: metadata cannot be read ({exc}); check the catalog entry") from exc
+    except Exception as exc:  # noqa: BLE001 - catalog backends raise their own connection errors
+        raise CatalogUnavailableError(
+            f"catalog {catalog.name!r} failed loading {identifier!r}: {_first_line(exc)}"
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

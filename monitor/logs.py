@@ -47,3 +47,11 @@ def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) ->
     root.setLevel(level.upper())
     for noisy in ("py4j", "apscheduler.executors.default", "apscheduler.scheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTickFilter())
+
+
+class _SkippedTickFilter(logging.Filter):
+    """A tick skipped because the previous batch still runs is by design, not a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in record.getMessage()

@@ -97,6 +97,7 @@ class BatchOutcome:
     bytes_read: int = 0
     row_groups: int = 0
     rows_decoded: int = 0
+    deleted_rows: int = 0
     planning_seconds: float = 0.0
     batch_seconds: float = 0.0
     resumed: bool = False
@@ -116,11 +117,13 @@ class _Tally:
         self.bytes_read = 0
         self.row_groups = 0
         self.rows_decoded = 0
+        self.deleted_rows = 0
 
     def add_chunk(self, chunk: Chunk) -> None:
         self.bytes_read += chunk.bytes_read
         self.row_groups += chunk.row_groups_read
         self.rows_decoded += chunk.rows_decoded
+        self.deleted_rows += chunk.deleted_rows
 
     def add_rows(self, rows: pa.Table) -> None:
         self.chunks += 1
@@ -257,6 +260,7 @@ class Pipeline:
             bytes_read=tally.bytes_read,
             row_groups=tally.row_groups,
             rows_decoded=tally.rows_decoded,
+            deleted_rows=tally.deleted_rows,
             planning_seconds=planning_seconds,
             batch_seconds=time.monotonic() - started,
             resumed=resumed,

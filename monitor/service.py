@@ -25,14 +25,23 @@ from monitor.lineage import snapshots_between
 from monitor.metrics import BatchReport, FailureStage, Metrics
 from monitor.pipeline import BatchOutcome, CursorLostError, Pipeline, PipelineConfig
 from monitor.service_config import ServiceConfig
+from monitor.startup import cursor_problem
+from state.checkpoint import Cursor
 from state.errors import (
     CatalogNotFoundError,
-    DataFileError,
+    CatalogUnavailableError,
+    ConfigError,
+    ConsumerNotFoundError,
     IcetailError,
     MetadataError,
+    NotAncestorError,
     SinkError,
+    SinkRejectedError,
+    SnapshotNotFoundError,
     StateBusyError,
+    StateConflictError,
     StateError,
+    StateUnavailableError,
     TableNotFoundError,
     TerminalError,
 )
@@ -42,18 +51,22 @@ log = logging.getLogger("icetail.serve")
 MAX_BACKOFF_SECONDS = 300.0
 
 
+STAGE_OF_ERROR: tuple[tuple[tuple[type[BaseException], ...], FailureStage], ...] = (
+    ((CatalogNotFoundError, TableNotFoundError, CatalogUnavailableError), FailureStage.CATALOG),
+    (
+        (StateError, StateBusyError, StateConflictError, StateUnavailableError, ConsumerNotFoundError),
+        FailureStage.STATE,
+    ),
+    ((SinkError, SinkRejectedError), FailureStage.SINK),
+    ((MetadataError, CursorLostError, SnapshotNotFoundError, NotAncestorError, ConfigError), FailureStage.PLAN),
+)
+
+
 def failure_stage(exc: BaseException) -> FailureStage:
-    """Which stage a failure belongs to, for `icetail_failures_total{stage}`."""
-    if isinstance(exc, CatalogNotFoundError | TableNotFoundError):
-        return FailureStage.CATALOG
-    if isinstance(exc, StateError | StateBusyError) or type(exc).__module__.startswith("state."):
-        return FailureStage.STATE if "State" in type(exc).__name__ else FailureStage.READ
-    if isinstance(exc, SinkError) or type(exc).__module__.startswith("reader.sinks"):
-        return FailureStage.SINK
-    if isinstance(exc, MetadataError | CursorLostError):
-        return FailureStage.PLAN
-    if isinstance(exc, DataFileError):
-        return FailureStage.READ
+    """Which stage a failure belongs to, for `icetail_failures_total{stage}`; reading by default."""
+    for kinds, stage in STAGE_OF_ERROR:
+        if isinstance(exc, kinds):
+            return stage
     return FailureStage.READ
 
 
@@ -66,6 +79,7 @@ class _JobState:
     next_attempt_at: float = 0.0
     last_ok: bool = False
     last_error: str = ""
+    last_seen_snapshot: int | None = None
 
 
 class Service:
@@ -170,8 +184,9 @@ class Service:
                 pipeline = Pipeline(config, spark=self._spark, stop_event=self._stop, on_batch=self._on_batch(config))
                 pipeline.open()
                 job.pipeline = pipeline
+            self._update_lag(config, job)  # before: lag is visible while a long batch runs
             job.pipeline.run()
-            self._update_lag(config, job.pipeline)
+            self._update_lag(config, job)
             self.metrics.record_success(config.table, config.consumer_id)
             job.consecutive_failures, job.last_ok, job.last_error = 0, True, ""
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
@@ -191,6 +206,7 @@ class Service:
                     bytes_read=outcome.bytes_read,
                     row_groups=outcome.row_groups,
                     delete_files=outcome.delete_files,
+                    deleted_rows=outcome.deleted_rows,
                     splits=outcome.splits if outcome.completed else 0,
                     chunks=outcome.chunks,
                     planning_seconds=outcome.planning_seconds,
@@ -243,18 +259,35 @@ class Service:
         if job.consecutive_failures >= self.config.max_failures:
             self._fatal = f"{config.consumer_id}: {job.last_error}"
 
-    def _update_lag(self, config: PipelineConfig, pipeline: Pipeline) -> None:
-        checkpoint = pipeline.checkpoint()
+    def _update_lag(self, config: PipelineConfig, job: _JobState) -> None:
+        """Lag, discovered snapshots and in-flight chunks from the catalog and the checkpoint."""
+        assert job.pipeline is not None
+        checkpoint = job.pipeline.checkpoint()
         if checkpoint is None:
             return
         table = load_table(open_catalog(config.catalog), config.table)
         metadata = table.metadata
         current = metadata.current_snapshot_id
         snapshots, seconds = 0, 0.0
-        if current is not None and current != checkpoint.cursor.snapshot_id:
+        if (
+            current is not None
+            and current != checkpoint.cursor.snapshot_id
+            and not cursor_problem(metadata, checkpoint.cursor)
+        ):
             pending = snapshots_between(metadata, checkpoint.cursor.snapshot_id, current)
             snapshots = len(pending)
             seconds = max(0.0, time.time() - pending[0].timestamp_ms / 1000) if pending else 0.0
+        if current is not None and current != job.last_seen_snapshot:
+            known = job.last_seen_snapshot if job.last_seen_snapshot is not None else checkpoint.cursor.snapshot_id
+            new = snapshots if known is None or cursor_problem(metadata, Cursor(known, 0)) else None
+            if new is None:
+                new = len(snapshots_between(metadata, known, current)) if known != current else 0
+            self.metrics.record_discovered(config.table, config.consumer_id, new)
+            job.last_seen_snapshot = current
+        inflight = checkpoint.inflight
+        self.metrics.set_inflight_chunks(
+            config.table, config.consumer_id, len(inflight.pending()) if inflight is not None else 0
+        )
         cursor_ts = checkpoint.cursor.timestamp_ms
         self.metrics.set_lag(
             config.table,

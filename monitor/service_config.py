@@ -36,6 +36,7 @@ PIPELINE_KEYS = {
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
 BOOL_KEYS = {"keep_carry_over", "protect_cursor"}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
         if name == "identifier_columns":
             return tuple(value) if isinstance(value, list | tuple) else tuple(c.strip() for c in str(value).split(","))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise ConfigError(f"{where}: {name} must be an integer, got {value!r}") from exc
     return value
 
@@ -122,23 +123,37 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     if not isinstance(tables, list):
         raise ConfigError("config key 'tables' must be a list of mappings")
     pipelines = []
+    top = {k: _coerce(k, v, "configuration") for k, v in layered.items() if k in PIPELINE_KEYS}
     for i, entry in enumerate(tables):
         if not isinstance(entry, dict):
             raise ConfigError(f"tables[{i}] must be a mapping")
-        merged = {**{k: v for k, v in layered.items() if k in PIPELINE_KEYS}, **_normalize(entry, f"tables[{i}]")}
-        base = {PIPELINE_KEYS[k]: _coerce(k, v, f"tables[{i}]") for k, v in merged.items() if k != "keep_carry_over"}
+        where = f"tables[{i}]"
+        merged = {**top, **{k: _coerce(k, v, where) for k, v in _normalize(entry, where).items()}}
+        base = {PIPELINE_KEYS[k]: v for k, v in merged.items() if k != "keep_carry_over"}
         if "keep_carry_over" in merged:
-            base["carry_over_removal"] = not _coerce("keep_carry_over", merged["keep_carry_over"], f"tables[{i}]")
+            base["carry_over_removal"] = not merged["keep_carry_over"]
         pipelines.append(config_from_args(args, base))
     consumers = [p.consumer_id for p in pipelines]
     if len(set(consumers)) != len(consumers):
         raise ConfigError(f"two tables share a consumer id ({consumers}); give each a distinct consumer")
+    port = _coerce("metrics_port", layered.get("metrics_port", 9464), "configuration")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"metrics_port must be between 0 and 65535, got {port}")
+    max_failures = _coerce("max_failures", layered.get("max_failures", 5), "configuration")
+    if max_failures < 1:
+        raise ConfigError(f"max_failures must be >= 1, got {max_failures}")
+    log_level = str(layered.get("log_level", "INFO")).upper()
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(f"log_level {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    interval = parse_duration(layered.get("interval", 5))
+    if interval <= 0:
+        raise ConfigError(f"interval must be positive, got {layered.get('interval')!r}")
     return ServiceConfig(
         pipelines=tuple(pipelines),
-        interval_seconds=parse_duration(layered.get("interval", 5)),
+        interval_seconds=interval,
         metrics_host=str(layered.get("metrics_host", "0.0.0.0")),
-        metrics_port=int(layered.get("metrics_port", 9464)),
-        max_failures=int(layered.get("max_failures", 5)),
+        metrics_port=port,
+        max_failures=max_failures,
         shutdown_timeout_seconds=parse_duration(layered.get("shutdown_timeout", 30)),
-        log_level=str(layered.get("log_level", "INFO")),
+        log_level=log_level,
     )

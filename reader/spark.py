@@ -41,7 +41,9 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.builder
+    if not _submitted():  # under spark-submit, --name decides
+        builder = builder.appName(app_name)
     settings = {**DEFAULT_CONF, **(conf or {})}
     if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
         settings["spark.master"] = "local[*]"
@@ -54,7 +56,8 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
 
 
 def _submitted() -> bool:
-    return "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or bool(os.environ.get("SPARK_ENV_LOADED"))
+    """Launched by spark-submit (which starts the JVM first and passes its gateway port)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT")) or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
 
 
 @dataclass(frozen=True)

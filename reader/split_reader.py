@@ -41,6 +41,7 @@ class Chunk:
     row_groups_read: int
     bytes_read: int
     done: bool  # the last chunk of the split
+    deleted_rows: int = 0  # decoded rows hidden by the delete files of the snapshot (or parent, if removed)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def read_split(
             rg_bytes = meta.row_group(rg).total_byte_size
             for chunk_lo, chunk_hi in zip(bounds[:-1], bounds[1:], strict=True):
                 rows, decoded_at, decoded = _take_rows(batches, pending, decoded_at, chunk_lo, chunk_hi)
-                batch = _changes(
+                batch, deleted_rows = _changes(
                     rows,
                     chunk_lo,
                     chunk_hi,
@@ -136,6 +137,7 @@ def read_split(
                     1 if chunk_lo == lo else 0,
                     rg_bytes if chunk_lo == lo else 0,
                     rg == last_index and chunk_hi == rg_hi,
+                    deleted_rows,
                 )
 
 
@@ -183,7 +185,8 @@ def _changes(
     key_schema: Schema | None,
     format_version: int,
     split: ChangeSplit,
-) -> pa.RecordBatch:
+) -> tuple[pa.RecordBatch, int]:
+    """The chunk's change rows, and how many decoded rows the deletes hid."""
     batch = (
         rows.combine_chunks().to_batches()[0] if rows.num_rows else pa.RecordBatch.from_pylist([], schema=rows.schema)
     )
@@ -202,7 +205,10 @@ def _changes(
         with_metadata(projected.filter(pa.array(deleted)), ChangeType.DELETE, commit),
         with_metadata(projected.filter(pa.array(inserted)), ChangeType.INSERT, commit),
     ]
-    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0] if sum(p.num_rows for p in parts) else parts[0]
+    hidden = int((~visible_after).sum()) if after is not None else int((~visible_before).sum())
+    if not sum(p.num_rows for p in parts):
+        return parts[0], hidden
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0], hidden
 
 
 def _row_groups_of(split: ChangeSplit, num_row_groups: int) -> list[int]:

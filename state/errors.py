@@ -96,3 +96,7 @@ class ConsumerNotFoundError(TerminalError):
 
 class SinkRejectedError(TerminalError):
     """The sink refuses the rows for good (incompatible schema, closed output, changed chunk)."""
+
+
+class CatalogUnavailableError(TransientError):
+    """The catalog (its database or REST service) cannot be reached right now."""
