@@ -11,11 +11,12 @@ import pyarrow.dataset as ds
 from pyiceberg.table import Table
 
 from monitor.http_server import MonitorServer
-from monitor.metrics import BatchReport, Metrics
+from monitor.metrics import Metrics
 from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from monitor.plan_report import format_plan
 from monitor.planner import Planner
 from monitor.run_cmd import describe
+from monitor.service import batch_report
 
 
 def run_demo_pipeline(root: str, table: Table, format_rows: Callable[[pa.Table], str]) -> int:
@@ -30,23 +31,7 @@ def run_demo_pipeline(root: str, table: Table, format_rows: Callable[[pa.Table],
     )
 
     def record(outcome: BatchOutcome) -> None:
-        metrics.record_batch(
-            BatchReport(
-                table=name,
-                consumer=config.consumer_id,
-                from_snapshot_exclusive=outcome.from_snapshot_exclusive,
-                to_snapshot_inclusive=outcome.to_snapshot_inclusive,
-                snapshots=outcome.snapshots,
-                rows_by_change_type=outcome.rows_by_change_type,
-                data_files=outcome.data_files,
-                bytes_read=outcome.bytes_read,
-                row_groups=outcome.row_groups,
-                splits=outcome.splits,
-                chunks=outcome.chunks,
-                planning_seconds=outcome.planning_seconds,
-                batch_seconds=outcome.batch_seconds,
-            )
-        )
+        metrics.record_batch(batch_report(config, outcome))
 
     print(f"\n$ icetail run --catalog demo --table {name} --state {state} --sink {sink} --identifier-columns order_id")
     with Pipeline(config, on_batch=record) as pipeline:

@@ -82,6 +82,27 @@ class _JobState:
     last_seen_snapshot: int | None = None
 
 
+def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
+    """The metrics' view of a batch; an interrupted batch counts its chunks but no snapshots yet."""
+    return BatchReport(
+        table=config.table,
+        consumer=config.consumer_id,
+        from_snapshot_exclusive=outcome.from_snapshot_exclusive,
+        to_snapshot_inclusive=outcome.to_snapshot_inclusive,
+        snapshots=outcome.snapshots if outcome.completed else 0,
+        rows_by_change_type=outcome.rows_by_change_type,
+        data_files=outcome.data_files,
+        bytes_read=outcome.bytes_read,
+        row_groups=outcome.row_groups,
+        delete_files=outcome.delete_files,
+        deleted_rows=outcome.deleted_rows,
+        splits=outcome.splits if outcome.completed else 0,
+        chunks=outcome.chunks,
+        planning_seconds=outcome.planning_seconds,
+        batch_seconds=outcome.batch_seconds,
+    )
+
+
 class Service:
     """Runs every configured pipeline on a schedule until stopped."""
 
@@ -194,25 +215,7 @@ class Service:
 
     def _on_batch(self, config: PipelineConfig) -> Any:
         def record(outcome: BatchOutcome) -> None:
-            self.metrics.record_batch(
-                BatchReport(
-                    table=config.table,
-                    consumer=config.consumer_id,
-                    from_snapshot_exclusive=outcome.from_snapshot_exclusive,
-                    to_snapshot_inclusive=outcome.to_snapshot_inclusive,
-                    snapshots=outcome.snapshots if outcome.completed else 0,
-                    rows_by_change_type=outcome.rows_by_change_type,
-                    data_files=outcome.data_files,
-                    bytes_read=outcome.bytes_read,
-                    row_groups=outcome.row_groups,
-                    delete_files=outcome.delete_files,
-                    deleted_rows=outcome.deleted_rows,
-                    splits=outcome.splits if outcome.completed else 0,
-                    chunks=outcome.chunks,
-                    planning_seconds=outcome.planning_seconds,
-                    batch_seconds=outcome.batch_seconds,
-                )
-            )
+            self.metrics.record_batch(batch_report(config, outcome))
             log.info(
                 "batch delivered" if outcome.completed else "batch interrupted",
                 extra={
