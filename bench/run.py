@@ -297,6 +297,31 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
     return Timing(time.perf_counter() - started, rows_in, out, {"encode": encode})
 
 
+def _pool_split(context: Any, split: Any) -> list[Any]:
+    from reader.spark import _encode
+    from reader.split_reader import read_split
+
+    return [_encode(chunk) for chunk in read_split(context, split)]
+
+
+def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
+    """Experiment (P1 option 3): the split reader in a local process pool, in plan order, no Spark."""
+    from monitor.api import read_context
+    from monitor.planner import Planner
+    from reader.spark import _decode
+
+    started = time.perf_counter()
+    plan = Planner(table).plan(from_id, to_id)
+    context = read_context(table, plan.schema_id, plan.tasks)
+    out = 0
+    for payloads in executor.map(_pool_split, [context] * len(plan.splits), plan.splits):
+        for payload in payloads:
+            chunk = _decode(payload)
+            out += chunk.batch.num_rows if chunk.batch is not None else 0
+    rows_in = sum(t.data_file.record_count for t in plan.tasks)
+    return Timing(time.perf_counter() - started, rows_in, out, {"mode": "pool"})
+
+
 def read_raw(paths: Iterable[str], *, threads: bool = True) -> Timing:
     """pyarrow decode of whole files, every column: the limit on this machine."""
     import pyarrow.parquet as pq
@@ -998,9 +1023,19 @@ def profile_target(args: argparse.Namespace, scale: gen.Scale) -> int:
     seed = gen.seed_snapshot(_Cat, "prof", data)
     last = gen.add_files(_Cat, "prof", data.files)
     table = _Cat.load_table("prof")
+    if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1" and args.mode != "spark":
+        import bench.cases.fastdaemon  # noqa: F401 - applies the experiment's patches in this process
     if args.mode == "inprocess":
         read = lambda: read_splits_inprocess(table, seed, last, encode=True)  # noqa: E731
+    elif args.mode == "pool":
+        from concurrent.futures import ProcessPoolExecutor
+
+        executor = ProcessPoolExecutor(os.cpu_count() or 2)
+        read_pool(table, seed, last, executor)  # warm-up: worker processes and their imports
+        read = lambda: read_pool(table, seed, last, executor)  # noqa: E731
     else:
+        # workers must be able to import bench.cases.fastdaemon if --spark-conf names it
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
         conf = dict(item.split("=", 1) for item in args.spark_conf)
         spark = spark_session(conf=conf)
         read_icetail(table, seed, last, spark)  # warm-up
@@ -1009,9 +1044,10 @@ def profile_target(args: argparse.Namespace, scale: gen.Scale) -> int:
         before = cpu_by_kind()
         timing = read()
         cpu = {k: round(v - before[k], 2) for k, v in cpu_by_kind().items()}
+        raw = read_raw(data.files) if args.raw else None
         log(
             f"profile read {i + 1}: {timing.seconds:.2f}s, {timing.rows_per_second / 1e6:.2f} M rows/s, "
-            f"cpu seconds {cpu}"
+            f"cpu seconds {cpu}" + (f"; raw pyarrow {raw.seconds:.2f}s, ratio {ratio(raw, timing)}x" if raw else "")
         )
     return 0
 
@@ -1113,7 +1149,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     probe.add_argument("--to-snapshot", type=int, required=True)
     prof = sub.add_parser("profile", help="the append read in a loop, to run under py-spy or pyinstrument")
     prof.add_argument("--iterations", type=int, default=3)
-    prof.add_argument("--mode", choices=("spark", "inprocess"), default="spark")
+    prof.add_argument("--mode", choices=("spark", "inprocess", "pool"), default="spark")
+    prof.add_argument("--raw", action="store_true", help="time a raw pyarrow decode after each read (ratio)")
     prof.add_argument("--spark-conf", action="append", default=[], help="KEY=VALUE for icetail's session (repeatable)")
     return parser.parse_args(argv)
 

@@ -1,0 +1,43 @@
+"""Experiment: a PySpark daemon for icetail's workers, selected with
+`spark.python.daemon.module=bench.cases.fastdaemon` (the repository root must be on PYTHONPATH).
+
+* P1a: `zipimporter.invalidate_caches` becomes a no-op. PySpark calls `importlib.invalidate_caches()`
+  for every task, which re-reads the central directory of `pyspark.zip` and the py4j zip once per
+  zipimporter (about 70 ms a task on the benchmark machine); those archives never change while
+  a worker lives.
+* P2 (only with ICETAIL_BENCH_FAST_METADATA=1): `reader.metadata_columns.with_metadata` builds its
+  constant columns with `pa.repeat` instead of Python lists of n items.
+
+Patches apply in the daemon before it forks, so every worker inherits them.
+"""
+
+from __future__ import annotations
+
+import os
+import zipimport
+
+zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
+
+if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
+    import pyarrow as pa
+
+    from reader import metadata_columns, split_reader
+
+    def _with_metadata(rows, change_type, commit):  # type: ignore[no-untyped-def]
+        n = rows.num_rows
+        extra = [
+            pa.repeat(pa.scalar(change_type.value, pa.string()), n),
+            pa.repeat(pa.scalar(commit.ordinal, pa.int32()), n),
+            pa.repeat(pa.scalar(commit.snapshot_id, pa.int64()), n),
+            pa.repeat(pa.scalar(commit.timestamp_ms * 1000, pa.timestamp("us", tz="UTC")), n),
+        ]
+        schema = metadata_columns.change_schema(rows.schema)
+        return pa.RecordBatch.from_arrays(list(rows.columns) + extra, schema=schema)
+
+    metadata_columns.with_metadata = _with_metadata
+    split_reader.with_metadata = _with_metadata  # the name split_reader imported
+
+from pyspark import daemon  # noqa: E402
+
+if __name__ == "__main__":
+    daemon.manager()
