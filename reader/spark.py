@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -68,24 +70,70 @@ class SplitRequest:
     start_row_inclusive: int = 0
 
 
+DEFAULT_WAVE_BYTES = 128 * 1024 * 1024  # estimated parquet bytes read by one Spark job
+MIN_WAVE_SPLITS = 64
+
+
+def plan_waves(requests: Sequence[SplitRequest], max_splits: int, max_bytes: int) -> list[list[SplitRequest]]:
+    """Consecutive groups of splits, each bounded in count and in estimated input bytes."""
+    waves: list[list[SplitRequest]] = []
+    current: list[SplitRequest] = []
+    size = 0
+    for request in requests:
+        estimate = max(request.split.estimated_bytes, 1)
+        if current and (len(current) >= max_splits or size + estimate > max_bytes):
+            waves.append(current)
+            current, size = [], 0
+        current.append(request)
+        size += estimate
+    if current:
+        waves.append(current)
+    return waves
+
+
 def run_splits(
     spark: Any,
     context: ReadContext,
     requests: Sequence[SplitRequest],
     *,
     chunk_rows: int | None = None,
+    wave_bytes: int = DEFAULT_WAVE_BYTES,
 ) -> Iterator[Chunk]:
-    """Chunks of every split, in request order then file order (batches travel as Arrow IPC)."""
+    """Chunks of every split, in request order then file order (batches travel as Arrow IPC).
+
+    Splits run in waves: one Spark job per wave, one task per split, so small splits do not pay
+    a job each and a wave's results bound driver memory. The next wave runs while the caller
+    consumes the current one.
+    """
     if not requests:
         return
-    indexed = list(enumerate(requests))
-    rdd = spark.sparkContext.parallelize(indexed, numSlices=len(indexed))
-    job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows))
+    sc = spark.sparkContext
+    waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * sc.defaultParallelism), wave_bytes)
+    group = f"icetail-{uuid.uuid4().hex[:12]}"
+
+    def collect(wave: list[SplitRequest]) -> list[tuple[Any, ...]]:
+        sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
+        rdd = sc.parallelize(list(enumerate(wave)), numSlices=len(wave))
+        return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows)).collect()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-wave")
+    finished = False
     try:
-        for payload in job.toLocalIterator(prefetchPartitions=True):
-            yield _decode(payload)
-    except Exception as exc:  # noqa: BLE001 - a task error surfaces as a Py4J/Spark exception
-        raise _unwrap(exc) from exc
+        future = pool.submit(collect, waves[0])
+        for index in range(len(waves)):
+            try:
+                payloads = future.result()
+            except Exception as exc:  # noqa: BLE001 - a task error surfaces as a Py4J/Spark exception
+                raise _unwrap(exc) from exc
+            if index + 1 < len(waves):
+                future = pool.submit(collect, waves[index + 1])
+            for payload in payloads:
+                yield _decode(payload)
+        finished = True
+    finally:
+        if not finished:
+            sc.cancelJobGroup(group)  # the caller stopped early: do not finish reading for nobody
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _run_partition(context: ReadContext, part: Any, chunk_rows: int | None) -> Iterator[tuple[Any, ...]]:
