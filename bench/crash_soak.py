@@ -2,16 +2,19 @@
 
 The long form of tests/pipeline/test_crash.py. It builds a table of mixed snapshots (multi-file,
 multi-row-group appends, copy-on-write deletes, an overwrite, a schema change) `--scale` times
-the test's size, computes its whole change stream with `read_changes` (the oracle), then runs
+the test's size, then runs
 
     icetail run --until-caught-up --max-snapshots-per-batch M --chunk-rows C ...
 
 as a child process, SIGKILLing its process group (driver, Spark JVM, Python workers) `--kills`
-times by a seeded schedule (early kills during start-up, store and planning; kills keyed to sink
-writes; random moments), and once more to completion. After every run the sink must be a
-sub-multiset of the oracle holding at least the committed rows; at the end it must equal the
-oracle (full rows, with `_change_ordinal`, `_commit_snapshot_id`, `_commit_timestamp`), and a
-further run must leave the sink untouched.
+times by a seeded schedule (early kills during start-up, store and planning; kills inside and
+right after sink writes; random moments), and once more to completion. With --write-every N
+another writer commits to the source table (an append, or a copy-on-write delete) after every
+N-th kill, so restarts finish written-ahead batches of a table that moved on. The oracle is the
+final table's whole change stream (`read_changes`). The sink must hold at least the committed
+rows after every run and a sub-multiset of the oracle; at the end exactly the oracle (full rows,
+with `_change_ordinal`, `_commit_snapshot_id`, `_commit_timestamp`), and a further run must
+leave the sink untouched.
 
     .venv/bin/python bench/crash_soak.py --kills 40 --seed 7 --sink iceberg --state postgresql
 
@@ -47,6 +50,7 @@ from tests.pipeline.conftest import (  # noqa: E402
     icetail_command,
     is_submultiset,
     kill_schedule,
+    make_rows,
     make_sink,
     new_catalog,
     new_state_url,
@@ -65,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale", type=int, default=4, help="table size, in units of the test's table (4)")
     parser.add_argument("--chunk-rows", type=int, default=100)
     parser.add_argument("--max-snapshots-per-batch", type=int, default=2)
+    parser.add_argument("--write-every", type=int, default=0, help="another writer commits after every N-th kill")
     parser.add_argument("--horizon", type=float, default=40.0, help="latest time-based kill, seconds (40)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -102,11 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     from reader.spark import spark_session
 
     spark = spark_session()
-    oracle_started = time.monotonic()
-    expected_table = read_changes(table, spark=spark)
-    schema = expected_table.schema
-    expected = row_multiset(expected_table, schema)
-    print(f"oracle: {expected_table.num_rows} change rows in {time.monotonic() - oracle_started:.1f}s")
 
     (work / "state").mkdir(exist_ok=True)
     state_url = new_state_url(args.state, work / "state")
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     schedule = kill_schedule(random.Random(args.seed), args.kills, horizon=args.horizon)
     stages: collections.Counter[str] = collections.Counter()
     problems: list[str] = []
+    seen: list[tuple[Attempt, pa.Table | None]] = []  # sink contents after each run, checked at the end
+    writes = 0
 
     def check(attempt: Attempt, rows: pa.Table | None) -> None:
         tmp_files = 0
@@ -135,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp_files = sum(1 for _ in (sink.directory / "_tmp").rglob("*.parquet"))
         stage = classify(attempt, tmp_files)
         stages[stage] += 1
-        got = row_multiset(rows, schema, partial=True)
-        if not is_submultiset(got, expected):
-            problems.append(f"after run {attempt.index}: {diff_report(expected, got)}")
+        seen.append((attempt, rows))
         state = attempt.state
         if state is not None and state.exists and attempt.sink_rows < state.committed_rows:
             problems.append(
@@ -145,6 +145,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{state.committed_rows} committed"
             )
         print(f"  {attempt.line()} [{stage}]", flush=True)
+
+    def concurrent_write(attempt: Attempt) -> None:
+        """Another writer commits while icetail is down: an append, or a delete every other time."""
+        nonlocal writes
+        if not args.write_every or (attempt.index + 1) % args.write_every:
+            return
+        writes += 1
+        current = source.load("ns.events")
+        if writes % 2:
+            base = 1_000_000 + writes * 1_000
+            current.append(make_rows(current.schema().as_arrow(), range(base, base + 300)))
+        else:
+            from pyiceberg.expressions import LessThan
+
+            current.delete(LessThan("id", 10 + writes * 20))
+        print(f"  (a concurrent writer committed snapshot {source.load('ns.events').metadata.current_snapshot_id})")
 
     loop_started = time.monotonic()
     ok = False
@@ -158,9 +174,20 @@ def main(argv: list[str] | None = None) -> int:
             schedule=schedule,
             logs=work / "logs",
             check=check,
+            between=concurrent_write,
             final_timeout=1800,
         )
         loop_seconds = time.monotonic() - loop_started
+        table = source.load("ns.events")
+        oracle_started = time.monotonic()
+        expected_table = read_changes(table, spark=spark)
+        schema = expected_table.schema
+        expected = row_multiset(expected_table, schema)
+        print(f"oracle: {expected_table.num_rows} change rows in {time.monotonic() - oracle_started:.1f}s")
+        for attempt, rows_then in seen:  # no row foreign or duplicated at any point
+            got = row_multiset(rows_then, schema, partial=True)
+            if not is_submultiset(got, expected):
+                problems.append(f"after run {attempt.index}: {diff_report(expected, got)}")
         final = row_multiset(sink.read(), schema)
         if diff := diff_report(expected, final):
             problems.append(f"final sink: {diff}")
@@ -177,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kills: {report.kills}, runs: {len(report.attempts) + 1}, crash loop {loop_seconds:.0f}s")
         for stage, count in stages.most_common():
             print(f"  {count:4d}  {stage}")
+        print(f"concurrent writes: {writes}")
         print(f"change rows: {expected_table.num_rows} expected, {sum(final.values())} in the sink")
         ok = not problems
     finally:

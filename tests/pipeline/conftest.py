@@ -523,8 +523,8 @@ def expire_dead_lease(url: str, consumer: str) -> str | None:
 @dataclass(frozen=True)
 class KillTrigger:
     """When to SIGKILL a run: `delay` s after launch ("time"), or `delay` s after `steps` more sink
-    writes began ("started": lands inside a sink write) or landed ("written": lands between the
-    sink write and the offset commit, or inside the commit)."""
+    writes began ("started": lands inside a sink write) or landed ("written": with a delay of a
+    few ms, lands between the sink write and the offset commit, or inside the commit)."""
 
     kind: str  # time | started | written
     delay: float
@@ -549,7 +549,7 @@ def kill_schedule(rng: random.Random, kills: int, *, horizon: float = 25.0) -> l
         KillTrigger("time", rng.uniform(0.0, 1.5)),
         KillTrigger("time", rng.uniform(1.5, 5.0)),
         KillTrigger("started", rng.uniform(0.0, 0.02), 1),
-        KillTrigger("written", rng.uniform(0.0, 0.02), rng.randint(1, 4)),
+        KillTrigger("written", rng.uniform(0.0, 0.003), rng.randint(1, 4)),
     ]
     plan = fixed[:kills]
     while len(plan) < kills:
@@ -559,7 +559,7 @@ def kill_schedule(rng: random.Random, kills: int, *, horizon: float = 25.0) -> l
         elif pick < 0.55:
             plan.append(KillTrigger("started", rng.uniform(0.0, 0.05), rng.randint(1, 6)))
         elif pick < 0.8:
-            plan.append(KillTrigger("written", rng.uniform(0.0, 0.05), rng.randint(1, 6)))
+            plan.append(KillTrigger("written", rng.uniform(0.0, 0.005), rng.randint(1, 6)))
         else:
             plan.append(KillTrigger("written", rng.uniform(0.05, 1.0), rng.randint(1, 10)))
     return plan
@@ -652,7 +652,7 @@ def run_once(
                     kill_group(proc)
                     killed = True
                     break
-                time.sleep(0.005)
+                time.sleep(0.0005 if keyed else 0.005)  # the sink-write-to-commit window is ~1-3 ms
         finally:
             if proc.poll() is None:
                 kill_group(proc)
@@ -685,6 +685,7 @@ def crash_loop(
     schedule: Sequence[KillTrigger],
     logs: Path,
     check: Callable[[Attempt, pa.Table | None], None] | None = None,
+    between: Callable[[Attempt], None] | None = None,
     timeout: float = 300,
     final_timeout: float = 600,
 ) -> CrashReport:
@@ -692,7 +693,7 @@ def crash_loop(
 
     A run that exits on its own before its kill moment ends the loop when it exits 0 (caught up)
     and fails it otherwise (its output is in the assertion). After each kill the dead run's lease
-    is released, as its expiry would.
+    is released, as its expiry would, and `between` runs (e.g. a concurrent writer's commit).
     """
     logs.mkdir(parents=True, exist_ok=True)
     report = CrashReport()
@@ -716,6 +717,8 @@ def crash_loop(
         report.attempts.append(attempt)
         if check is not None:
             check(attempt, rows)
+        if killed and between is not None:
+            between(attempt)
         if not killed:
             if returncode != 0:
                 raise AssertionError(

@@ -21,6 +21,7 @@ after delegating to the real parquet sink), and for real by SIGKILLing an `iceta
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -171,6 +172,34 @@ def test_restart_redecodes_only_the_row_group_of_the_committed_offset(
     remaining_groups = len(big_source.row_group_starts) - 1 - group
     assert outcome.row_groups == remaining_groups
 
+    schema = big_source.expected.schema
+    expected = row_multiset(big_source.expected, schema)
+    got = row_multiset(sink_rows(tmp_path), schema)
+    assert not diff_report(expected, got), diff_report(expected, got)
+
+
+def test_restart_with_another_chunk_size_cuts_the_batch_as_before(
+    big_source: BigSource, tmp_path: Path, spark: Any, use_catalogs: Any
+) -> None:
+    """The batch id records its chunk size: a restart configured otherwise replays the same chunk keys."""
+    use_catalogs(big_source.catalog)
+    config = config_for(big_source, tmp_path)
+    crashing = CrashingSink(ParquetDirSink(tmp_path / "sink", consumer="cost"), 23, after_write=True)
+    with pytest.raises(SimulatedCrash), Pipeline(config, sink=crashing, spark=spark) as first:
+        first.run()
+    written = sorted(p.name for p in (tmp_path / "sink").glob("*.parquet"))
+    with open_store(config.state_url) as store:
+        checkpoint = store.load("cost")
+    assert checkpoint is not None
+    decode, undelivered, _ = expected_restart_decode(big_source, checkpoint)
+
+    resumed = dataclasses.replace(config, chunk_rows=3_000)
+    with Pipeline(resumed, sink=ParquetDirSink(tmp_path / "sink", consumer="cost"), spark=spark) as second:
+        results = second.run()
+    assert results[0].resumed and results[0].rows_decoded == decode and results[0].rows == undelivered
+    assert results[0].chunks == ROWS // ROW_GROUP_ROWS * CHUNKS_PER_ROW_GROUP - 22  # 4000-row chunks again
+    names = sorted(p.name for p in (tmp_path / "sink").glob("*.parquet"))
+    assert set(written) <= set(names) and len(names) == ROWS // ROW_GROUP_ROWS * CHUNKS_PER_ROW_GROUP
     schema = big_source.expected.schema
     expected = row_multiset(big_source.expected, schema)
     got = row_multiset(sink_rows(tmp_path), schema)
