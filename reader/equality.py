@@ -38,6 +38,28 @@ def rows_matching(data_keys: pa.Table, delete_keys: pa.Table) -> np.ndarray:
     return np.isin(codes[:n_data], codes[n_data:])
 
 
+class DeleteKeySet:
+    """The keys of equality deletes, indexed once and matched against many chunks of data."""
+
+    def __init__(self, delete_keys: pa.Table) -> None:
+        self.column_names = delete_keys.column_names
+        self._table = delete_keys
+        self._value_set: pa.Array | None = None
+        if delete_keys.num_columns == 1:
+            column = delete_keys.column(0).combine_chunks()
+            self._value_set = pc.unique(column)
+
+    def matches(self, data_keys: pa.Table) -> np.ndarray:
+        """Boolean mask over `data_keys` rows: True where the row equals a delete key (NULL = NULL)."""
+        data_keys = data_keys.select(self.column_names)
+        if self._value_set is None:
+            return rows_matching(data_keys, self._table)
+        column = data_keys.column(0)
+        value_set = self._value_set.cast(column.type) if self._value_set.type != column.type else self._value_set
+        mask = pc.is_in(column, value_set=value_set, skip_nulls=False)
+        return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _encoded_codes(table: pa.Table) -> np.ndarray:
     combined: np.ndarray | None = None
     for column in table.columns:

@@ -27,14 +27,6 @@ def change_schema(data_schema: pa.Schema) -> pa.Schema:
 def with_metadata(rows: pa.RecordBatch, change_type: ChangeType, commit: CommitInfo) -> pa.RecordBatch:
     """`rows` plus the four metadata columns, every row of one change type and one commit."""
     n = rows.num_rows
-    extra = [
-        pa.array([change_type.value] * n, pa.string()) if n else pa.array([], pa.string()),
-        pa.array(_repeat(commit.ordinal, n), pa.int32()),
-        pa.array(_repeat(commit.snapshot_id, n), pa.int64()),
-        pa.array(_repeat(commit.timestamp_ms * 1000, n), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-    ]
+    values = (change_type.value, commit.ordinal, commit.snapshot_id, commit.timestamp_ms * 1000)
+    extra = [pa.repeat(pa.scalar(v, f.type), n) for v, f in zip(values, METADATA_FIELDS, strict=True)]
     return pa.RecordBatch.from_arrays(list(rows.columns) + extra, schema=change_schema(rows.schema))
-
-
-def _repeat(value: int, n: int) -> list[int]:
-    return [value] * n

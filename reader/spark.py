@@ -49,6 +49,8 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     settings = {**DEFAULT_CONF, **(conf or {})}
     if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
         settings["spark.master"] = "local[*]"
+        # workers here run from this interpreter's site-packages, where reader.spark_daemon is
+        settings.setdefault("spark.python.daemon.module", "reader.spark_daemon")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -21,7 +21,7 @@ from pyiceberg.schema import Schema
 
 from reader.context import ReadContext
 from reader.deletes import deleted_positions, equality_delete_rows
-from reader.equality import rows_matching
+from reader.equality import DeleteKeySet
 from reader.fileio import file_io_for
 from reader.metadata_columns import change_schema, with_metadata
 from reader.projection import arrow_schema, columns_to_read, file_schema, project
@@ -49,16 +49,15 @@ class _DeleteState:
     """The deletes applicable on one side (before or after the snapshot) of a data file."""
 
     positions: np.ndarray  # sorted, file-absolute
-    equality: tuple[tuple[tuple[int, ...], pa.Table], ...]  # (field ids, key rows)
+    equality: tuple[DeleteKeySet, ...]  # one per set of equality field ids
 
     def visible(self, lo: int, hi: int, keys: pa.Table | None) -> np.ndarray:
         mask = np.ones(hi - lo, dtype=bool)
         first, last = np.searchsorted(self.positions, [lo, hi])
         mask[self.positions[first:last] - lo] = False
         if keys is not None:
-            for field_ids, delete_rows in self.equality:
-                names = [str(i) for i in field_ids]
-                mask &= ~rows_matching(keys.select(names), delete_rows.select(names))
+            for key_set in self.equality:
+                mask &= ~key_set.matches(keys)
         return mask
 
 
@@ -82,7 +81,7 @@ def read_split(
         )
     before = _delete_state(io, context, data_file.path, task.deletes_before) if task.kind != ChangeKind.ADDED else None
     after = _delete_state(io, context, data_file.path, task.deletes_after) if task.kind != ChangeKind.REMOVED else None
-    equality_ids = {i for state in (before, after) if state for ids, _ in state.equality for i in ids}
+    equality_ids = {int(n) for state in (before, after) if state for ks in state.equality for n in ks.column_names}
 
     output_schema = context.output_schema
     out_arrow = change_schema(arrow_schema(output_schema))
@@ -155,9 +154,10 @@ def _take_rows(
         pending.append(batch)
         decoded_at += batch.num_rows
         decoded += batch.num_rows
-    table = pa.Table.from_batches(pending) if pending else None
-    first = decoded_at - (table.num_rows if table is not None else 0)
-    assert table is not None
+    first = decoded_at - sum(b.num_rows for b in pending)
+    if len(pending) == 1 and first == lo and decoded_at == hi:
+        return pa.Table.from_batches([pending.pop()]), decoded_at, decoded  # the common case: no copy
+    table = pa.Table.from_batches(pending)
     rows = table.slice(lo - first, hi - lo)
     rest = table.slice(hi - first)
     pending.clear()
@@ -187,9 +187,10 @@ def _changes(
     split: ChangeSplit,
 ) -> tuple[pa.RecordBatch, int]:
     """The chunk's change rows, and how many decoded rows the deletes hid."""
-    batch = (
-        rows.combine_chunks().to_batches()[0] if rows.num_rows else pa.RecordBatch.from_pylist([], schema=rows.schema)
-    )
+    batches = rows.to_batches() if rows.num_rows else []
+    if len(batches) != 1:
+        batches = rows.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
+    batch = batches[0]
     keys = None
     if key_schema is not None:
         keyed = project(batch, schema_of_file, key_schema, format_version)
@@ -201,12 +202,16 @@ def _changes(
     inserted = visible_after & ~visible_before
     projected = project(batch, schema_of_file, output_schema, format_version).cast(arrow_schema(output_schema))
     commit = split.task.commit
-    parts = [
-        with_metadata(projected.filter(pa.array(deleted)), ChangeType.DELETE, commit),
-        with_metadata(projected.filter(pa.array(inserted)), ChangeType.INSERT, commit),
-    ]
     hidden = int((~visible_after).sum()) if after is not None else int((~visible_before).sum())
-    if not sum(p.num_rows for p in parts):
+    parts = [
+        # a mask that keeps every row (a whole added or removed file) needs no filter copy
+        with_metadata(projected if count == n else projected.filter(pa.array(mask)), change_type, commit)
+        for mask, change_type in ((deleted, ChangeType.DELETE), (inserted, ChangeType.INSERT))
+        if (count := int(mask.sum()))
+    ]
+    if not parts:
+        return with_metadata(projected.slice(0, 0), ChangeType.INSERT, commit), hidden
+    if len(parts) == 1:
         return parts[0], hidden
     return pa.Table.from_batches(parts).combine_chunks().to_batches()[0], hidden
 
@@ -240,7 +245,7 @@ def _delete_state(io: FileIO, context: ReadContext, data_path: str, deletes: tup
     for delete in deletes:
         if delete.content == DeleteContent.EQUALITY:
             grouped[tuple(sorted(delete.equality_field_ids))].append(_equality_keys(io, context, delete))
-    equality = tuple((ids, pa.concat_tables(tables)) for ids, tables in grouped.items())
+    equality = tuple(DeleteKeySet(pa.concat_tables(tables)) for tables in grouped.values())
     return _DeleteState(positions, equality)
 
 
