@@ -7,6 +7,9 @@
   a worker lives.
 * P2 (only with ICETAIL_BENCH_FAST_METADATA=1): `reader.metadata_columns.with_metadata` builds its
   constant columns with `pa.repeat` instead of Python lists of n items.
+* P3 (only with ICETAIL_BENCH_FAST_INSERTS=1): `reader.split_reader._changes` skips the masks, the
+  two filters and the final concatenation when every row of the chunk is an INSERT (an ADDED
+  file with no deletes), projecting and tagging the batch as it is.
 
 Patches apply in the daemon before it forks, so every worker inherits them.
 """
@@ -36,6 +39,27 @@ if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
 
     metadata_columns.with_metadata = _with_metadata
     split_reader.with_metadata = _with_metadata  # the name split_reader imported
+
+if os.environ.get("ICETAIL_BENCH_FAST_INSERTS") == "1":
+    from reader import split_reader as _sr
+    from state.model import ChangeType
+
+    _original_changes = _sr._changes
+    # newer readers return (batch, rows hidden by deletes): keep whichever shape the reader has
+    _returns_pair = "tuple" in str(_original_changes.__annotations__.get("return", ""))
+
+    def _changes(rows, lo, hi, before, after, kind, schema_of_file, output_schema, key_schema, fv, split):  # type: ignore[no-untyped-def]
+        if before is None and after is not None and not len(after.positions) and not after.equality and rows.num_rows:
+            batches = rows.to_batches()
+            batch = batches[0] if len(batches) == 1 else rows.combine_chunks().to_batches()[0]
+            projected = _sr.project(batch, schema_of_file, output_schema, fv).cast(_sr.arrow_schema(output_schema))
+            out = _sr.with_metadata(projected, ChangeType.INSERT, split.task.commit)
+            return (out, 0) if _returns_pair else out
+        return _original_changes(
+            rows, lo, hi, before, after, kind, schema_of_file, output_schema, key_schema, fv, split
+        )
+
+    _sr._changes = _changes
 
 from pyspark import daemon  # noqa: E402
 
