@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -167,12 +167,25 @@ class Pipeline:
         self.close()
 
     def open(self) -> None:
-        """Take the consumer's lease: a second run of the same consumer refuses (StateBusyError)."""
+        """Check the sink and the consumer, then take the consumer's lease.
+
+        A second run of the same consumer refuses (StateBusyError); a lease left by a run on
+        this host whose process is gone (a crash) is taken over at once instead of waiting for
+        it to expire.
+        """
+        _ = self.sink  # a bad sink URL fails here, before the state is touched
         checkpoint = self._store.load(self.consumer)
         if checkpoint is None:
             # the consumer must exist before it can be leased; its start is decided in run_batch
             table = self._load_table()
             checkpoint = self._create_consumer(table)
+        elif (checkpoint.catalog, checkpoint.table) != (self.config.catalog, self.config.table):
+            raise ConfigError(
+                f"consumer {self.consumer!r} follows {checkpoint.catalog}.{checkpoint.table}, not "
+                f"{self.config.catalog}.{self.config.table}; pick another --consumer"
+            )
+        if checkpoint.lease_is_live() and checkpoint.lease is not None and _holder_is_dead(checkpoint.lease.owner):
+            self._store.release_lease(self.consumer, checkpoint.lease.owner)
         self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         self._lease_renewed_at = time.monotonic()
 
@@ -217,6 +230,7 @@ class Pipeline:
     def run_batch(self) -> BatchOutcome | None:
         """Deliver the in-flight batch, or plan and deliver the next one; None when caught up."""
         started = time.monotonic()
+        self._renew_lease()  # also fails fast if another run took the consumer over
         table = self._load_table()
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
@@ -298,7 +312,10 @@ class Pipeline:
         base = self._next_ordinal(cursor) if problem is None else 0
         full = self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
         if cursor.snapshot_id is None and full:
-            return self._planner.plan_full(current, ordinal_base=base)
+            self._full_next = False
+            plan = self._planner.plan_full(current, ordinal_base=base)
+            # the batch starts where the stored cursor is (CAS), even when that snapshot is gone
+            return replace(plan, from_snapshot_id_exclusive=checkpoint.cursor.snapshot_id)
         to_snapshot = current
         if self.config.max_snapshots_per_batch is not None:
             chain = snapshots_between(metadata, cursor.snapshot_id, current)
@@ -323,9 +340,13 @@ class Pipeline:
                 f"consumer {self.consumer!r}: {problem}; rerun with --on-missing-cursor earliest|latest|full, "
                 f"or move it with `icetail reset --consumer {self.consumer} --to ...`"
             )
+        if policy == "full":
+            # no separate reset: the full read is written ahead as the next batch, from the lost
+            # cursor, so a crash before it is written simply repeats this decision
+            self._full_next = True
+            return Cursor.before_first_snapshot()
         cursor = initial_cursor(table.metadata, StartMode(policy))
         self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
-        self._full_next = policy == "full"
         return cursor
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
@@ -457,8 +478,11 @@ class Pipeline:
 
     def _renew_lease_if_due(self) -> None:
         if time.monotonic() - self._lease_renewed_at > self.config.lease_ttl_seconds / 3:
-            self._store.renew_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
-            self._lease_renewed_at = time.monotonic()
+            self._renew_lease()
+
+    def _renew_lease(self) -> None:
+        self._store.renew_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
+        self._lease_renewed_at = time.monotonic()
 
     def _protect(self, table: Table, snapshot_id: int) -> None:
         """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need."""
@@ -468,6 +492,22 @@ class Pipeline:
             if tag in table.metadata.refs:
                 manage.remove_tag(tag)
             manage.create_tag(snapshot_id, tag)
+
+
+def _holder_is_dead(owner: str) -> bool:
+    """True when a lease owner `host:pid:token` names a process of this host that no longer runs."""
+    parts = owner.split(":")
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    if int(parts[1]) == os.getpid():
+        return True  # our own pid with another token: a previous run of this container (pid 1)
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _batch_id_field(batch_id: str, letter: str) -> int | None:

@@ -16,7 +16,8 @@ from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from monitor.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
 from state.checkpoint import Checkpoint
 from state.errors import ConfigError, ConsumerNotFoundError, IcetailError
-from state.store import open_store
+from state.store import CheckpointStore, open_store
+from state.urls import SqliteLocation, parse_store_url
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -132,8 +133,16 @@ def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
     }
 
 
+def _existing_store(url: str) -> CheckpointStore:
+    """Open a store that must already exist: status and reset never create one by a typo."""
+    location = parse_store_url(url)
+    if isinstance(location, SqliteLocation) and not location.path.exists():
+        raise ConfigError(f"no checkpoint store at {location.path}; check --state (sqlite:////absolute/path.db)")
+    return open_store(url)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    with open_store(args.state) as store:
+    with _existing_store(args.state) as store:
         if args.consumer:
             checkpoint = store.load(args.consumer)
             if checkpoint is None:
@@ -166,7 +175,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     mode = parse_start(args.to)
     if mode.reads_full_snapshot:
         raise ConfigError("--to full is not a position; use earliest, latest, snapshot:ID or timestamp:T")
-    with open_store(args.state) as store:
+    with _existing_store(args.state) as store:
         checkpoint = store.load(args.consumer)
         if checkpoint is None:
             raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
