@@ -7,7 +7,7 @@ as a whole, every other snapshot streams chunk by chunk.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +20,7 @@ from reader.metadata_columns import change_schema
 from reader.projection import arrow_schema
 from reader.reconcile import reconcile_snapshot
 from reader.spark import SplitRequest, run_splits, spark_session
+from reader.split_reader import Chunk
 from state.errors import ConfigError
 from state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
 
@@ -100,6 +101,7 @@ def iter_changes(
     carry_over_removal: bool = True,
     spark: Any = None,
     chunk_rows: int | None = None,
+    on_chunk: Callable[[Chunk], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
     schema = change_arrow_schema(table, plan.schema_id)
@@ -113,6 +115,8 @@ def iter_changes(
     held: list[pa.RecordBatch] = []
     held_snapshot: int | None = None
     for chunk in run_splits(session, context, [SplitRequest(s) for s in plan.splits], chunk_rows=chunk_rows):
+        if on_chunk is not None:
+            on_chunk(chunk)
         snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
         if held_snapshot is not None and snapshot_id != held_snapshot:
             yield from _reconciled(held, schema, identifiers, carry_over_removal)

@@ -11,6 +11,7 @@ from monitor.catalog import load_table, open_catalog
 from monitor.output import write_output
 from monitor.plan_report import format_plan, plan_summary
 from monitor.planner import ChangePlan, Planner
+from monitor.progress import Progress
 from state.errors import ConfigError
 
 
@@ -51,13 +52,18 @@ def cmd_changes(args: argparse.Namespace) -> int:
     if args.output != "-" and not (args.output.endswith(".parquet") or args.output.endswith(".jsonl")):
         raise ConfigError(f"--output {args.output!r} must end in .parquet or .jsonl, or be - for stdout")
     table, plan = _plan(args)
+    progress = Progress(len(plan.splits))
     batches = iter_changes(
         table,  # type: ignore[arg-type]
         plan,
         identifier_columns=args.identifier_columns,
         carry_over_removal=not args.keep_carry_over,
+        on_chunk=progress if args.output != "-" else None,
     )
-    rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)  # type: ignore[arg-type]
+    try:
+        rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)  # type: ignore[arg-type]
+    finally:
+        progress.close()
     if args.output != "-":
         print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
     return 0

@@ -144,6 +144,7 @@ class Pipeline:
         spark: Any = None,
         stop_event: threading.Event | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        on_chunk: Callable[[Chunk], None] | None = None,
     ) -> None:
         self.config = config
         self.consumer = config.consumer_id
@@ -153,6 +154,7 @@ class Pipeline:
         self._spark = spark
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
+        self._on_chunk = on_chunk
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
@@ -389,6 +391,8 @@ class Pipeline:
         held: list[tuple[int, Chunk]] = []
         held_snapshot: int | None = None
         for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows):
+            if self._on_chunk is not None:
+                self._on_chunk(chunk)
             tally.add_chunk(chunk)
             split_index = index_of[chunk.split_id]
             snapshot_id = splits[split_index].task.commit.snapshot_id

@@ -13,6 +13,7 @@ from monitor.catalog import load_table, open_catalog
 from monitor.changes_cmd import _columns
 from monitor.lineage import snapshots_between
 from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
+from monitor.progress import Progress
 from monitor.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
 from state.checkpoint import Checkpoint
 from state.errors import ConfigError, ConsumerNotFoundError, IcetailError
@@ -78,8 +79,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.once and args.until_caught_up:
         raise ConfigError("--once and --until-caught-up exclude each other")
     config = config_from_args(args)
-    with Pipeline(config) as pipeline:
-        outcomes = pipeline.run(once=args.once)
+    progress = Progress(None, label="delivering")
+    try:
+        with Pipeline(config, on_chunk=progress) as pipeline:
+            outcomes = pipeline.run(once=args.once)
+    finally:
+        progress.close()
     for outcome in outcomes:
         print(describe(outcome), file=sys.stderr)
     if not outcomes:

@@ -1,0 +1,42 @@
+"""A one-line progress bar on stderr for long `changes`/`run` work, only on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from reader.split_reader import Chunk
+
+
+class Progress:
+    """Counts finished splits and rows; redraws at most a few times a second; silent off a TTY."""
+
+    def __init__(self, total_splits: int | None, *, label: str = "reading", stream: TextIO | None = None) -> None:
+        """`total_splits` None: a running count without a bar (the total is not known up front)."""
+        self._stream = stream or sys.stderr
+        self.enabled = self._stream.isatty() and total_splits != 0
+        self._total = total_splits
+        self._label = label
+        self._splits = 0
+        self._rows = 0
+        self._drawn_at = 0.0
+
+    def __call__(self, chunk: Chunk) -> None:
+        self._splits += 1 if chunk.done else 0
+        self._rows += chunk.batch.num_rows if chunk.batch is not None else 0
+        now = time.monotonic()
+        if self.enabled and (now - self._drawn_at > 0.2 or self._splits == self._total):
+            self._drawn_at = now
+            if self._total:
+                filled = 30 * self._splits // self._total
+                done = f"[{'#' * filled}{'.' * (30 - filled)}] {self._splits}/{self._total} splits"
+            else:
+                done = f"{self._splits} splits"
+            self._stream.write(f"\r{self._label} {done}  {self._rows:,} change rows")
+            self._stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._drawn_at:
+            self._stream.write("\n")
+            self._stream.flush()
