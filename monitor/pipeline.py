@@ -20,7 +20,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +33,7 @@ from monitor.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
 from monitor.startup import StartMode, cursor_problem, initial_cursor, parse_missing_cursor_policy, parse_start
 from reader.metadata_columns import CHANGE_TYPE
 from reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
-from reader.sinks.base import ChunkKey, Sink
+from reader.sinks.base import ChunkKey, Sink, StagingSink
 from reader.spark import SplitRequest, run_splits, spark_session
 from reader.split_reader import Chunk
 from state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
@@ -126,10 +126,17 @@ class _Tally:
         self.deleted_rows += chunk.deleted_rows
 
     def add_rows(self, rows: pa.Table) -> None:
+        if not rows.num_rows:
+            self.add_counts(())
+            return
+        self.add_counts(
+            tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())
+        )
+
+    def add_counts(self, counts: tuple[tuple[str, int], ...]) -> None:
         self.chunks += 1
-        if rows.num_rows:
-            for item in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist():
-                self.rows[str(item["values"])] += int(item["counts"])
+        for change_type, count in counts:
+            self.rows[change_type] += count
 
 
 class Pipeline:
@@ -375,6 +382,8 @@ class Pipeline:
         by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
         for split in splits:
             by_snapshot[split.task.commit.snapshot_id].append(split)
+        # a staging sink (parquet) is written by the Spark tasks themselves: rows skip the driver
+        staging = isinstance(self.sink, StagingSink)
         requests: list[SplitRequest] = []
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
@@ -382,15 +391,18 @@ class Pipeline:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
                     requests.append(SplitRequest(split, 0))  # reconcile needs the whole snapshot again
             elif not progress[split.split_id].done:
-                requests.append(SplitRequest(split, progress[split.split_id].next_row_exclusive or 0))
+                start = progress[split.split_id].next_row_exclusive or 0
+                stage_as = (self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
+                requests.append(SplitRequest(split, start, stage_as))
         if not requests:
             return True
         context = read_context(table, schema_id, tasks)
         spark = self._spark or spark_session()
+        stager = cast(StagingSink, self.sink).stager() if staging else None
         chunk_rows = _chunk_rows_of(batch.batch_id)
         held: list[tuple[int, Chunk]] = []
         held_snapshot: int | None = None
-        for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows):
+        for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows, stager=stager):
             if self._on_chunk is not None:
                 self._on_chunk(chunk)
             tally.add_chunk(chunk)
@@ -419,22 +431,27 @@ class Pipeline:
         return checkpoint is not None and checkpoint.inflight is not None and not checkpoint.inflight.pending()
 
     def _deliver_chunk(self, batch: InflightBatch, split_index: int, chunk: Chunk, tally: _Tally) -> None:
-        rows = pa.Table.from_batches([chunk.batch]) if chunk.batch is not None else pa.table({})
+        key = ChunkKey(self.consumer, batch.batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
         token = None
-        if rows.num_rows:
-            key = ChunkKey(self.consumer, batch.batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
-            token = self.sink.write(key, rows)
+        if chunk.staged is not None:
+            # the Spark task wrote the rows; the driver only makes them visible, in order
+            token = cast(StagingSink, self.sink).commit_staged(key, chunk.staged)
+            tally.add_counts(chunk.change_counts)
+        else:
+            rows = pa.Table.from_batches([chunk.batch]) if chunk.batch is not None else pa.table({})
+            if rows.num_rows:
+                token = self.sink.write(key, rows)
+            tally.add_rows(rows)
         self._store.commit_chunk(
             self.consumer,
             batch.batch_id,
             chunk.split_id,
             chunk.next_row_exclusive,
-            rows.num_rows,
+            chunk.row_count,
             chunk.done,
             token,
             owner=self._owner,
         )
-        tally.add_rows(rows)
         self._renew_lease_if_due()
 
     def _deliver_reconciled(

@@ -24,7 +24,7 @@ class Progress:
 
     def __call__(self, chunk: Chunk) -> None:
         self._splits += 1 if chunk.done else 0
-        self._rows += chunk.batch.num_rows if chunk.batch is not None else 0
+        self._rows += chunk.row_count
         now = time.monotonic()
         if self.enabled and (now - self._drawn_at > 0.2 or self._splits == self._total):
             self._drawn_at = now

@@ -16,8 +16,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from reader.context import ReadContext
+from reader.metadata_columns import CHANGE_TYPE
+from reader.sinks.base import ChunkKey, ChunkStager
 from reader.split_reader import Chunk, read_split
 from state.errors import DataFileError, IcetailError
 from state.model import ChangeSplit
@@ -70,6 +73,8 @@ class SplitRequest:
 
     split: ChangeSplit
     start_row_inclusive: int = 0
+    # with a stager: the task writes the chunks itself under keys (consumer, batch id, split index)
+    stage_as: tuple[str, str, int] | None = None
 
 
 DEFAULT_WAVE_BYTES = 128 * 1024 * 1024  # estimated parquet bytes read by one Spark job
@@ -100,6 +105,7 @@ def run_splits(
     *,
     chunk_rows: int | None = None,
     wave_bytes: int = DEFAULT_WAVE_BYTES,
+    stager: ChunkStager | None = None,
 ) -> Iterator[Chunk]:
     """Chunks of every split, in request order then file order (batches travel as Arrow IPC).
 
@@ -116,7 +122,7 @@ def run_splits(
     def collect(wave: list[SplitRequest]) -> list[tuple[Any, ...]]:
         sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
         rdd = sc.parallelize(list(enumerate(wave)), numSlices=len(wave))
-        return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows)).collect()
+        return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager)).collect()
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-wave")
     finished = False
@@ -138,12 +144,16 @@ def run_splits(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _run_partition(context: ReadContext, part: Any, chunk_rows: int | None) -> Iterator[tuple[Any, ...]]:
+def _run_partition(
+    context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None
+) -> Iterator[tuple[Any, ...]]:
     for _index, request in part:
         try:
             for chunk in read_split(
                 context, request.split, start_row_inclusive=request.start_row_inclusive, chunk_rows=chunk_rows
             ):
+                if stager is not None and request.stage_as is not None:
+                    chunk = _staged(stager, request.stage_as, chunk)
                 yield _encode(chunk)
         except IcetailError as exc:
             yield ("error", type(exc).__module__, type(exc).__name__, str(exc))
@@ -155,7 +165,20 @@ def _run_partition(context: ReadContext, part: Any, chunk_rows: int | None) -> I
             return
 
 
+def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -> Chunk:
+    """Write the chunk's rows from this task; only where they went and their counts travel on."""
+    if chunk.batch is None or chunk.batch.num_rows == 0:
+        return chunk
+    consumer, batch_id, split_index = stage_as
+    key = ChunkKey(consumer, batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
+    rows = pa.Table.from_batches([chunk.batch])
+    counts = tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())
+    return replace(chunk, batch=None, staged=stager.stage(key, rows), change_counts=counts)
+
+
 def _encode(chunk: Chunk) -> tuple[Any, ...]:
+    if chunk.batch is None:
+        return ("chunk", chunk, b"")
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, chunk.batch.schema) as writer:
         writer.write_batch(chunk.batch)
@@ -166,6 +189,8 @@ def _decode(payload: tuple[Any, ...]) -> Chunk:
     if payload[0] == "error":
         raise _rebuild_error(payload[1], payload[2], payload[3])
     _, chunk, data = payload
+    if not data:
+        return chunk
     batches = list(pa.ipc.open_stream(data))
     batch = batches[0] if batches else None
     return replace(chunk, batch=batch)

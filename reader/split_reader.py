@@ -42,6 +42,15 @@ class Chunk:
     bytes_read: int
     done: bool  # the last chunk of the split
     deleted_rows: int = 0  # decoded rows hidden by the delete files of the snapshot (or parent, if removed)
+    staged: str | None = None  # where a Spark task wrote the rows itself (then `batch` is None)
+    change_counts: tuple[tuple[str, int], ...] = ()  # rows by _change_type, for staged chunks
+
+    @property
+    def row_count(self) -> int:
+        """Change rows in the chunk, whether carried in `batch` or staged by the task."""
+        if self.batch is not None:
+            return self.batch.num_rows
+        return sum(count for _, count in self.change_counts)
 
 
 @dataclass(frozen=True)

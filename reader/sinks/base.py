@@ -48,3 +48,26 @@ class Sink(Protocol):
     def close(self) -> None:
         """Flush and release resources; idempotent."""
         ...
+
+
+@runtime_checkable
+class ChunkStager(Protocol):
+    """The part of a sink that runs inside Spark tasks: it must pickle, and write invisibly."""
+
+    def stage(self, key: ChunkKey, rows: pa.Table) -> str:
+        """Write `rows` where readers cannot see them yet; return where (for `commit_staged`)."""
+        ...
+
+
+@runtime_checkable
+class StagingSink(Sink, Protocol):
+    """A sink whose chunks are written by the Spark task that read them, so rows never cross to
+    the driver; the driver only makes a staged chunk visible, in delivery order, before its offset
+    is committed. Both steps are idempotent per chunk key, so exactly-once holds as for `write`.
+    """
+
+    def stager(self) -> ChunkStager: ...
+
+    def commit_staged(self, key: ChunkKey, staged: str) -> str | None:
+        """Make the staged chunk visible under its final name; return the token."""
+        ...

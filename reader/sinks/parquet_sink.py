@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -73,6 +74,23 @@ class ParquetDirSink:
             raise SinkRejectedError(f"parquet sink: chunk {name} cannot be written: {error_text(exc)}") from exc
         return name
 
+    def stager(self) -> ParquetStager:
+        return ParquetStager(str(self._tmp), str(self.directory))
+
+    def commit_staged(self, key: ChunkKey, staged: str) -> str:
+        """Rename a chunk written by a Spark task into place (a replay renames the same name again)."""
+        if self._closed:
+            raise SinkRejectedError(f"parquet sink {self._where!r} is closed")
+        name = key.name + SUFFIX
+        if Path(staged).name != name:
+            raise SinkRejectedError(f"parquet sink: staged file {staged} is not chunk {name}")
+        try:
+            os.replace(staged, self.directory / name)
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise SinkError(f"parquet sink: committing {name} in {self._where!r} failed: {error_text(exc)}") from exc
+        return name
+
     def close(self) -> None:
         self._closed = True
 
@@ -85,6 +103,33 @@ class ParquetDirSink:
         if removed:
             fsync_dir(self._tmp)
         return removed
+
+
+@dataclass(frozen=True)
+class ParquetStager:
+    """Runs in Spark tasks: writes a chunk under `_tmp/<consumer>/`, fsynced, invisible to readers.
+
+    The staging directory must be reachable from the executors (local mode, or a shared mount).
+    """
+
+    tmp_dir: str
+    directory: str
+
+    def stage(self, key: ChunkKey, rows: pa.Table) -> str:
+        path = Path(self.tmp_dir) / (key.name + SUFFIX)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows, str(path))
+            _fsync_file(path)
+        except (OSError, MemoryError) as exc:
+            _discard(path)
+            raise SinkError(
+                f"parquet sink: staging {path.name} in {self.directory!r} failed: {error_text(exc)}"
+            ) from exc
+        except pa.ArrowException as exc:
+            _discard(path)
+            raise SinkRejectedError(f"parquet sink: chunk {path.name} cannot be written: {error_text(exc)}") from exc
+        return str(path)
 
 
 def _discard(path: Path) -> None:
