@@ -77,7 +77,7 @@ class SplitRequest:
     stage_as: tuple[str, str, int] | None = None
 
 
-DEFAULT_WAVE_BYTES = 128 * 1024 * 1024  # estimated parquet bytes read by one Spark job
+DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (two in memory at once)
 MIN_WAVE_SPLITS = 64
 
 
