@@ -999,7 +999,10 @@ def case_memory(ctx: Context) -> CaseResult:
                "--table", cat.ident(name), "--from-snapshot", str(seed), "--to-snapshot", str(snapshot)]  # fmt: skip
         done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            raise RuntimeError(f"memprobe failed: {done.stderr[-2000:]}")
+            err = ctx.workdir / f"memprobe-{name}.err"
+            err.write_text(done.stderr)
+            causes = [line.strip() for line in done.stderr.splitlines() if "Error" in line or "Exception:" in line]
+            raise RuntimeError(f"memprobe of {count} files failed ({err}): {' | '.join(causes[:3])[:1500]}")
         probe = json.loads(done.stdout.strip().splitlines()[-1])
         assert probe["rows"] == rows, (probe["rows"], rows)
         peaks[f"{rows}_rows"] = {
