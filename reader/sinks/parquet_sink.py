@@ -92,6 +92,10 @@ class ParquetDirSink:
         return name
 
     def close(self) -> None:
+        """Also drop chunks Spark tasks staged but the run did not commit (a stop mid-batch)."""
+        if not self._closed:
+            with contextlib.suppress(OSError):
+                self._remove_stale()
         self._closed = True
 
     def _remove_stale(self) -> int:
