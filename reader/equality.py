@@ -45,9 +45,14 @@ class DeleteKeySet:
         self.column_names = delete_keys.column_names
         self._table = delete_keys
         self._value_set: pa.Array | None = None
+        self._sorted_ints: np.ndarray | None = None  # integer keys: sorted once, binary-searched per chunk
+        self._null_deleted = False
         if delete_keys.num_columns == 1:
             column = delete_keys.column(0).combine_chunks()
             self._value_set = pc.unique(column)
+            if pa.types.is_integer(column.type):
+                self._null_deleted = column.null_count > 0
+                self._sorted_ints = np.unique(column.drop_null().to_numpy().astype(np.int64))
 
     def matches(self, data_keys: pa.Table) -> np.ndarray:
         """Boolean mask over `data_keys` rows: True where the row equals a delete key (NULL = NULL)."""
@@ -55,9 +60,25 @@ class DeleteKeySet:
         if self._value_set is None:
             return rows_matching(data_keys, self._table)
         column = data_keys.column(0)
+        if self._sorted_ints is not None and pa.types.is_integer(column.type):
+            return self._match_ints(column.combine_chunks())
         value_set = self._value_set.cast(column.type) if self._value_set.type != column.type else self._value_set
         mask = pc.is_in(column, value_set=value_set, skip_nulls=False)
         return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+    def _match_ints(self, column: pa.Array) -> np.ndarray:
+        assert self._sorted_ints is not None
+        valid = ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        values = column.fill_null(0).to_numpy().astype(np.int64)
+        return np.where(valid, _int_matches(self._sorted_ints, values), self._null_deleted)
+
+
+def _int_matches(sorted_keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Membership of `values` in the sorted unique `sorted_keys`, by binary search."""
+    if not len(sorted_keys):
+        return np.zeros(len(values), dtype=bool)
+    index = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return np.asarray(sorted_keys[index] == values)
 
 
 def _encoded_codes(table: pa.Table) -> np.ndarray:

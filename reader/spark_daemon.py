@@ -9,11 +9,16 @@ their zipimporters skip it here; everything else is PySpark's own daemon, select
 
 from __future__ import annotations
 
+import contextlib
 import zipimport
 
 from pyspark import daemon
 
 zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
+
+# import the read path once here, before the daemon forks, instead of in every new worker
+with contextlib.suppress(ImportError):
+    import reader.split_reader  # noqa: F401
 
 if __name__ == "__main__":
     daemon.manager()

@@ -63,3 +63,18 @@ def test_updates_pair_only_unique_keys() -> None:
 def test_keep_carry_over() -> None:
     changes = _changes([(1, "a", "DELETE"), (1, "a", "INSERT")])
     assert reconcile_snapshot(changes, remove_carry_over=False).num_rows == 2
+
+
+def test_delete_key_sets_match_nulls_and_every_key_type() -> None:
+    from reader.equality import DeleteKeySet
+
+    ints = DeleteKeySet(pa.table({"1": pa.array([5, None, 9, 9], pa.int64())}))
+    assert ints.matches(pa.table({"1": pa.array([1, 5, None, 9, 10], pa.int64())})).tolist() == [
+        False, True, True, True, False,
+    ]  # fmt: skip
+    no_null = DeleteKeySet(pa.table({"1": pa.array([5], pa.int32())}))
+    assert no_null.matches(pa.table({"1": pa.array([None, 5, 6], pa.int32())})).tolist() == [False, True, False]
+    strings = DeleteKeySet(pa.table({"1": pa.array(["a", None])}))
+    assert strings.matches(pa.table({"1": pa.array([None, "a", "b"])})).tolist() == [True, True, False]
+    pairs = DeleteKeySet(pa.table({"1": [1, 2], "2": ["x", None]}))
+    assert pairs.matches(pa.table({"1": [1, 2, 2], "2": ["x", None, "y"]})).tolist() == [True, True, False]
