@@ -57,6 +57,7 @@ from tests.pipeline.conftest import (
 ROWS = 200_000
 ROW_GROUP_ROWS = 10_000
 CHUNK_ROWS = 4_000
+KILLED_RUN_CHUNK_ROWS = 500
 CHUNKS_PER_ROW_GROUP = 3  # 4000 + 4000 + 2000
 TABLE = "ns.big"
 
@@ -222,10 +223,13 @@ def test_restart_after_sigkill_of_a_real_run(
         "--state", config.state_url,
         "--sink", config.sink_url,
         "--consumer", config.consumer or "",
-        "--chunk-rows", str(CHUNK_ROWS),
+        # small chunks: the parquet sink's files are written by the Spark tasks, so the driver
+        # commits chunks within milliseconds of each other and 50 chunks could all land before
+        # the kill; 400 leave a wide window to kill the run mid-file
+        "--chunk-rows", str(KILLED_RUN_CHUNK_ROWS),
     ]  # fmt: skip
     rng = random.Random(7)
-    wanted = rng.randint(8, 30)  # committed chunk files to wait for
+    wanted = rng.randint(3, 20)  # committed chunk files to wait for
     sink_dir = tmp_path / "sink"
     log = tmp_path / "run.log"
     with open(log, "w") as out:
@@ -240,7 +244,7 @@ def test_restart_after_sigkill_of_a_real_run(
         try:
             while proc.poll() is None and time.monotonic() < deadline:
                 if sink_dir.exists() and sum(1 for _ in sink_dir.glob("*.parquet")) >= wanted:
-                    time.sleep(rng.uniform(0.0, 0.05))
+                    time.sleep(rng.uniform(0.0, 0.005))
                     break
                 time.sleep(0.005)
         finally:
