@@ -27,6 +27,11 @@ PathResolver = Callable[[DeleteFileRef], frozenset[str]]
 """Data file paths a position delete file references (read from the file when not in metadata)."""
 
 
+def global_spec_ids(metadata: TableMetadata) -> frozenset[int]:
+    """Unpartitioned specs: their equality deletes apply to every partition."""
+    return frozenset(spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned())
+
+
 class DeleteIndex:
     """Delete files live at one snapshot, answering which apply to a data file (spec sequence rules)."""
 
@@ -90,7 +95,7 @@ class SnapshotDiffer:
         self._metadata = metadata
         self._manifests = manifests
         self._resolve_paths = resolve_paths
-        self._global_spec_ids = frozenset(spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned())
+        self._global_spec_ids = global_spec_ids(metadata)
 
     def diff(self, snapshot: Snapshot, ordinal: int) -> SnapshotDiff:
         commit = commit_info(snapshot, ordinal)

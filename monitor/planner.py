@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
-from monitor.diff import REPLACE, SnapshotDiffer, commit_info, operation_of
-from monitor.lineage import snapshots_between
+from monitor.diff import REPLACE, DeleteIndex, SnapshotDiffer, commit_info, global_spec_ids, operation_of
+from monitor.lineage import snapshot_or_raise, snapshots_between
 from monitor.manifests import ManifestReader
 from reader.deletes import referenced_data_files
 from reader.fileio import file_io_for
-from state.model import ChangeSplit, ChangeTask, CommitInfo
+from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef
 
 DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024
 
@@ -112,20 +113,13 @@ class Planner:
         name = ".".join(self._table.name())
         if snapshot_id is None:
             return ChangePlan(name, None, None, metadata.current_schema_id, (), (), ())
-        from pyiceberg.manifest import ManifestContent
-
-        from monitor.diff import DeleteIndex
-        from monitor.lineage import snapshot_or_raise
-        from state.model import ChangeKind, DataFileRef, DeleteFileRef
-
         snapshot = snapshot_or_raise(metadata, snapshot_id, "start")
         before = self._manifests.manifests_read
         commit = commit_info(snapshot, ordinal_base)
         deletes = [
             e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
         ]
-        global_specs = frozenset(spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned())
-        index = DeleteIndex(deletes, self._resolve_paths, global_specs)
+        index = DeleteIndex(deletes, self._resolve_paths, global_spec_ids(metadata))
         tasks = tuple(
             ChangeTask(e.file, ChangeKind.ADDED, commit, deletes_after=index.for_file(e.file))
             for e in self._manifests.live(snapshot, ManifestContent.DATA)
@@ -143,7 +137,7 @@ class Planner:
             manifests_read=self._manifests.manifests_read - before,
         )
 
-    def _resolve_paths(self, delete) -> frozenset[str]:  # type: ignore[no-untyped-def]
+    def _resolve_paths(self, delete: DeleteFileRef) -> frozenset[str]:
         if delete.referenced_data_file:
             return frozenset([delete.referenced_data_file])
         cached = self._path_cache.get(delete.path)

@@ -131,8 +131,8 @@ def run_splits(
         for index in range(len(waves)):
             try:
                 payloads = future.result()
-            except Exception as exc:  # noqa: BLE001 - a task error surfaces as a Py4J/Spark exception
-                raise _unwrap(exc) from exc
+            except Exception:  # noqa: BLE001 - a task error surfaces as a Py4J/Spark exception
+                raise
             if index + 1 < len(waves):
                 future = pool.submit(collect, waves[index + 1])
             for payload in payloads:
@@ -204,10 +204,3 @@ def _rebuild_error(module: str, name: str, message: str) -> IcetailError:
         return cls(message)
     except (ImportError, AttributeError, TypeError):
         return IcetailError(message)
-
-
-def _unwrap(exc: Exception) -> Exception:
-    """Spark wraps worker failures; keep icetail's own error message when one is inside."""
-    if isinstance(exc, IcetailError):
-        return exc
-    return exc
