@@ -8,11 +8,10 @@ import sys
 
 from monitor.api import change_arrow_schema, iter_changes
 from monitor.catalog import load_table, open_catalog
-from monitor.output import write_output
+from monitor.output import check_output_path, write_output
 from monitor.plan_report import format_plan, plan_summary
 from monitor.planner import ChangePlan, Planner
 from monitor.progress import Progress
-from state.errors import ConfigError
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +48,7 @@ def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
-    if args.output != "-" and not (args.output.endswith(".parquet") or args.output.endswith(".jsonl")):
-        raise ConfigError(f"--output {args.output!r} must end in .parquet or .jsonl, or be - for stdout")
+    check_output_path(args.output)
     table, plan = _plan(args)
     progress = Progress(len(plan.splits))
     batches = iter_changes(

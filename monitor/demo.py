@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
+from pyiceberg.types import StringType
 
 DEMO_CATALOG = "demo"
 DEMO_TABLE = "shop.orders"
@@ -39,7 +40,7 @@ def create_demo_table(root: str) -> tuple[dict[str, str], Table]:
         overwrite_filter="order_id = 3",
     )
     with table.update_schema() as update:
-        update.add_column("channel", pa_to_iceberg_string())
+        update.add_column("channel", StringType())
     table = catalog.load_table(DEMO_TABLE)
     table.append(
         pa.table(
@@ -48,12 +49,6 @@ def create_demo_table(root: str) -> tuple[dict[str, str], Table]:
     )
     env = {f"PYICEBERG_CATALOG__{DEMO_CATALOG.upper()}__{k.upper()}": v for k, v in properties.items()}
     return env, catalog.load_table(DEMO_TABLE)
-
-
-def pa_to_iceberg_string():  # type: ignore[no-untyped-def]
-    from pyiceberg.types import StringType
-
-    return StringType()
 
 
 def format_rows(table: pa.Table, limit: int = 40) -> str:

@@ -44,14 +44,19 @@ def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:
     return rows
 
 
+def check_output_path(path: str) -> None:
+    """Refuse an output path we cannot write, before any work is done."""
+    if path != "-" and not path.endswith((".parquet", ".jsonl")):
+        raise ConfigError(f"--output {path!r} must end in .parquet or .jsonl, or be - for stdout")
+
+
 def write_output(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
     """Write change batches to `path` (`.parquet`, `.jsonl` or `-`); returns the row count."""
+    check_output_path(path)
     if path == "-":
         rows = write_jsonl(batches, sys.stdout)
         sys.stdout.flush()
         return rows
-    if not path.endswith((".parquet", ".jsonl")):
-        raise ConfigError(f"--output {path!r} must end in .parquet or .jsonl, or be - for stdout")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ConfigError(f"--output directory {directory} does not exist; create it first")
