@@ -65,3 +65,16 @@ def is_ancestor(metadata: TableMetadata, ancestor_id: int, snapshot_id: int) -> 
         parent_id = snapshot.parent_snapshot_id
         snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
     return False
+
+
+def undelivered_snapshots(metadata: TableMetadata, cursor_snapshot_id: int | None) -> list[Snapshot]:
+    """Snapshots after the cursor up to the current one, oldest first; [] when caught up."""
+    current = metadata.current_snapshot_id
+    if current is None or current == cursor_snapshot_id:
+        return []
+    return snapshots_between(metadata, cursor_snapshot_id, current)
+
+
+def age_seconds(pending: list[Snapshot], now_seconds: float) -> float:
+    """Lag in seconds: the age of the oldest undelivered snapshot, 0 when there is none."""
+    return max(0.0, now_seconds - pending[0].timestamp_ms / 1000) if pending else 0.0

@@ -11,7 +11,7 @@ from typing import Any
 
 from monitor.catalog import load_table, open_catalog
 from monitor.changes_cmd import _columns
-from monitor.lineage import snapshots_between
+from monitor.lineage import age_seconds, undelivered_snapshots
 from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from monitor.progress import Progress
 from monitor.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
@@ -122,19 +122,15 @@ def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
         table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
     except IcetailError as exc:
         return {"lag_error": str(exc)}
-    metadata = table.metadata
-    current = metadata.current_snapshot_id
-    if current is None or current == checkpoint.cursor.snapshot_id:
-        return {"current_snapshot_id": current, "lag_snapshots": 0, "lag_seconds": 0.0}
+    current = table.metadata.current_snapshot_id
     try:
-        pending = snapshots_between(metadata, checkpoint.cursor.snapshot_id, current)
+        pending = undelivered_snapshots(table.metadata, checkpoint.cursor.snapshot_id)
     except IcetailError as exc:
         return {"current_snapshot_id": current, "lag_error": str(exc)}
-    oldest = pending[0].timestamp_ms if pending else None
     return {
         "current_snapshot_id": current,
         "lag_snapshots": len(pending),
-        "lag_seconds": max(0.0, time.time() - oldest / 1000) if oldest else 0.0,
+        "lag_seconds": age_seconds(pending, time.time()),
     }
 
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.catalog import load_table, open_catalog
 from monitor.http_server import MonitorServer
-from monitor.lineage import snapshots_between
+from monitor.lineage import age_seconds, undelivered_snapshots
 from monitor.metrics import BatchReport, FailureStage, Metrics
 from monitor.pipeline import BatchOutcome, CursorLostError, Pipeline, PipelineConfig
 from monitor.service_config import ServiceConfig
@@ -271,21 +271,17 @@ class Service:
         table = load_table(open_catalog(config.catalog), config.table)
         metadata = table.metadata
         current = metadata.current_snapshot_id
-        snapshots, seconds = 0, 0.0
-        if (
-            current is not None
-            and current != checkpoint.cursor.snapshot_id
-            and not cursor_problem(metadata, checkpoint.cursor)
-        ):
-            pending = snapshots_between(metadata, checkpoint.cursor.snapshot_id, current)
-            snapshots = len(pending)
-            seconds = max(0.0, time.time() - pending[0].timestamp_ms / 1000) if pending else 0.0
+        # a lost cursor (expired, rolled back) has no measurable lag; the next cycle reports it
+        lost = cursor_problem(metadata, checkpoint.cursor) is not None
+        pending = [] if lost else undelivered_snapshots(metadata, checkpoint.cursor.snapshot_id)
         if current is not None and current != job.last_seen_snapshot:
-            known = job.last_seen_snapshot if job.last_seen_snapshot is not None else checkpoint.cursor.snapshot_id
-            new = snapshots if known is None or cursor_problem(metadata, Cursor(known, 0)) else None
-            if new is None:
-                new = len(snapshots_between(metadata, known, current)) if known != current else 0
-            self.metrics.record_discovered(config.table, config.consumer_id, new)
+            # new since the last look; on the first look, everything after the cursor
+            seen = job.last_seen_snapshot
+            if seen is None or cursor_problem(metadata, Cursor(seen, 0)):
+                discovered = len(pending)
+            else:
+                discovered = len(undelivered_snapshots(metadata, seen))
+            self.metrics.record_discovered(config.table, config.consumer_id, discovered)
             job.last_seen_snapshot = current
         inflight = checkpoint.inflight
         self.metrics.set_inflight_chunks(
@@ -295,8 +291,8 @@ class Service:
         self.metrics.set_lag(
             config.table,
             config.consumer_id,
-            snapshots=snapshots,
-            seconds=seconds,
+            snapshots=len(pending),
+            seconds=age_seconds(pending, time.time()),
             cursor_commit_timestamp_seconds=cursor_ts / 1000 if cursor_ts else None,
         )
 
