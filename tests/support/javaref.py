@@ -91,6 +91,8 @@ def spark_conf() -> dict[str, str]:
         # C1 only: the tests run many short Spark jobs on 2 cores, where C2 compilation costs more
         # than it saves (a workload of 8 snapshots: ~18 s instead of ~43 s under load)
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=1",
+        # icetail's worker daemon, as reader.spark.spark_session sets it for a local master
+        "spark.python.daemon.module": "reader.spark_daemon",
     }
 
 
