@@ -1,8 +1,10 @@
 """Driver side: run splits as Spark tasks and stream their chunks back in plan order.
 
-Each split is one Spark partition (so one big file spread over many splits spreads over the
-workers); tasks return Arrow IPC bytes, and `toLocalIterator` keeps at most a couple of
-partitions in driver memory. Local mode by default; any master via standard Spark config.
+Splits run in waves, one Spark job per wave; a wave's splits are cut into a few Spark tasks per
+core, each a contiguous run of splits of about equal input bytes (so one big file spread over
+many splits spreads over the workers, and the per-task cost is paid per few splits rather than
+per split). Tasks return Arrow IPC bytes, or only chunk metadata when a stager writes the rows
+in the task. Local mode by default; any master via standard Spark config.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -79,6 +81,7 @@ class SplitRequest:
 
 DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (two in memory at once)
 MIN_WAVE_SPLITS = 64
+TASKS_PER_CORE = 2  # Spark tasks per wave and core: enough to even out skew, few enough to amortize a task
 
 
 def plan_waves(requests: Sequence[SplitRequest], max_splits: int, max_bytes: int) -> list[list[SplitRequest]]:
@@ -98,6 +101,29 @@ def plan_waves(requests: Sequence[SplitRequest], max_splits: int, max_bytes: int
     return waves
 
 
+def group_for_tasks(wave: Sequence[SplitRequest], max_tasks: int) -> list[list[tuple[int, SplitRequest]]]:
+    """`wave` as at most `max_tasks` contiguous runs of (wave index, split) of about equal bytes.
+
+    Contiguous runs keep the wave's order when the tasks' results are concatenated, and the
+    cut depends only on the splits, so the same wave always maps to the same tasks.
+    """
+    if not wave:
+        return []
+    count = max(1, min(max_tasks, len(wave)))
+    sizes = [max(r.split.estimated_bytes, 1) for r in wave]
+    total = sum(sizes)
+    groups: list[list[tuple[int, SplitRequest]]] = [[]]
+    filled = 0
+    for index, (request, size) in enumerate(zip(wave, sizes, strict=True)):
+        left_splits, left_groups = len(wave) - index, count - len(groups)
+        # a new task once this one holds its share, or when every remaining task needs a split
+        if groups[-1] and left_groups > 0 and (filled >= total * len(groups) / count or left_splits <= left_groups):
+            groups.append([])
+        groups[-1].append((index, request))
+        filled += size
+    return groups
+
+
 def run_splits(
     spark: Any,
     context: ReadContext,
@@ -109,9 +135,9 @@ def run_splits(
 ) -> Iterator[Chunk]:
     """Chunks of every split, in request order then file order (batches travel as Arrow IPC).
 
-    Splits run in waves: one Spark job per wave, one task per split, so small splits do not pay
-    a job each and a wave's results bound driver memory. The next wave runs while the caller
-    consumes the current one.
+    Splits run in waves: one Spark job per wave and a few tasks per core, each reading a
+    contiguous run of splits, so small splits pay neither a job nor a task each and a wave's
+    results bound driver memory. The next wave runs while the caller consumes the current one.
     """
     if not requests:
         return
@@ -121,7 +147,8 @@ def run_splits(
 
     def collect(wave: list[SplitRequest]) -> list[tuple[Any, ...]]:
         sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
-        rdd = sc.parallelize(list(enumerate(wave)), numSlices=len(wave))
+        groups = group_for_tasks(wave, TASKS_PER_CORE * sc.defaultParallelism)
+        rdd = sc.parallelize(groups, numSlices=len(groups))
         return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager)).collect()
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-wave")
@@ -147,22 +174,33 @@ def run_splits(
 def _run_partition(
     context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None
 ) -> Iterator[tuple[Any, ...]]:
-    for _index, request in part:
-        try:
-            for chunk in read_split(
-                context, request.split, start_row_inclusive=request.start_row_inclusive, chunk_rows=chunk_rows
-            ):
-                if stager is not None and request.stage_as is not None:
-                    chunk = _staged(stager, request.stage_as, chunk)
-                yield _encode(chunk)
-        except IcetailError as exc:
-            yield ("error", type(exc).__module__, type(exc).__name__, str(exc))
-            return
-        except (OSError, pa.ArrowException) as exc:
-            path = request.split.task.data_file.path
-            message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
-            yield ("error", DataFileError.__module__, DataFileError.__name__, message)
-            return
+    for group in part:
+        for _index, request in group:
+            error = yield from _run_split(context, request, chunk_rows, stager)
+            if error:
+                return
+
+
+def _run_split(
+    context: ReadContext, request: SplitRequest, chunk_rows: int | None, stager: ChunkStager | None
+) -> Generator[tuple[Any, ...], None, bool]:
+    """Yields the split's chunk payloads; returns True after yielding an error (the task stops)."""
+    try:
+        for chunk in read_split(
+            context, request.split, start_row_inclusive=request.start_row_inclusive, chunk_rows=chunk_rows
+        ):
+            if stager is not None and request.stage_as is not None:
+                chunk = _staged(stager, request.stage_as, chunk)
+            yield _encode(chunk)
+    except IcetailError as exc:
+        yield ("error", type(exc).__module__, type(exc).__name__, str(exc))
+        return True
+    except (OSError, pa.ArrowException) as exc:
+        path = request.split.task.data_file.path
+        message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
+        yield ("error", DataFileError.__module__, DataFileError.__name__, message)
+        return True
+    return False
 
 
 def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -> Chunk:
