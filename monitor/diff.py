@@ -18,6 +18,7 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from monitor.lineage import snapshot_by_id
 from monitor.manifests import FileEntry, ManifestReader
 from state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
 
@@ -167,7 +168,7 @@ class SnapshotDiffer:
     def _parent(self, snapshot: Snapshot) -> Snapshot | None:
         if snapshot.parent_snapshot_id is None:
             return None
-        return self._metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+        return snapshot_by_id(self._metadata, snapshot.parent_snapshot_id)
 
 
 def _delete_identity(delete: DeleteFileRef) -> tuple[str, int | None]:

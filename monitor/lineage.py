@@ -6,14 +6,45 @@ IncrementalAppendScan and Iceberg's changelog scan.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
+
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from state.errors import NotAncestorError, SnapshotNotFoundError
 
+# snapshots by id, one index per TableMetadata object, dropped with it
+_indexes: dict[int, tuple[weakref.ref[TableMetadata], int, dict[int, Snapshot]]] = {}
+
+
+def _index_dropper(key: int) -> Callable[[weakref.ref[TableMetadata]], None]:
+    def drop(_: weakref.ref[TableMetadata]) -> None:
+        _indexes.pop(key, None)
+
+    return drop
+
+
+def snapshot_by_id(metadata: TableMetadata, snapshot_id: int) -> Snapshot | None:
+    """`metadata.snapshot_by_id` in O(1).
+
+    pyiceberg's lookup scans the snapshot list, so walking an ancestry with it costs
+    O(history) per step. The index is built once per metadata object: pyiceberg's metadata is
+    frozen, and a refreshed table is a new object with a new index.
+    """
+    key = id(metadata)
+    cached = _indexes.get(key)
+    snapshots = metadata.snapshots
+    if cached is None or cached[0]() is not metadata or cached[1] != len(snapshots):
+        # reversed: on a (malformed) repeated id the first snapshot wins, as in pyiceberg
+        index = {s.snapshot_id: s for s in reversed(snapshots)}
+        cached = (weakref.ref(metadata, _index_dropper(key)), len(snapshots), index)
+        _indexes[key] = cached
+    return cached[2].get(snapshot_id)
+
 
 def snapshot_or_raise(metadata: TableMetadata, snapshot_id: int, role: str) -> Snapshot:
-    snapshot = metadata.snapshot_by_id(snapshot_id)
+    snapshot = snapshot_by_id(metadata, snapshot_id)
     if snapshot is None:
         raise SnapshotNotFoundError(
             f"{role} snapshot {snapshot_id} is not in the table metadata (expired or never existed); "
@@ -41,7 +72,7 @@ def snapshots_between(
     while snapshot is not None and snapshot.snapshot_id != from_snapshot_id_exclusive:
         chain.append(snapshot)
         parent_id = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+        snapshot = snapshot_by_id(metadata, parent_id) if parent_id is not None else None
         if parent_id is not None and snapshot is None and from_snapshot_id_exclusive is None:
             raise SnapshotNotFoundError(
                 f"snapshot {parent_id}, an ancestor of {to_snapshot_id_inclusive}, has expired; the history before it "
@@ -58,12 +89,12 @@ def snapshots_between(
 
 def is_ancestor(metadata: TableMetadata, ancestor_id: int, snapshot_id: int) -> bool:
     """True when `ancestor_id` is `snapshot_id` or one of its ancestors."""
-    snapshot = metadata.snapshot_by_id(snapshot_id)
+    snapshot = snapshot_by_id(metadata, snapshot_id)
     while snapshot is not None:
         if snapshot.snapshot_id == ancestor_id:
             return True
         parent_id = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+        snapshot = snapshot_by_id(metadata, parent_id) if parent_id is not None else None
     return False
 
 

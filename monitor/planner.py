@@ -12,7 +12,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from monitor.diff import REPLACE, DeleteIndex, SnapshotDiffer, commit_info, global_spec_ids, operation_of
-from monitor.lineage import snapshot_or_raise, snapshots_between
+from monitor.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from monitor.manifests import ManifestReader
 from reader.deletes import referenced_data_files
 from reader.fileio import file_io_for
@@ -87,7 +87,7 @@ class Planner:
             result = differ.diff(snapshot, ordinal_base + len(commits))
             commits.append(result.commit)
             tasks.extend(result.tasks)
-        to_snapshot = metadata.snapshot_by_id(to_snapshot_id_inclusive)
+        to_snapshot = snapshot_by_id(metadata, to_snapshot_id_inclusive)
         schema_id = to_snapshot.schema_id if to_snapshot is not None and to_snapshot.schema_id is not None else None
         if schema_id is None:
             schema_id = metadata.current_schema_id

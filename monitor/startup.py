@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from monitor.lineage import is_ancestor, snapshot_or_raise
+from monitor.lineage import is_ancestor, snapshot_by_id, snapshot_or_raise
 from state.checkpoint import Cursor
 from state.errors import ConfigError
 
@@ -70,7 +70,7 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
             found = snapshot
             break
         parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+        snapshot = snapshot_by_id(metadata, parent) if parent is not None else None
     return Cursor(found.snapshot_id, found.timestamp_ms) if found else Cursor.before_first_snapshot()
 
 
@@ -78,7 +78,7 @@ def cursor_problem(metadata: TableMetadata, cursor: Cursor) -> str | None:
     """Why the committed cursor cannot be continued from, or None if it can."""
     if cursor.snapshot_id is None:
         return None
-    if metadata.snapshot_by_id(cursor.snapshot_id) is None:
+    if snapshot_by_id(metadata, cursor.snapshot_id) is None:
         return f"cursor snapshot {cursor.snapshot_id} no longer exists (expired)"
     current = metadata.current_snapshot_id
     if current is not None and not is_ancestor(metadata, cursor.snapshot_id, current):

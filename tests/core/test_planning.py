@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from monitor.lineage import snapshot_by_id, snapshots_between
 from monitor.planner import Planner, split_task
 from state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef
 from tests.core.conftest import SCHEMA, SmallTable
@@ -48,3 +49,21 @@ def test_full_plan_reads_live_files(small_table: SmallTable) -> None:
     plan = Planner(small_table.load()).plan_full()
     assert {t.kind for t in plan.tasks} == {ChangeKind.ADDED}
     assert sum(t.data_file.record_count for t in plan.tasks) == 4
+
+
+def test_snapshot_index_agrees_with_pyiceberg_and_follows_refreshed_metadata(small_table: SmallTable) -> None:
+    table = small_table.load()
+    for snapshot in table.metadata.snapshots:
+        assert snapshot_by_id(table.metadata, snapshot.snapshot_id) is table.metadata.snapshot_by_id(
+            snapshot.snapshot_id
+        )
+    assert snapshot_by_id(table.metadata, -1) is None
+    old = table.metadata
+    table.append(pa.table({"id": [9], "v": ["z"]}, SCHEMA))  # gives `table` new metadata
+    fresh = small_table.load()
+    new_id = fresh.metadata.current_snapshot_id
+    assert new_id is not None
+    assert snapshot_by_id(old, new_id) is None  # the old metadata object keeps its own view
+    assert snapshot_by_id(table.metadata, new_id) is table.metadata.snapshot_by_id(new_id)
+    assert snapshot_by_id(fresh.metadata, new_id) is fresh.metadata.snapshot_by_id(new_id)
+    assert snapshots_between(fresh.metadata, None, new_id)[-1].snapshot_id == new_id
