@@ -1,7 +1,9 @@
 """Read manifest lists and manifests into frozen refs, caching by path.
 
 Manifests are immutable files, so a cache keyed by path is always valid; in serve mode it
-makes planning one new snapshot read only that snapshot's new manifests.
+makes planning one new snapshot read only that snapshot's new manifests. The manifests a
+snapshot wrote are found without decoding its whole manifest list when its summary allows it
+(`ManifestReader.added_in`), so that cost does not grow with the table's history.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
+    DEFAULT_READ_VERSION,
     MANIFEST_ENTRY_SCHEMAS,
+    MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
     DataFileContent,
     FileFormat,
@@ -23,6 +27,7 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    PartitionFieldSummary,
     _inherit_from_manifest,
 )
 from pyiceberg.table.snapshots import Snapshot
@@ -96,6 +101,45 @@ def _to_ref(data_file: DataFile, data_sequence_number: int) -> DataFileRef | Del
     )
 
 
+# Snapshot summary keys counting the files a commit added and removed (Java's SnapshotSummary,
+# pyiceberg's SnapshotSummaryCollector; both leave out a key whose count is 0).
+_DATA_FILE_COUNTS = ("added-data-files", "deleted-data-files")
+_DELETE_FILE_COUNTS = ("added-delete-files", "removed-delete-files")
+_DUPLICATE_DELETES = "deleted-duplicate-files"
+
+
+def changed_file_counts(snapshot: Snapshot) -> tuple[int, int] | None:
+    """(data files, delete files) that `snapshot` added or removed, by its summary.
+
+    None when the summary cannot bound the read: no summary, a count that is not a
+    non-negative integer, nothing counted (a writer that leaves the counts out looks the same as
+    a commit that changed nothing), or removed duplicate entries (Java counts them apart, under
+    `deleted-duplicate-files`, without saying whether they were data or delete files).
+    """
+    summary = snapshot.summary
+    if summary is None:
+        return None
+    try:
+        data = sum(int(summary[k] or 0) for k in _DATA_FILE_COUNTS)
+        deletes = sum(int(summary[k] or 0) for k in _DELETE_FILE_COUNTS)
+        duplicates = int(summary[_DUPLICATE_DELETES] or 0)
+    except ValueError:
+        return None
+    if min(data, deletes) < 0 or duplicates != 0 or data + deletes == 0:
+        return None
+    return data, deletes
+
+
+def _open_manifest_list(io: FileIO, path: str) -> AvroFile[ManifestFile]:
+    """The manifest list as pyiceberg's `read_manifest_list` decodes it, one record at a time."""
+    return AvroFile[ManifestFile](
+        io.new_input(path),
+        MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+        read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+        read_enums={517: ManifestContent},
+    )
+
+
 def _read_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
     """Every entry of a manifest, read with the v3 entry schema, sequence numbers inherited."""
     with AvroFile[ManifestEntry](
@@ -108,17 +152,24 @@ def _read_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
 
 
 class ManifestReader:
-    """Reads manifest lists and manifests through a FileIO, with a bounded LRU of manifests."""
+    """Reads manifest lists and manifests through a FileIO, with a bounded LRU of manifests.
 
-    def __init__(self, io: FileIO, max_cached_manifests: int = 4096) -> None:
+    `early_stop=False` makes `added_in` always decode the whole manifest list (for comparison
+    and as a way out should a writer's snapshot summaries be wrong).
+    """
+
+    def __init__(self, io: FileIO, max_cached_manifests: int = 4096, *, early_stop: bool = True) -> None:
         self._io = io
         self._max = max_cached_manifests
+        self._early_stop = early_stop
         self._entries: OrderedDict[str, tuple[FileEntry, ...]] = OrderedDict()
         self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
         self._lock = threading.Lock()
         self.manifests_read = 0  # cache misses, for planning metrics and benchmarks
+        self.list_entries_read = 0  # manifest-list records decoded, for tests and benchmarks
 
     def manifest_list(self, snapshot: Snapshot) -> tuple[ManifestFile, ...]:
+        """Every manifest of the snapshot (its whole manifest list)."""
         key = snapshot.manifest_list
         with self._lock:
             if key in self._lists:
@@ -126,18 +177,80 @@ class ManifestReader:
                 return self._lists[key]
         try:
             manifests = tuple(snapshot.manifests(self._io))
-        except FileNotFoundError as exc:
-            raise MetadataError(
-                f"manifest list of snapshot {snapshot.snapshot_id} is missing ({key}); "
-                "the snapshot's metadata was deleted"
-            ) from exc
         except (OSError, ValueError) as exc:
-            raise MetadataError(f"manifest list of snapshot {snapshot.snapshot_id} cannot be read: {exc}") from exc
+            raise _list_error(snapshot, exc) from exc
+        self._cache_list(key, manifests)
+        return manifests
+
+    def _cache_list(self, key: str, manifests: tuple[ManifestFile, ...]) -> None:
         with self._lock:
+            self.list_entries_read += len(manifests)
             self._lists[key] = manifests
             if len(self._lists) > self._max:
                 self._lists.popitem(last=False)
-        return manifests
+
+    def own_manifests(self, snapshot: Snapshot) -> tuple[ManifestFile, ...]:
+        """The manifests `snapshot` wrote (`added_snapshot_id` is its id), in list order.
+
+        Reads the manifest list only up to the last of them that holds an ADDED or DELETED entry,
+        when that point can be proven; otherwise the whole list. The proof:
+
+        - Every ADDED or DELETED entry in a manifest that S wrote is S's own: Java's
+          ManifestWriter stamps `add` and `delete` with the writer's snapshot id, the merge
+          (ManifestMergeManager) keeps only S's ADDED and DELETED entries as such and turns
+          older ADDED ones into EXISTING, and the filter (ManifestFilterManager) writes the
+          files S removes as DELETED and the rest as EXISTING. pyiceberg's producers and its
+          merge manager do the same. The manifest list's `added_files_count` and
+          `deleted_files_count` count exactly those entries.
+        - S's summary counts the same files: Java's SnapshotSummary adds every file S's writers
+          add (`added-data-files`, `added-delete-files`) and every file its filters remove
+          (`deleted-data-files`, `removed-delete-files`), a repeated path inside one manifest
+          under `deleted-duplicate-files` (then we read everything); pyiceberg's
+          SnapshotSummaryCollector counts its added and deleted files the same way. (One
+          exception: pyiceberg counts a data file that is live twice, in two manifests, once
+          when it deletes both entries; the stop can then come early only if the commit also
+          wrote a later manifest with changes, i.e. deleted from two partition specs at once.)
+
+        So once the counts of S's data manifests and of its delete manifests read so far reach
+        the summary's data and delete totals, every manifest after them has zero ADDED and
+        DELETED entries and adds nothing to `added_in`. The whole list is read (and cached as
+        whole) when the summary gives no totals, the list is not format 2 or later by its own
+        header, one of S's manifests lacks a count, or the counts never meet the totals.
+        """
+        key = snapshot.manifest_list
+        with self._lock:
+            whole_list_cached = key in self._lists
+        totals = changed_file_counts(snapshot) if self._early_stop and not whole_list_cached else None
+        if totals is None:
+            return tuple(m for m in self.manifest_list(snapshot) if m.added_snapshot_id == snapshot.snapshot_id)
+        every: list[ManifestFile] = []
+        own: list[ManifestFile] = []
+        data = deletes = 0
+        try:
+            with _open_manifest_list(self._io, key) as reader:
+                version = reader.header.meta.get("format-version", "")
+                can_stop = version.isdigit() and int(version) >= 2
+                for manifest in reader:
+                    every.append(manifest)
+                    if manifest.added_snapshot_id != snapshot.snapshot_id:
+                        continue
+                    own.append(manifest)
+                    added, deleted = manifest.added_files_count, manifest.deleted_files_count
+                    if added is None or deleted is None:
+                        can_stop = False
+                        continue
+                    if manifest.content == ManifestContent.DELETES:
+                        deletes += added + deleted
+                    else:
+                        data += added + deleted
+                    if can_stop and (data, deletes) == totals:
+                        with self._lock:
+                            self.list_entries_read += len(every)
+                        return tuple(own)
+        except (OSError, ValueError) as exc:
+            raise _list_error(snapshot, exc) from exc
+        self._cache_list(key, tuple(every))
+        return tuple(own)
 
     def entries(self, manifest: ManifestFile) -> tuple[FileEntry, ...]:
         """Every entry of the manifest, DELETED ones included, with inherited sequence numbers."""
@@ -170,9 +283,7 @@ class ManifestReader:
     def added_in(self, snapshot: Snapshot) -> list[FileEntry]:
         """Entries that `snapshot` itself ADDED or DELETED, read from the manifests it wrote."""
         found: list[FileEntry] = []
-        for manifest in self.manifest_list(snapshot):
-            if manifest.added_snapshot_id != snapshot.snapshot_id:
-                continue
+        for manifest in self.own_manifests(snapshot):
             for entry in self.entries(manifest):
                 if entry.snapshot_id == snapshot.snapshot_id and entry.status != ManifestEntryStatus.EXISTING:
                     found.append(entry)
@@ -186,3 +297,12 @@ class ManifestReader:
                 continue
             found.extend(e for e in self.entries(manifest) if e.status != ManifestEntryStatus.DELETED)
         return found
+
+
+def _list_error(snapshot: Snapshot, exc: Exception) -> MetadataError:
+    if isinstance(exc, FileNotFoundError):
+        return MetadataError(
+            f"manifest list of snapshot {snapshot.snapshot_id} is missing ({snapshot.manifest_list}); "
+            "the snapshot's metadata was deleted"
+        )
+    return MetadataError(f"manifest list of snapshot {snapshot.snapshot_id} cannot be read: {exc}")

@@ -46,11 +46,14 @@ class ChangePlan:
 class Planner:
     """Plans ranges of one table; keeps its manifest cache across calls (serve mode reuses it)."""
 
-    def __init__(self, table: Table, target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES) -> None:
+    def __init__(
+        self, table: Table, target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES, *, early_stop: bool = True
+    ) -> None:
+        """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader)."""
         self._table = table
         self._target_split_bytes = target_split_bytes
         self._io = table.io
-        self._manifests = ManifestReader(table.io)
+        self._manifests = ManifestReader(table.io, early_stop=early_stop)
         self._path_cache: dict[str, frozenset[str]] = {}
 
     def refresh(self, table: Table) -> None:
