@@ -26,7 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from monitor.api import identifier_names, read_context, schema_id_of, snapshots_needing_reconcile
+from monitor.api import (
+    change_arrow_schema,
+    identifier_names,
+    read_context,
+    schema_id_of,
+    snapshots_needing_reconcile,
+)
 from monitor.catalog import load_table, open_catalog
 from monitor.lineage import snapshots_between
 from monitor.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
@@ -382,8 +388,11 @@ class Pipeline:
         by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
         for split in splits:
             by_snapshot[split.task.commit.snapshot_id].append(split)
-        # a staging sink (parquet) is written by the Spark tasks themselves: rows skip the driver
-        staging = isinstance(self.sink, StagingSink)
+        # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
+        stager = (
+            self.sink.stager(change_arrow_schema(table, schema_id)) if isinstance(self.sink, StagingSink) else None
+        )
+        staging = stager is not None
         requests: list[SplitRequest] = []
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
@@ -398,7 +407,6 @@ class Pipeline:
             return True
         context = read_context(table, schema_id, tasks)
         spark = self._spark or spark_session()
-        stager = cast(StagingSink, self.sink).stager() if staging else None
         chunk_rows = _chunk_rows_of(batch.batch_id)
         held: list[tuple[int, Chunk]] = []
         held_snapshot: int | None = None

@@ -66,7 +66,9 @@ class StagingSink(Sink, Protocol):
     is committed. Both steps are idempotent per chunk key, so exactly-once holds as for `write`.
     """
 
-    def stager(self) -> ChunkStager: ...
+    def stager(self, schema: pa.Schema) -> ChunkStager | None:
+        """The task-side writer for a batch of change rows of `schema`; None: write from the driver."""
+        ...
 
     def commit_staged(self, key: ChunkKey, staged: str) -> str | None:
         """Make the staged chunk visible under its final name; return the token."""

@@ -16,11 +16,22 @@ The table is created (with its namespace) when missing, from the rows' schema wi
 optional. When the change stream gains columns or widens types, the table schema is evolved with
 `union_by_name`; rows are matched to the table's columns by name and cast to their types, and
 columns the rows lack are written as nulls.
+
+Data files are written by the Spark tasks that read the rows (`stager`), through pyiceberg's own
+writer, under the table's data location and named `icetail-<chunk>-...`; the driver reads only
+the file's footer to commit it (`commit_staged`). A replayed chunk that is already committed has
+its new file deleted again. A file staged by a run that stopped before committing it stays
+unreferenced: Iceberg's orphan-file removal collects it. Partitioned sink tables are written from
+the driver (pyiceberg's partitioned append).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
+import uuid
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pyarrow as pa
@@ -37,7 +48,11 @@ from pyiceberg.exceptions import (
     ValidationError,
     WaitingForLockException,
 )
-from pyiceberg.table import Table
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import parquet_file_to_data_file, write_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table, WriteTask
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.utils.config import Config
 
@@ -137,22 +152,88 @@ class IcebergTableSink:
         self._index(table)
         done = self._chunks.get(key.name)
         if done is not None:
-            snapshot_id, stored_rows = done
-            if stored_rows is not None and stored_rows != rows.num_rows:
-                raise SinkRejectedError(
-                    f"iceberg sink {self._where()}: chunk {key.name} is already in snapshot {snapshot_id} with "
-                    f"{stored_rows} rows but was replayed with {rows.num_rows}; chunk boundaries must not change"
-                )
-            return str(snapshot_id)
+            self._check_replay(key, done, rows.num_rows)
+            return str(done[0])
         self._evolve(table, rows.schema)
-        table.append(
-            _conform(rows, table.schema().as_arrow()),
-            snapshot_properties={
-                CONSUMER_PROPERTY: self.consumer,
-                CHUNK_ID_PROPERTY: key.name,
-                CHUNK_ROWS_PROPERTY: str(rows.num_rows),
-            },
+        table.append(_conform(rows, table.schema().as_arrow()), snapshot_properties=self._summary(key, rows.num_rows))
+        return self._committed(table, key, rows.num_rows)
+
+    def stager(self, schema: pa.Schema) -> IcebergStager | None:
+        """What the Spark tasks need to write this batch's data files; None for a partitioned table.
+
+        Creates or evolves the table for `schema` (the batch's change rows) first, on the driver,
+        so every task writes against the same, final table schema.
+        """
+        if self._closed:
+            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
+        try:
+            table = self._refreshed(schema)
+            self._evolve(table, schema)
+            table = table.refresh()
+        except IcetailError:
+            raise
+        except _TRANSIENT as exc:
+            raise SinkError(f"iceberg sink {self._where()}: cannot prepare the table: {error_text(exc)}") from exc
+        except _REJECTED as exc:
+            raise SinkRejectedError(
+                f"iceberg sink {self._where()}: the change rows do not fit the table: {error_text(exc)}"
+            ) from exc
+        if not table.spec().is_unpartitioned():
+            return None
+        # the tasks need the layout (schema, location, properties), not the history
+        layout = table.metadata.model_copy(
+            update={"snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}, "current_snapshot_id": None}
         )
+        return IcebergStager(layout.model_dump_json(), tuple(sorted(table.io.properties.items())))
+
+    def commit_staged(self, key: ChunkKey, staged: str) -> str:
+        """Append the data file a Spark task wrote for `key` as the chunk's snapshot (once)."""
+        if self._closed:
+            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
+        if key.consumer != self.consumer:
+            raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
+        try:
+            return self._commit_staged(key, staged)
+        except IcetailError:
+            raise
+        except _TRANSIENT as exc:
+            raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} not committed: {error_text(exc)}") from exc
+        except _REJECTED as exc:
+            raise SinkRejectedError(
+                f"iceberg sink {self._where()}: chunk {key.name} does not fit the table: {error_text(exc)}"
+            ) from exc
+
+    def _commit_staged(self, key: ChunkKey, staged: str) -> str:
+        if not _staged_name(staged).startswith(_file_prefix(key)):
+            raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {staged} is not chunk {key.name}")
+        table = self._refreshed_existing()
+        self._index(table)
+        data_file: DataFile = parquet_file_to_data_file(table.io, table.metadata, staged)
+        rows = int(data_file.record_count)
+        done = self._chunks.get(key.name)
+        if done is not None:  # a replay of a committed chunk: its new file is not needed
+            self._check_replay(key, done, rows)
+            with contextlib.suppress(OSError):
+                table.io.delete(staged)
+            return str(done[0])
+        with table.transaction() as transaction:
+            with transaction.update_snapshot(snapshot_properties=self._summary(key, rows)).fast_append() as append:
+                append.append_data_file(data_file)
+        return self._committed(table, key, rows)
+
+    def _summary(self, key: ChunkKey, rows: int) -> dict[str, str]:
+        return {CONSUMER_PROPERTY: self.consumer, CHUNK_ID_PROPERTY: key.name, CHUNK_ROWS_PROPERTY: str(rows)}
+
+    def _check_replay(self, key: ChunkKey, done: tuple[int, int | None], rows: int) -> None:
+        snapshot_id, stored_rows = done
+        if stored_rows is not None and stored_rows != rows:
+            raise SinkRejectedError(
+                f"iceberg sink {self._where()}: chunk {key.name} is already in snapshot {snapshot_id} with "
+                f"{stored_rows} rows but was replayed with {rows}; chunk boundaries must not change"
+            )
+
+    def _committed(self, table: Table, key: ChunkKey, rows: int) -> str:
+        """The id of the snapshot that now holds `key`, found after our own append."""
         snapshot = table.current_snapshot()
         if snapshot is None or _chunk_of(snapshot, self.consumer) != key.name:
             self._head = None  # someone else's snapshot on top already: index again from scratch
@@ -160,9 +241,18 @@ class IcebergTableSink:
             if key.name not in self._chunks:
                 raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} was appended but cannot be found")
             return str(self._chunks[key.name][0])
-        self._chunks[key.name] = (snapshot.snapshot_id, rows.num_rows)
+        self._chunks[key.name] = (snapshot.snapshot_id, rows)
         self._head = snapshot.snapshot_id
         return str(snapshot.snapshot_id)
+
+    def _refreshed_existing(self) -> Table:
+        if self._table is None:
+            raise SinkRejectedError(f"iceberg sink table {self._where()} does not exist; nothing was staged for it")
+        try:
+            self._table = self._table.refresh()
+            return self._table
+        except (NoSuchTableError, NoSuchNamespaceError) as exc:
+            raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use") from exc
 
     def _refreshed(self, schema: pa.Schema) -> Table:
         """The table as committed right now; created from `schema` if it does not exist yet."""
@@ -280,3 +370,57 @@ def _conform(rows: pa.Table, target: pa.Schema) -> pa.Table:
         for f in target
     ]
     return pa.Table.from_arrays(columns, schema=target)
+
+
+@dataclass(frozen=True)
+class IcebergStager:
+    """Runs in Spark tasks: writes a chunk as one data file of the sink table, not yet committed.
+
+    Carries the table's layout (metadata without its history) as JSON and its FileIO properties;
+    the table location must be reachable from the executors.
+    """
+
+    layout_json: str
+    io_properties: tuple[tuple[str, str], ...]
+
+    def stage(self, key: ChunkKey, rows: pa.Table) -> str:
+        layout = _parsed_layout(self.layout_json)
+        io = load_file_io(dict(self.io_properties), layout.location)
+        schema = layout.schema()
+        try:
+            conformed = _conform(rows, schema.as_arrow())
+            task = _ChunkWriteTask(uuid.uuid4(), 0, schema, conformed.to_batches(), prefix=_file_prefix(key))
+            (data_file,) = list(write_file(io, layout, iter([task])))
+        except OSError as exc:
+            raise SinkError(
+                f"iceberg sink: staging chunk {key.name} in {layout.location} failed: {error_text(exc)}"
+            ) from exc
+        except _REJECTED as exc:
+            raise SinkRejectedError(
+                f"iceberg sink: chunk {key.name} does not fit the table: {error_text(exc)}"
+            ) from exc
+        return str(data_file.file_path)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_layout(layout_json: str) -> TableMetadata:
+    """Parsed once per worker process and layout (every chunk of a batch shares it)."""
+    return TableMetadataUtil.parse_raw(layout_json)
+
+
+@dataclass(frozen=True)
+class _ChunkWriteTask(WriteTask):
+    """pyiceberg's write task, naming the file after the chunk so a stray file can be traced."""
+
+    prefix: str = "icetail"
+
+    def generate_data_file_filename(self, extension: str) -> str:
+        return f"{self.prefix}-{self.write_uuid}.{extension}"
+
+
+def _file_prefix(key: ChunkKey) -> str:
+    return "icetail-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key.name)
+
+
+def _staged_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]

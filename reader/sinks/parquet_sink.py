@@ -74,7 +74,8 @@ class ParquetDirSink:
             raise SinkRejectedError(f"parquet sink: chunk {name} cannot be written: {error_text(exc)}") from exc
         return name
 
-    def stager(self) -> ParquetStager:
+    def stager(self, schema: pa.Schema | None = None) -> ParquetStager:
+        """Every batch is staged (a chunk's file carries its own schema)."""
         return ParquetStager(str(self._tmp), str(self.directory))
 
     def commit_staged(self, key: ChunkKey, staged: str) -> str:

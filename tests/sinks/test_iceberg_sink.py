@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -14,19 +12,9 @@ from reader.sinks.factory import open_sink
 from reader.sinks.iceberg_sink import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, CONSUMER_PROPERTY, IcebergTableSink
 from state.errors import CatalogNotFoundError, SinkRejectedError
 from tests.sinks import CONSUMER, change_rows, key
+from tests.sinks.conftest import CATALOG
 
-CATALOG = "sinkcat"  # lowercase letters and digits: pyiceberg mangles `_` in variable names
 URL = f"iceberg://{CATALOG}/cdc.orders_changes"
-
-
-@pytest.fixture
-def sql_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SqlCatalog:
-    """The catalog configured only through PYICEBERG_* variables, plus a direct handle to check it."""
-    uri = f"sqlite:///{tmp_path}/catalog.db"
-    warehouse = f"file://{tmp_path}/warehouse"
-    monkeypatch.setenv(f"PYICEBERG_CATALOG__{CATALOG.upper()}__URI", uri)
-    monkeypatch.setenv(f"PYICEBERG_CATALOG__{CATALOG.upper()}__WAREHOUSE", warehouse)
-    return SqlCatalog(CATALOG, uri=uri, warehouse=warehouse)
 
 
 def load(catalog: SqlCatalog) -> Table:
