@@ -287,6 +287,36 @@ def read_icetail(table: Any, from_id: int | None, to_id: int, spark: Any, **opti
     )
 
 
+def read_icetail_in_tasks(table: Any, from_id: int | None, to_id: int, spark: Any) -> Timing:
+    """icetail's read with the rows dropped inside the Spark tasks (reader.sinks.discard).
+
+    The path of the staging sinks (parquet, Iceberg), minus their writes; the Java baselines
+    also drop their rows in the tasks (Spark's `noop` sink). Nothing is reconciled, so use it
+    only where reconciling changes nothing (appends, deletes); the cases check the row counts.
+    """
+    from monitor.api import read_context
+    from monitor.planner import Planner
+    from reader.sinks.discard import DiscardStager
+    from reader.spark import SplitRequest, run_splits
+
+    started = time.perf_counter()
+    plan = Planner(table).plan(from_id, to_id)
+    planned = time.perf_counter()
+    context = read_context(table, plan.schema_id, plan.tasks)
+    requests = [SplitRequest(split, 0, ("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
+    out = 0
+    for chunk in run_splits(spark, context, requests, stager=DiscardStager()):
+        out += sum(count for _, count in chunk.change_counts)
+    seconds = time.perf_counter() - started
+    rows_in = sum(t.data_file.record_count for t in plan.tasks)
+    return Timing(
+        seconds,
+        rows_in,
+        out,
+        {"plan_s": round(planned - started, 4), "splits": len(plan.splits), "rows": "dropped in the tasks"},
+    )
+
+
 def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode: bool = False) -> Timing:
     """Diagnostic: icetail's split reader run in this process, one split after another (no Spark).
 
@@ -446,11 +476,13 @@ def case_append(ctx: Context) -> CaseResult:
     result.notes.append(f"{len(ctx.data.files)} files in {len(snaps)} append snapshots after a 10-row seed snapshot")
     # warm-up of both engines on the first added snapshot (Python workers, JIT, file cache)
     read_icetail(table, seed, snaps[0], ctx.spark)
+    read_icetail_in_tasks(table, seed, snaps[0], ctx.spark)
     if not ctx.args.skip_java:
         read_java_incremental(ctx.spark, cat.fq("append"), seed, snaps[0], 0)
     t = interleaved(
         {
-            "icetail": lambda: read_icetail(table, seed, snaps[-1], ctx.spark),
+            "icetail": lambda: read_icetail_in_tasks(table, seed, snaps[-1], ctx.spark),
+            "icetail_to_driver": lambda: read_icetail(table, seed, snaps[-1], ctx.spark),
             "raw_pyarrow": lambda: read_raw(ctx.data.files),
             "raw_pyarrow_1thread": lambda: read_raw(ctx.data.files, threads=False),
             "pyiceberg_scan": lambda: read_pyiceberg(table, snaps[-1]),
@@ -471,9 +503,16 @@ def case_append(ctx: Context) -> CaseResult:
         t["diag_split_reader_no_spark"],
     )
     assert icetail.rows_out == ctx.scale.rows, (icetail.rows_out, ctx.scale.rows)
+    assert t["icetail_to_driver"].rows_out == ctx.scale.rows, (t["icetail_to_driver"].rows_out, ctx.scale.rows)
     result.timings = dict(t)
+    result.notes.append(
+        "icetail: rows dropped in the Spark tasks (the staging sinks' path; Java's baseline uses the noop sink); "
+        "icetail_to_driver: every row returned to the driver as Arrow (iter_changes)"
+    )
     result.ratios = {
         "vs_raw_pyarrow": ratio(raw, icetail),
+        "to_driver/vs_raw_pyarrow": ratio(raw, t["icetail_to_driver"]),
+        "to_driver/vs_java_incremental": ratio(java_t, t["icetail_to_driver"]),
         "vs_raw_pyarrow_1thread": ratio(raw1, icetail),
         "vs_pyiceberg_scan": ratio(pyice, icetail),
         "vs_java_incremental": ratio(java_t, icetail),
@@ -534,10 +573,16 @@ def case_mor(ctx: Context) -> CaseResult:
         kinds = _delete_kinds(table, data_snapshot, delete_snapshot)
         log(f"  mor/{name}: measuring (delete files {kinds})")
         read_icetail(table, data_snapshot, delete_snapshot, ctx.spark)  # warm-up: page cache, delete cache
+        read_icetail_in_tasks(table, data_snapshot, delete_snapshot, ctx.spark)
         live = scale.rows - expected
         t = interleaved(
             {
-                "icetail": lambda t=table, a=data_snapshot, b=delete_snapshot: read_icetail(t, a, b, ctx.spark),
+                "icetail": lambda t=table, a=data_snapshot, b=delete_snapshot: read_icetail_in_tasks(
+                    t, a, b, ctx.spark
+                ),
+                "icetail_to_driver": lambda t=table, a=data_snapshot, b=delete_snapshot: read_icetail(
+                    t, a, b, ctx.spark
+                ),
                 "raw_pyarrow": lambda: read_raw(ctx.data.files),
                 "java_snapshot": java(
                     ctx, lambda n=name, s=delete_snapshot, r=live: read_java_snapshot(ctx.spark, cat.fq(n), s, r)
@@ -546,10 +591,13 @@ def case_mor(ctx: Context) -> CaseResult:
             scale.repeat,
         )
         icetail, raw, java_t = t["icetail"], t["raw_pyarrow"], t["java_snapshot"]
-        if icetail.rows_out != expected:
-            result.notes.append(f"{name}: icetail returned {icetail.rows_out} rows, expected {expected}")
+        for reader in ("icetail", "icetail_to_driver"):
+            if t[reader].rows_out != expected:
+                result.notes.append(f"{name}: {reader} returned {t[reader].rows_out} rows, expected {expected}")
         icetail.extra["delete_files"] = kinds
         result.timings[f"{name}/icetail"] = icetail
+        result.timings[f"{name}/icetail_to_driver"] = t["icetail_to_driver"]
+        result.ratios[f"{name}/to_driver/vs_raw_pyarrow"] = ratio(raw, t["icetail_to_driver"])
         result.timings[f"{name}/raw_pyarrow"] = raw
         result.timings[f"{name}/java_snapshot"] = java_t
         value = ratio(raw, icetail)
@@ -957,11 +1005,16 @@ class RssSampler:
 
 
 def memprobe(args: argparse.Namespace) -> int:
-    """Child process: read (from, to] of one table through iter_changes with icetail's own session."""
-    from monitor.api import iter_changes
+    """Child process: read (from, to] of one table with icetail's own session.
+
+    By default the rows are dropped in the Spark tasks (the staging sinks' path); with
+    `--to-driver` every row comes back to the driver through iter_changes.
+    """
+    from monitor.api import iter_changes, read_context
     from monitor.catalog import load_table, open_catalog
     from monitor.planner import Planner
-    from reader.spark import spark_session
+    from reader.sinks.discard import DiscardStager
+    from reader.spark import SplitRequest, run_splits, spark_session
 
     with RssSampler() as sampler:
         spark = spark_session()
@@ -972,8 +1025,14 @@ def memprobe(args: argparse.Namespace) -> int:
         plan = Planner(table).plan(args.from_snapshot, args.to_snapshot)
         rows = 0
         started = time.perf_counter()
-        for batch in iter_changes(table, plan, spark=spark):
-            rows += batch.num_rows
+        if args.to_driver:
+            for batch in iter_changes(table, plan, spark=spark):
+                rows += batch.num_rows
+        else:
+            context = read_context(table, plan.schema_id, plan.tasks)
+            requests = [SplitRequest(split, 0, ("bench", "mem", i)) for i, split in enumerate(plan.splits)]
+            for chunk in run_splits(spark, context, requests, stager=DiscardStager()):
+                rows += sum(count for _, count in chunk.change_counts)
         seconds = time.perf_counter() - started
     print(json.dumps({"rows": rows, "seconds": seconds, "peak": sampler.peak, "idle": idle}))
     return 0
@@ -987,16 +1046,21 @@ def case_memory(ctx: Context) -> CaseResult:
     sizes = sorted({max(2, len(files) // 8), max(2, len(files) // 2), len(files)})
     mib = 1024 * 1024
     peaks: dict[str, Any] = {}
+    tables = {}
     for count in sizes:
         name = f"mem{count}"
         gen.create_table(cat, name)
         seed = gen.seed_snapshot(cat, name, ctx.data)
-        snapshot = gen.add_files(cat, name, files[:count])
+        tables[count] = (name, seed, gen.add_files(cat, name, files[:count]))
+    for mode, count in [(m, c) for m in ("to_driver", "tasks") for c in sizes]:
+        name, seed, snapshot = tables[count]
         rows = sum(ctx.data.rows_per_file[:count])
-        log(f"  memory: snapshot of {count} files ({rows:,} rows) in a fresh process")
+        log(f"  memory ({mode}): snapshot of {count} files ({rows:,} rows) in a fresh process")
         env = {**os.environ, **catalog_env(ctx.workdir)}
         cmd = [sys.executable, "-m", "bench.run", "--workdir", str(ctx.workdir), "memprobe",
                "--table", cat.ident(name), "--from-snapshot", str(seed), "--to-snapshot", str(snapshot)]  # fmt: skip
+        if mode == "to_driver":
+            cmd.append("--to-driver")
         done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             err = ctx.workdir / f"memprobe-{name}.err"
@@ -1005,7 +1069,7 @@ def case_memory(ctx: Context) -> CaseResult:
             raise RuntimeError(f"memprobe of {count} files failed ({err}): {' | '.join(causes[:3])[:1500]}")
         probe = json.loads(done.stdout.strip().splitlines()[-1])
         assert probe["rows"] == rows, (probe["rows"], rows)
-        peaks[f"{rows}_rows"] = {
+        peaks[f"{mode}/{rows}_rows"] = {
             "files": count,
             "rows": rows,
             "seconds": round(probe["seconds"], 2),
@@ -1013,23 +1077,24 @@ def case_memory(ctx: Context) -> CaseResult:
             **{f"idle_{k}_mib": round(v / mib) for k, v in probe["idle"].items()},
         }
     result.timings = peaks
-    first, last = peaks[f"{sum(ctx.data.rows_per_file[: sizes[0]])}_rows"], peaks[f"{scale.rows}_rows"]
-    growth = round(last["peak_total_mib"] / max(first["peak_total_mib"], 1), 3)
-    py_growth = round(
-        (last["peak_driver_python_mib"] + last["peak_python_workers_mib"])
-        / max(first["peak_driver_python_mib"] + first["peak_python_workers_mib"], 1),
-        3,
-    )
-    result.ratios = {"peak_total_largest_vs_smallest": growth, "peak_python_largest_vs_smallest": py_growth}
-    flat = growth <= 1.25
-    result.goals.append(
-        Goal(
-            f"peak memory flat from {sizes[0]} to {sizes[-1]} files ({len(files) // sizes[0]}x the rows)",
-            "<= 1.25x",
-            growth,
-            flat,
+    smallest = sum(ctx.data.rows_per_file[: sizes[0]])
+    for mode in ("tasks", "to_driver"):
+        first, last = peaks[f"{mode}/{smallest}_rows"], peaks[f"{mode}/{scale.rows}_rows"]
+        growth = round(last["peak_total_mib"] / max(first["peak_total_mib"], 1), 3)
+        python_first = first["peak_driver_python_mib"] + first["peak_python_workers_mib"]
+        python_last = last["peak_driver_python_mib"] + last["peak_python_workers_mib"]
+        prefix = "" if mode == "tasks" else "to_driver/"
+        result.ratios[f"{prefix}peak_total_largest_vs_smallest"] = growth
+        result.ratios[f"{prefix}peak_python_largest_vs_smallest"] = round(python_last / max(python_first, 1), 3)
+        label = "rows dropped in the tasks" if mode == "tasks" else "rows returned to the driver"
+        result.goals.append(
+            Goal(
+                f"peak memory flat from {sizes[0]} to {sizes[-1]} files ({len(files) // sizes[0]}x the rows), {label}",
+                "<= 1.25x",
+                growth,
+                growth <= 1.25,
+            )
         )
-    )
     return result
 
 
@@ -1196,6 +1261,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     probe.add_argument("--table", required=True)
     probe.add_argument("--from-snapshot", type=int, required=True)
     probe.add_argument("--to-snapshot", type=int, required=True)
+    probe.add_argument("--to-driver", action="store_true", help="return the rows to the driver (iter_changes)")
     prof = sub.add_parser("profile", help="the append read in a loop, to run under py-spy or pyinstrument")
     prof.add_argument("--iterations", type=int, default=3)
     prof.add_argument("--mode", choices=("spark", "inprocess", "pool", "threads"), default="spark")

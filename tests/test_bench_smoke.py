@@ -42,7 +42,7 @@ def test_bench_runner_tiny(tmp_path: Path) -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "== summary: ratios" in done.stdout, output[-4000:]
-    for name in ("vs_raw_pyarrow", "full_vs_icetail", "icetail_h4_vs_h2"):
+    for name in ("vs_raw_pyarrow", "to_driver/vs_raw_pyarrow", "full_vs_icetail", "icetail_h4_vs_h2"):
         assert re.search(rf"{name}\s+[0-9.]+x", done.stdout), f"no ratio {name} in:\n{done.stdout[-4000:]}"
     assert "== goals" in done.stdout
     assert list((tmp_path / "bench").glob("results-tiny-*.json"))
