@@ -10,7 +10,9 @@ in the task. Local mode by default; any master via standard Spark config.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -144,12 +146,14 @@ def run_splits(
     sc = spark.sparkContext
     waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * sc.defaultParallelism), wave_bytes)
     group = f"icetail-{uuid.uuid4().hex[:12]}"
+    # tasks on this host hand their rows over in files the driver maps, not through the JVM
+    handoff = tempfile.mkdtemp(prefix="icetail-handoff-") if _executors_share_driver_host(sc) else None
 
     def collect(wave: list[SplitRequest]) -> list[tuple[Any, ...]]:
         sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
         groups = group_for_tasks(wave, TASKS_PER_CORE * sc.defaultParallelism)
         rdd = sc.parallelize(groups, numSlices=len(groups))
-        return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager)).collect()
+        return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, handoff)).collect()
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-wave")
     finished = False
@@ -169,20 +173,31 @@ def run_splits(
         if not finished:
             sc.cancelJobGroup(group)  # the caller stopped early: do not finish reading for nobody
         pool.shutdown(wait=False, cancel_futures=True)
+        if handoff is not None:  # chunks already handed over stay readable: their files are mapped
+            shutil.rmtree(handoff, ignore_errors=True)
+
+
+def _executors_share_driver_host(sc: Any) -> bool:
+    """A local master: executors run on the driver's host and see its temporary directory."""
+    return str(sc.master).startswith("local")
 
 
 def _run_partition(
-    context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None
+    context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None, handoff: str | None
 ) -> Iterator[tuple[Any, ...]]:
     for group in part:
         for _index, request in group:
-            error = yield from _run_split(context, request, chunk_rows, stager)
+            error = yield from _run_split(context, request, chunk_rows, stager, handoff)
             if error:
                 return
 
 
 def _run_split(
-    context: ReadContext, request: SplitRequest, chunk_rows: int | None, stager: ChunkStager | None
+    context: ReadContext,
+    request: SplitRequest,
+    chunk_rows: int | None,
+    stager: ChunkStager | None,
+    handoff: str | None = None,
 ) -> Generator[tuple[Any, ...], None, bool]:
     """Yields the split's chunk payloads; returns True after yielding an error (the task stops)."""
     try:
@@ -191,7 +206,7 @@ def _run_split(
         ):
             if stager is not None and request.stage_as is not None:
                 chunk = _staged(stager, request.stage_as, chunk)
-            yield _encode(chunk)
+            yield _encode(chunk, handoff)
     except IcetailError as exc:
         yield ("error", type(exc).__module__, type(exc).__name__, str(exc))
         return True
@@ -214,9 +229,15 @@ def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -
     return replace(chunk, batch=None, staged=stager.stage(key, rows), change_counts=counts)
 
 
-def _encode(chunk: Chunk) -> tuple[Any, ...]:
+def _encode(chunk: Chunk, handoff: str | None = None) -> tuple[Any, ...]:
+    """The chunk as a picklable payload: its rows as Arrow IPC bytes, or in a file under `handoff`."""
     if chunk.batch is None:
         return ("chunk", chunk, b"")
+    if handoff is not None:
+        path = os.path.join(handoff, f"{uuid.uuid4().hex}.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, chunk.batch.schema) as writer:
+            writer.write_batch(chunk.batch)
+        return ("chunk", replace(chunk, batch=None), path)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, chunk.batch.schema) as writer:
         writer.write_batch(chunk.batch)
@@ -229,7 +250,12 @@ def _decode(payload: tuple[Any, ...]) -> Chunk:
     _, chunk, data = payload
     if not data:
         return chunk
-    batches = list(pa.ipc.open_stream(data))
+    if isinstance(data, str):  # a handoff file: map it (no copy), then unlink it (the mapping stays)
+        reader = pa.ipc.open_file(pa.memory_map(data))
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        os.unlink(data)
+    else:
+        batches = list(pa.ipc.open_stream(data))
     batch = batches[0] if batches else None
     return replace(chunk, batch=batch)
 

@@ -1,9 +1,18 @@
-"""How a wave of splits is cut into Spark tasks: contiguous, balanced by bytes, deterministic."""
+"""How a wave of splits runs as Spark tasks: cut into contiguous runs balanced by bytes, rows handed over."""
 
 from __future__ import annotations
 
-from reader.spark import SplitRequest, group_for_tasks
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.api import read_context
+from monitor.planner import Planner
+from reader.spark import SplitRequest, group_for_tasks, run_splits
 from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
+from tests.core.conftest import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
 
@@ -38,3 +47,39 @@ def test_equal_splits_spread_evenly_and_a_big_split_gets_a_task_of_its_own() -> 
 
 def test_empty_wave_has_no_tasks() -> None:
     assert group_for_tasks([], 4) == []
+
+
+def _read_all(small_table: SmallTable, spark: Any) -> tuple[Any, Any]:
+    table = small_table.load()
+    plan = Planner(table).plan(None, small_table.snapshot_ids[1])
+    context = read_context(table, plan.schema_id, plan.tasks)
+    return plan, run_splits(spark, context, [SplitRequest(split) for split in plan.splits])
+
+
+def test_local_tasks_hand_rows_over_in_files_that_are_gone_afterwards(
+    small_table: SmallTable, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    plan, chunks = _read_all(small_table, spark)
+    seen = []
+    for chunk in chunks:
+        assert [p.name for p in scratch.iterdir()][0].startswith("icetail-handoff-")  # while reading
+        if chunk.batch is not None:
+            seen.extend(chunk.batch.column("id").to_pylist())
+    assert sorted(seen) == [1, 2, 3, 4, 5]
+    assert list(scratch.iterdir()) == []
+
+
+def test_rows_handed_over_stay_readable_after_an_early_stop(
+    small_table: SmallTable, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    _, chunks = _read_all(small_table, spark)
+    first = next(c for c in chunks if c.batch is not None and c.batch.num_rows)
+    chunks.close()  # the caller stops: the job group is cancelled and the handoff removed
+    assert list(scratch.iterdir()) == []
+    assert first.batch is not None and first.batch.column("id").to_pylist()  # still mapped
