@@ -28,7 +28,9 @@ POS_COLUMN = "pos"
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-class _LRU:
+class LRU:
+    """A small thread-safe least-recently-used map (per worker process caches)."""
+
     def __init__(self, max_items: int) -> None:
         self._items: OrderedDict[Any, Any] = OrderedDict()
         self._max = max_items
@@ -48,8 +50,8 @@ class _LRU:
                 self._items.popitem(last=False)
 
 
-_position_cache = _LRU(256)
-_equality_cache = _LRU(64)
+_position_cache = LRU(256)
+_equality_cache = LRU(64)
 
 
 def _open(io: FileIO, path: str) -> Any:

@@ -20,7 +20,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 
 from reader.context import ReadContext
-from reader.deletes import deleted_positions, equality_delete_rows
+from reader.deletes import LRU, deleted_positions, equality_delete_rows
 from reader.equality import DeleteKeySet
 from reader.fileio import file_io_for
 from reader.metadata_columns import change_schema, with_metadata
@@ -250,12 +250,31 @@ def _key_schema(equality_schema: Schema, field_ids: set[int]) -> Schema | None:
 def _delete_state(io: FileIO, context: ReadContext, data_path: str, deletes: tuple[DeleteFileRef, ...]) -> _DeleteState:
     arrays = [deleted_positions(io, d, data_path) for d in deletes if d.content != DeleteContent.EQUALITY]
     positions = np.unique(np.concatenate(arrays)) if arrays else np.empty(0, dtype=np.int64)
-    grouped: dict[tuple[int, ...], list[pa.Table]] = defaultdict(list)
+    grouped: dict[tuple[int, ...], list[DeleteFileRef]] = defaultdict(list)
     for delete in deletes:
         if delete.content == DeleteContent.EQUALITY:
-            grouped[tuple(sorted(delete.equality_field_ids))].append(_equality_keys(io, context, delete))
-    equality = tuple(DeleteKeySet(pa.concat_tables(tables)) for tables in grouped.values())
+            grouped[tuple(sorted(delete.equality_field_ids))].append(delete)
+    equality = tuple(_key_set(io, context, group) for group in grouped.values())
     return _DeleteState(positions, equality)
+
+
+# Every data file older than an equality delete shares its key set: index it once per worker,
+# not once per split (at 200k keys, building it cost more than decoding the split).
+_key_sets = LRU(16)
+
+
+def _key_set(io: FileIO, context: ReadContext, group: list[DeleteFileRef]) -> DeleteKeySet:
+    key = (
+        tuple(sorted((d.path, d.content_offset or 0) for d in group)),
+        context.equality_schema_json,
+        context.name_mapping_json,
+        context.format_version,
+    )
+    cached = _key_sets.get(key)
+    if cached is None:
+        cached = DeleteKeySet(pa.concat_tables([_equality_keys(io, context, d) for d in group]))
+        _key_sets.put(key, cached)
+    return cached
 
 
 def _equality_keys(io: FileIO, context: ReadContext, delete: DeleteFileRef) -> pa.Table:
