@@ -13,7 +13,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import uuid
+from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -81,8 +83,9 @@ class SplitRequest:
     stage_as: tuple[str, str, int] | None = None
 
 
-DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (two in memory at once)
+DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (three held at once)
 MIN_WAVE_SPLITS = 64
+WAVES_IN_FLIGHT = 2  # Spark jobs submitted ahead of the wave being consumed
 TASKS_PER_CORE = 2  # Spark tasks per wave and core: enough to even out skew, few enough to amortize a task
 
 
@@ -139,7 +142,7 @@ def run_splits(
 
     Splits run in waves: one Spark job per wave and a few tasks per core, each reading a
     contiguous run of splits, so small splits pay neither a job nor a task each and a wave's
-    results bound driver memory. The next wave runs while the caller consumes the current one.
+    results bound driver memory. The next waves run while the caller consumes the current one.
     """
     if not requests:
         return
@@ -149,23 +152,30 @@ def run_splits(
     # tasks on this host hand their rows over in files the driver maps, not through the JVM
     handoff = tempfile.mkdtemp(prefix="icetail-handoff-") if _executors_share_driver_host(sc) else None
 
-    def collect(wave: list[SplitRequest]) -> list[tuple[Any, ...]]:
-        sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
-        groups = group_for_tasks(wave, TASKS_PER_CORE * sc.defaultParallelism)
-        rdd = sc.parallelize(groups, numSlices=len(groups))
-        return rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, handoff)).collect()
+    submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
 
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-wave")
+    def collect(index: int) -> list[tuple[Any, ...]]:
+        sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
+        groups = group_for_tasks(waves[index], TASKS_PER_CORE * sc.defaultParallelism)
+        rdd = sc.parallelize(groups, numSlices=len(groups))
+        job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, handoff))
+        if index > 0:
+            submitting[index - 1].wait()
+        submitting[index].set()
+        return job.collect()
+
+    pool = ThreadPoolExecutor(max_workers=WAVES_IN_FLIGHT, thread_name_prefix="icetail-wave")
     finished = False
     try:
-        future = pool.submit(collect, waves[0])
-        for index in range(len(waves)):
-            try:
-                payloads = future.result()
-            except Exception:  # noqa: BLE001 - a task error surfaces as a Py4J/Spark exception
-                raise
-            if index + 1 < len(waves):
-                future = pool.submit(collect, waves[index + 1])
+        # the next wave's job is already queued when this one's last tasks run, so Spark's FIFO
+        # scheduler fills the cores they free: no idle barrier and no job start between waves
+        in_flight = deque(pool.submit(collect, index) for index in range(min(WAVES_IN_FLIGHT, len(waves))))
+        submitted = len(in_flight)
+        while in_flight:
+            payloads = in_flight.popleft().result()  # a task error surfaces as a Py4J/Spark exception
+            if submitted < len(waves):
+                in_flight.append(pool.submit(collect, submitted))
+                submitted += 1
             for payload in payloads:
                 yield _decode(payload)
         finished = True
