@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
+
+from reader.projection import arrow_schema
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,11 @@ class ReadContext:
         return _schema(self.output_schema_json)
 
     @property
+    def output_arrow_schema(self) -> pa.Schema:
+        """`output_schema` as Arrow (without field ids): the data columns of every change row."""
+        return _arrow(self.output_schema_json)
+
+    @property
     def equality_schema(self) -> Schema:
         return _schema(self.equality_schema_json)
 
@@ -33,6 +41,11 @@ class ReadContext:
 @functools.lru_cache(maxsize=32)
 def _schema(raw: str) -> Schema:
     return Schema.model_validate_json(raw)
+
+
+@functools.lru_cache(maxsize=32)
+def _arrow(raw: str) -> pa.Schema:
+    return arrow_schema(_schema(raw))
 
 
 @functools.lru_cache(maxsize=8)

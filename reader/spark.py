@@ -235,7 +235,9 @@ def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -
     consumer, batch_id, split_index = stage_as
     key = ChunkKey(consumer, batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
     rows = pa.Table.from_batches([chunk.batch])
-    counts = tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())
+    counts = chunk.change_counts or tuple(
+        (str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist()
+    )
     return replace(chunk, batch=None, staged=stager.stage(key, rows), change_counts=counts)
 
 

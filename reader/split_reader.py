@@ -43,7 +43,7 @@ class Chunk:
     done: bool  # the last chunk of the split
     deleted_rows: int = 0  # decoded rows hidden by the delete files of the snapshot (or parent, if removed)
     staged: str | None = None  # where a Spark task wrote the rows itself (then `batch` is None)
-    change_counts: tuple[tuple[str, int], ...] = ()  # rows by _change_type, for staged chunks
+    change_counts: tuple[tuple[str, int], ...] = ()  # rows by _change_type (what a staged chunk still carries)
 
     @property
     def row_count(self) -> int:
@@ -93,12 +93,13 @@ def read_split(
     equality_ids = {int(n) for state in (before, after) if state for ks in state.equality for n in ks.column_names}
 
     output_schema = context.output_schema
-    out_arrow = change_schema(arrow_schema(output_schema))
+    output_arrow = context.output_arrow_schema
+    out_arrow = change_schema(output_arrow)
     stream = _open_data_file(io, data_file.path)
     with stream:
         parquet = pq.ParquetFile(stream)
         meta = parquet.metadata
-        schema_of_file = file_schema(parquet.schema_arrow, context.name_mapping, context.format_version)
+        schema_of_file = _file_schema(parquet.schema_arrow, context)
         columns = columns_to_read(schema_of_file, set(output_schema.field_ids) | equality_ids)
         key_schema = _key_schema(context.equality_schema, equality_ids)
         row_groups = _row_groups_of(split, meta.num_row_groups)
@@ -123,7 +124,7 @@ def read_split(
             rg_bytes = meta.row_group(rg).total_byte_size
             for chunk_lo, chunk_hi in zip(bounds[:-1], bounds[1:], strict=True):
                 rows, decoded_at, decoded = _take_rows(batches, pending, decoded_at, chunk_lo, chunk_hi)
-                batch, deleted_rows = _changes(
+                batch, deleted_rows, counts = _changes(
                     rows,
                     chunk_lo,
                     chunk_hi,
@@ -132,6 +133,7 @@ def read_split(
                     task.kind,
                     schema_of_file,
                     output_schema,
+                    output_arrow,
                     key_schema,
                     context.format_version,
                     split,
@@ -146,7 +148,26 @@ def read_split(
                     rg_bytes if chunk_lo == lo else 0,
                     rg == last_index and chunk_hi == rg_hi,
                     deleted_rows,
+                    change_counts=counts,
                 )
+
+
+# Files of one table mostly share a physical schema: convert it to Iceberg once per worker.
+_file_schemas = LRU(64)
+
+
+def _file_schema(physical: pa.Schema, context: ReadContext) -> Schema:
+    """`file_schema` of a parquet schema, cached by its text with field ids (the key must see them)."""
+    key = (
+        physical.to_string(show_field_metadata=True, show_schema_metadata=False),
+        context.name_mapping_json,
+        context.format_version,
+    )
+    cached = _file_schemas.get(key)
+    if cached is None:
+        cached = file_schema(physical, context.name_mapping, context.format_version)
+        _file_schemas.put(key, cached)
+    return cached
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
@@ -191,11 +212,12 @@ def _changes(
     kind: ChangeKind,
     schema_of_file: Schema,
     output_schema: Schema,
+    output_arrow: pa.Schema,
     key_schema: Schema | None,
     format_version: int,
     split: ChangeSplit,
-) -> tuple[pa.RecordBatch, int]:
-    """The chunk's change rows, and how many decoded rows the deletes hid."""
+) -> tuple[pa.RecordBatch, int, tuple[tuple[str, int], ...]]:
+    """The chunk's change rows, how many decoded rows the deletes hid, and the rows per change type."""
     batches = rows.to_batches() if rows.num_rows else []
     if len(batches) != 1:
         batches = rows.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
@@ -209,20 +231,25 @@ def _changes(
     visible_after = after.visible(lo, hi, keys) if after is not None else np.zeros(n, dtype=bool)
     deleted = visible_before & ~visible_after
     inserted = visible_after & ~visible_before
-    projected = project(batch, schema_of_file, output_schema, format_version).cast(arrow_schema(output_schema))
+    projected = project(batch, schema_of_file, output_schema, format_version).cast(output_arrow)
     commit = split.task.commit
     hidden = int((~visible_after).sum()) if after is not None else int((~visible_before).sum())
-    parts = [
-        # a mask that keeps every row (a whole added or removed file) needs no filter copy
-        with_metadata(projected if count == n else projected.filter(pa.array(mask)), change_type, commit)
+    counted = [
+        (mask, change_type, count)
         for mask, change_type in ((deleted, ChangeType.DELETE), (inserted, ChangeType.INSERT))
         if (count := int(mask.sum()))
     ]
+    counts = tuple((change_type.value, count) for _, change_type, count in counted)
+    parts = [
+        # a mask that keeps every row (a whole added or removed file) needs no filter copy
+        with_metadata(projected if count == n else projected.filter(pa.array(mask)), change_type, commit)
+        for mask, change_type, count in counted
+    ]
     if not parts:
-        return with_metadata(projected.slice(0, 0), ChangeType.INSERT, commit), hidden
+        return with_metadata(projected.slice(0, 0), ChangeType.INSERT, commit), hidden, counts
     if len(parts) == 1:
-        return parts[0], hidden
-    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0], hidden
+        return parts[0], hidden, counts
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0], hidden, counts
 
 
 def _row_groups_of(split: ChangeSplit, num_row_groups: int) -> list[int]:
