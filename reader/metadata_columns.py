@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 
 from state.model import ChangeType, CommitInfo
@@ -28,5 +30,11 @@ def with_metadata(rows: pa.RecordBatch, change_type: ChangeType, commit: CommitI
     """`rows` plus the four metadata columns, every row of one change type and one commit."""
     n = rows.num_rows
     values = (change_type.value, commit.ordinal, commit.snapshot_id, commit.timestamp_ms * 1000)
-    extra = [pa.repeat(pa.scalar(v, f.type), n) for v, f in zip(values, METADATA_FIELDS, strict=True)]
+    extra = [_repeated(index, value, n) for index, value in enumerate(values)]
     return pa.RecordBatch.from_arrays(list(rows.columns) + extra, schema=change_schema(rows.schema))
+
+
+@functools.lru_cache(maxsize=64)
+def _repeated(field_index: int, value: object, length: int) -> pa.Array:
+    """One metadata column; chunks of one commit and size share it (Arrow arrays are immutable)."""
+    return pa.repeat(pa.scalar(value, METADATA_FIELDS[field_index].type), length)
