@@ -268,22 +268,11 @@ def start_session(driver_memory: str) -> Any:
 
 
 def read_icetail(table: Any, from_id: int | None, to_id: int, spark: Any, **options: Any) -> Timing:
+    """icetail's read of (from, to], every row returned to the driver (`iter_changes`)."""
     from monitor.api import iter_changes
-    from monitor.planner import Planner
 
-    started = time.perf_counter()
-    plan = Planner(table).plan(from_id, to_id)
-    planned = time.perf_counter()
-    out = 0
-    for batch in iter_changes(table, plan, spark=spark, **options):
-        out += batch.num_rows
-    seconds = time.perf_counter() - started
-    rows_in = sum(t.data_file.record_count for t in plan.tasks)
-    return Timing(
-        seconds,
-        rows_in,
-        out,
-        {"plan_s": round(planned - started, 4), "splits": len(plan.splits), "tasks": len(plan.tasks)},
+    return _timed_plan(
+        table, from_id, to_id, lambda plan: sum(b.num_rows for b in iter_changes(table, plan, spark=spark, **options))
     )
 
 
@@ -294,27 +283,38 @@ def read_icetail_in_tasks(table: Any, from_id: int | None, to_id: int, spark: An
     also drop their rows in the tasks (Spark's `noop` sink). Nothing is reconciled, so use it
     only where reconciling changes nothing (appends, deletes); the cases check the row counts.
     """
-    from monitor.api import read_context
+    timing = _timed_plan(table, from_id, to_id, lambda plan: rows_dropped_in_tasks(table, plan, spark))
+    timing.extra["rows"] = "dropped in the tasks"
+    return timing
+
+
+def _timed_plan(table: Any, from_id: int | None, to_id: int, read: Callable[[Any], int]) -> Timing:
+    """Plan (from, to] and `read` the plan; the time of both, planning also on its own."""
     from monitor.planner import Planner
-    from reader.sinks.discard import DiscardStager
-    from reader.spark import SplitRequest, run_splits
 
     started = time.perf_counter()
     plan = Planner(table).plan(from_id, to_id)
     planned = time.perf_counter()
-    context = read_context(table, plan.schema_id, plan.tasks)
-    requests = [SplitRequest(split, 0, ("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
-    out = 0
-    for chunk in run_splits(spark, context, requests, stager=DiscardStager()):
-        out += sum(count for _, count in chunk.change_counts)
+    out = read(plan)
     seconds = time.perf_counter() - started
     rows_in = sum(t.data_file.record_count for t in plan.tasks)
     return Timing(
         seconds,
         rows_in,
         out,
-        {"plan_s": round(planned - started, 4), "splits": len(plan.splits), "rows": "dropped in the tasks"},
+        {"plan_s": round(planned - started, 4), "splits": len(plan.splits), "tasks": len(plan.tasks)},
     )
+
+
+def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
+    """Run `plan` on Spark with a stager that drops every chunk's rows; the change rows counted."""
+    from monitor.api import read_context
+    from reader.sinks.discard import DiscardStager
+    from reader.spark import SplitRequest, run_splits
+
+    context = read_context(table, plan.schema_id, plan.tasks)
+    requests = [SplitRequest(split, 0, ("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
+    return sum(chunk.row_count for chunk in run_splits(spark, context, requests, stager=DiscardStager()))
 
 
 def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode: bool = False) -> Timing:
@@ -1014,11 +1014,10 @@ def memprobe(args: argparse.Namespace) -> int:
     By default the rows are dropped in the Spark tasks (the staging sinks' path); with
     `--to-driver` every row comes back to the driver through iter_changes.
     """
-    from monitor.api import iter_changes, read_context
+    from monitor.api import iter_changes
     from monitor.catalog import load_table, open_catalog
     from monitor.planner import Planner
-    from reader.sinks.discard import DiscardStager
-    from reader.spark import SplitRequest, run_splits, spark_session
+    from reader.spark import spark_session
 
     with RssSampler() as sampler:
         spark = spark_session()
@@ -1033,10 +1032,7 @@ def memprobe(args: argparse.Namespace) -> int:
             for batch in iter_changes(table, plan, spark=spark):
                 rows += batch.num_rows
         else:
-            context = read_context(table, plan.schema_id, plan.tasks)
-            requests = [SplitRequest(split, 0, ("bench", "mem", i)) for i, split in enumerate(plan.splits)]
-            for chunk in run_splits(spark, context, requests, stager=DiscardStager()):
-                rows += sum(count for _, count in chunk.change_counts)
+            rows = rows_dropped_in_tasks(table, plan, spark)
         seconds = time.perf_counter() - started
     print(json.dumps({"rows": rows, "seconds": seconds, "peak": sampler.peak, "idle": idle}))
     return 0

@@ -31,8 +31,9 @@ import contextlib
 import functools
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
@@ -59,6 +60,8 @@ from pyiceberg.utils.config import Config
 from reader.sinks.base import ChunkKey
 from reader.sinks.parquet_sink import error_text
 from state.errors import CatalogNotFoundError, ConfigError, IcetailError, SinkError, SinkRejectedError
+
+_T = TypeVar("_T")
 
 CONSUMER_PROPERTY = "icetail.consumer"
 CHUNK_ID_PROPERTY = "icetail.chunk-id"
@@ -120,20 +123,25 @@ class IcebergTableSink:
         return self._table
 
     def write(self, key: ChunkKey, rows: pa.Table) -> str:
-        if self._closed:
-            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
+        return self._chunk_step(key, "written", lambda: self._write(key, rows))
+
+    def _chunk_step(self, key: ChunkKey, outcome: str, step: Callable[[], str]) -> str:
         if key.consumer != self.consumer:
             raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
+        return self._guarded(f"chunk {key.name} not {outcome}", f"chunk {key.name} does not fit the table", step)
+
+    def _guarded(self, transient: str, rejected: str, step: Callable[[], _T]) -> _T:
+        """Run `step` on the open sink, its errors mapped to SinkError (retry) or SinkRejectedError."""
+        if self._closed:
+            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
         try:
-            return self._write(key, rows)
+            return step()
         except IcetailError:
             raise
         except _TRANSIENT as exc:
-            raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} not written: {error_text(exc)}") from exc
+            raise SinkError(f"iceberg sink {self._where()}: {transient}: {error_text(exc)}") from exc
         except _REJECTED as exc:
-            raise SinkRejectedError(
-                f"iceberg sink {self._where()}: chunk {key.name} does not fit the table: {error_text(exc)}"
-            ) from exc
+            raise SinkRejectedError(f"iceberg sink {self._where()}: {rejected}: {error_text(exc)}") from exc
 
     def close(self) -> None:
         """Release the catalog's connections; idempotent."""
@@ -164,20 +172,9 @@ class IcebergTableSink:
         Creates or evolves the table for `schema` (the batch's change rows) first, on the driver,
         so every task writes against the same, final table schema.
         """
-        if self._closed:
-            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
-        try:
-            table = self._refreshed(schema)
-            self._evolve(table, schema)
-            table = table.refresh()
-        except IcetailError:
-            raise
-        except _TRANSIENT as exc:
-            raise SinkError(f"iceberg sink {self._where()}: cannot prepare the table: {error_text(exc)}") from exc
-        except _REJECTED as exc:
-            raise SinkRejectedError(
-                f"iceberg sink {self._where()}: the change rows do not fit the table: {error_text(exc)}"
-            ) from exc
+        table = self._guarded(
+            "the table cannot be prepared", "the change rows do not fit the table", lambda: self._prepared(schema)
+        )
         if not table.spec().is_unpartitioned():
             return None
         # the tasks need the layout (schema, location, properties), not the history
@@ -186,22 +183,14 @@ class IcebergTableSink:
         )
         return IcebergStager(layout.model_dump_json(), tuple(sorted(table.io.properties.items())))
 
+    def _prepared(self, schema: pa.Schema) -> Table:
+        table = self._refreshed(schema)
+        self._evolve(table, schema)
+        return table.refresh()
+
     def commit_staged(self, key: ChunkKey, staged: str) -> str:
         """Append the data file a Spark task wrote for `key` as the chunk's snapshot (once)."""
-        if self._closed:
-            raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
-        if key.consumer != self.consumer:
-            raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
-        try:
-            return self._commit_staged(key, staged)
-        except IcetailError:
-            raise
-        except _TRANSIENT as exc:
-            raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} not committed: {error_text(exc)}") from exc
-        except _REJECTED as exc:
-            raise SinkRejectedError(
-                f"iceberg sink {self._where()}: chunk {key.name} does not fit the table: {error_text(exc)}"
-            ) from exc
+        return self._chunk_step(key, "committed", lambda: self._commit_staged(key, staged))
 
     def _commit_staged(self, key: ChunkKey, staged: str) -> str:
         if not _staged_name(staged).startswith(_file_prefix(key)):

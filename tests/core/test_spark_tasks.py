@@ -49,22 +49,27 @@ def test_empty_wave_has_no_tasks() -> None:
     assert group_for_tasks([], 4) == []
 
 
-def _read_all(small_table: SmallTable, spark: Any) -> tuple[Any, Any]:
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary directory the driver creates its handoff directories in."""
+    path = tmp_path / "scratch"
+    path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    return path
+
+
+def _read_all(small_table: SmallTable, spark: Any) -> Any:
     table = small_table.load()
     plan = Planner(table).plan(None, small_table.snapshot_ids[1])
     context = read_context(table, plan.schema_id, plan.tasks)
-    return plan, run_splits(spark, context, [SplitRequest(split) for split in plan.splits])
+    return run_splits(spark, context, [SplitRequest(split) for split in plan.splits])
 
 
 def test_local_tasks_hand_rows_over_in_files_that_are_gone_afterwards(
-    small_table: SmallTable, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small_table: SmallTable, spark: Any, scratch: Path
 ) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    plan, chunks = _read_all(small_table, spark)
     seen = []
-    for chunk in chunks:
+    for chunk in _read_all(small_table, spark):
         assert [p.name for p in scratch.iterdir()][0].startswith("icetail-handoff-")  # while reading
         if chunk.batch is not None:
             seen.extend(chunk.batch.column("id").to_pylist())
@@ -72,13 +77,8 @@ def test_local_tasks_hand_rows_over_in_files_that_are_gone_afterwards(
     assert list(scratch.iterdir()) == []
 
 
-def test_rows_handed_over_stay_readable_after_an_early_stop(
-    small_table: SmallTable, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    _, chunks = _read_all(small_table, spark)
+def test_rows_handed_over_stay_readable_after_an_early_stop(small_table: SmallTable, spark: Any, scratch: Path) -> None:
+    chunks = _read_all(small_table, spark)
     first = next(c for c in chunks if c.batch is not None and c.batch.num_rows)
     chunks.close()  # the caller stops: the job group is cancelled and the handoff removed
     assert list(scratch.iterdir()) == []
