@@ -155,13 +155,15 @@ def run_splits(
     submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
 
     def collect(index: int) -> list[tuple[Any, ...]]:
-        sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
-        groups = group_for_tasks(waves[index], TASKS_PER_CORE * sc.defaultParallelism)
-        rdd = sc.parallelize(groups, numSlices=len(groups))
-        job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, handoff))
-        if index > 0:
-            submitting[index - 1].wait()
-        submitting[index].set()
+        try:
+            sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
+            groups = group_for_tasks(waves[index], TASKS_PER_CORE * sc.defaultParallelism)
+            rdd = sc.parallelize(groups, numSlices=len(groups))
+            job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, handoff))
+            if index > 0:
+                submitting[index - 1].wait()
+        finally:
+            submitting[index].set()  # even on an error here: the next wave must not wait forever
         return job.collect()
 
     pool = ThreadPoolExecutor(max_workers=WAVES_IN_FLIGHT, thread_name_prefix="icetail-wave")

@@ -10,7 +10,7 @@ import pytest
 
 from monitor.api import read_context
 from monitor.planner import Planner
-from reader.spark import SplitRequest, group_for_tasks, run_splits
+from reader.spark import DEFAULT_WAVE_BYTES, SplitRequest, group_for_tasks, run_splits
 from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
 from tests.core.conftest import SmallTable
 
@@ -58,11 +58,21 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def _read_all(small_table: SmallTable, spark: Any) -> Any:
+def _read_all(small_table: SmallTable, spark: Any, wave_bytes: int = DEFAULT_WAVE_BYTES) -> Any:
     table = small_table.load()
     plan = Planner(table).plan(None, small_table.snapshot_ids[1])
     context = read_context(table, plan.schema_id, plan.tasks)
-    return run_splits(spark, context, [SplitRequest(split) for split in plan.splits])
+    return run_splits(spark, context, [SplitRequest(split) for split in plan.splits], wave_bytes=wave_bytes)
+
+
+def test_waves_in_flight_deliver_every_split_in_plan_order(small_table: SmallTable, spark: Any) -> None:
+    table = small_table.load()
+    plan = Planner(table).plan(None, small_table.snapshot_ids[1])
+    assert len(plan.splits) >= 2
+    # one split per wave: several Spark jobs queued at once, results still in request order
+    chunks = list(_read_all(small_table, spark, wave_bytes=1))
+    assert [c.split_id for c in chunks] == [s.split_id for s in plan.splits]
+    assert sorted(i for c in chunks if c.batch is not None for i in c.batch.column("id").to_pylist()) == [1, 2, 3, 4, 5]
 
 
 def test_local_tasks_hand_rows_over_in_files_that_are_gone_afterwards(
@@ -77,8 +87,11 @@ def test_local_tasks_hand_rows_over_in_files_that_are_gone_afterwards(
     assert list(scratch.iterdir()) == []
 
 
-def test_rows_handed_over_stay_readable_after_an_early_stop(small_table: SmallTable, spark: Any, scratch: Path) -> None:
-    chunks = _read_all(small_table, spark)
+@pytest.mark.parametrize("wave_bytes", [DEFAULT_WAVE_BYTES, 1], ids=["one-wave", "wave-per-split"])
+def test_rows_handed_over_stay_readable_after_an_early_stop(
+    small_table: SmallTable, spark: Any, scratch: Path, wave_bytes: int
+) -> None:
+    chunks = _read_all(small_table, spark, wave_bytes)
     first = next(c for c in chunks if c.batch is not None and c.batch.num_rows)
     chunks.close()  # the caller stops: the job group is cancelled and the handoff removed
     assert list(scratch.iterdir()) == []
