@@ -9,7 +9,6 @@ snapshot wrote are found without decoding its whole manifest list when its summa
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.table.snapshots import Snapshot
 
+from reader.lru import LRU
 from state.errors import MetadataError
 from state.model import DataFileRef, DeleteContent, DeleteFileRef
 
@@ -160,21 +160,19 @@ class ManifestReader:
 
     def __init__(self, io: FileIO, max_cached_manifests: int = 4096, *, early_stop: bool = True) -> None:
         self._io = io
-        self._max = max_cached_manifests
         self._early_stop = early_stop
-        self._entries: OrderedDict[str, tuple[FileEntry, ...]] = OrderedDict()
-        self._lists: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: LRU[str, tuple[FileEntry, ...]] = LRU(max_cached_manifests)
+        self._lists: LRU[str, tuple[ManifestFile, ...]] = LRU(max_cached_manifests)
+        self._lock = threading.Lock()  # guards the counters
         self.manifests_read = 0  # cache misses, for planning metrics and benchmarks
         self.list_entries_read = 0  # manifest-list records decoded, for tests and benchmarks
 
     def manifest_list(self, snapshot: Snapshot) -> tuple[ManifestFile, ...]:
         """Every manifest of the snapshot (its whole manifest list)."""
         key = snapshot.manifest_list
-        with self._lock:
-            if key in self._lists:
-                self._lists.move_to_end(key)
-                return self._lists[key]
+        cached = self._lists.get(key)
+        if cached is not None:
+            return cached
         try:
             manifests = tuple(snapshot.manifests(self._io))
         except (OSError, ValueError) as exc:
@@ -185,9 +183,7 @@ class ManifestReader:
     def _cache_list(self, key: str, manifests: tuple[ManifestFile, ...]) -> None:
         with self._lock:
             self.list_entries_read += len(manifests)
-            self._lists[key] = manifests
-            if len(self._lists) > self._max:
-                self._lists.popitem(last=False)
+        self._lists.put(key, manifests)
 
     def own_manifests(self, snapshot: Snapshot) -> tuple[ManifestFile, ...]:
         """The manifests `snapshot` wrote (`added_snapshot_id` is its id), in list order.
@@ -218,8 +214,7 @@ class ManifestReader:
         header, one of S's manifests lacks a count, or the counts never meet the totals.
         """
         key = snapshot.manifest_list
-        with self._lock:
-            whole_list_cached = key in self._lists
+        whole_list_cached = key in self._lists
         totals = changed_file_counts(snapshot) if self._early_stop and not whole_list_cached else None
         if totals is None:
             return tuple(m for m in self.manifest_list(snapshot) if m.added_snapshot_id == snapshot.snapshot_id)
@@ -255,10 +250,9 @@ class ManifestReader:
     def entries(self, manifest: ManifestFile) -> tuple[FileEntry, ...]:
         """Every entry of the manifest, DELETED ones included, with inherited sequence numbers."""
         key = manifest.manifest_path
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
+        cached = self._entries.get(key)
+        if cached is not None:
+            return cached
         try:
             raw = _read_entries(self._io, manifest)
         except FileNotFoundError as exc:
@@ -275,9 +269,7 @@ class ManifestReader:
         )
         with self._lock:
             self.manifests_read += 1
-            self._entries[key] = entries
-            if len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+        self._entries.put(key, entries)
         return entries
 
     def added_in(self, snapshot: Snapshot) -> list[FileEntry]:

@@ -7,8 +7,6 @@ neighbouring splits of one data file need the same deletes.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -19,6 +17,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
 from pyiceberg.table.puffin import PuffinFile
 
+from reader.lru import LRU
 from state.errors import DataFileError, MetadataError
 from state.model import DeleteContent, DeleteFileRef
 
@@ -28,30 +27,8 @@ POS_COLUMN = "pos"
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-class LRU:
-    """A small thread-safe least-recently-used map (per worker process caches)."""
-
-    def __init__(self, max_items: int) -> None:
-        self._items: OrderedDict[Any, Any] = OrderedDict()
-        self._max = max_items
-        self._lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        return None
-
-    def put(self, key: Any, value: Any) -> None:
-        with self._lock:
-            self._items[key] = value
-            if len(self._items) > self._max:
-                self._items.popitem(last=False)
-
-
-_position_cache = LRU(256)
-_equality_cache = LRU(64)
+_position_cache: LRU[Any, Any] = LRU(256)  # position files: path -> {data file: positions}; DVs: positions
+_equality_cache: LRU[str, pa.Table] = LRU(64)
 
 
 def _open(io: FileIO, path: str) -> Any:

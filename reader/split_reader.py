@@ -20,9 +20,10 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 
 from reader.context import ReadContext
-from reader.deletes import LRU, deleted_positions, equality_delete_rows
+from reader.deletes import deleted_positions, equality_delete_rows
 from reader.equality import DeleteKeySet
 from reader.fileio import file_io_for
+from reader.lru import LRU
 from reader.metadata_columns import change_schema, with_metadata
 from reader.projection import arrow_schema, columns_to_read, file_schema, project
 from state.errors import DataFileError, MetadataError
@@ -153,7 +154,7 @@ def read_split(
 
 
 # Files of one table mostly share a physical schema: convert it to Iceberg once per worker.
-_file_schemas = LRU(64)
+_file_schemas: LRU[tuple[object, ...], Schema] = LRU(64)
 
 
 def _file_schema(physical: pa.Schema, context: ReadContext) -> Schema:
@@ -287,7 +288,7 @@ def _delete_state(io: FileIO, context: ReadContext, data_path: str, deletes: tup
 
 # Every data file older than an equality delete shares its key set: index it once per worker,
 # not once per split (at 200k keys, building it cost more than decoding the split).
-_key_sets = LRU(16)
+_key_sets: LRU[tuple[object, ...], DeleteKeySet] = LRU(16)
 
 
 def _key_set(io: FileIO, context: ReadContext, group: list[DeleteFileRef]) -> DeleteKeySet:
