@@ -13,7 +13,6 @@ delivered as one chunk anchored at their first split (see docs/delivery.md).
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import uuid
@@ -45,6 +44,7 @@ from reader.split_reader import Chunk
 from state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from state.errors import ConfigError, TerminalError
 from state.model import ChangeSplit
+from state.processes import host_name, process_is_running
 from state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
@@ -168,7 +168,7 @@ class Pipeline:
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
         self._on_chunk = on_chunk
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
         self._full_next = False
@@ -526,17 +526,11 @@ class Pipeline:
 def _holder_is_dead(owner: str) -> bool:
     """True when a lease owner `host:pid:token` names a process of this host that no longer runs."""
     parts = owner.split(":")
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != host_name() or not parts[1].isdigit():
         return False
     if int(parts[1]) == os.getpid():
         return True  # our own pid with another token: a previous run of this container (pid 1)
-    try:
-        os.kill(int(parts[1]), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not process_is_running(int(parts[1]))
 
 
 def _batch_id_field(batch_id: str, letter: str) -> int | None:

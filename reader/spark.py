@@ -30,6 +30,7 @@ from reader.sinks.base import ChunkKey, ChunkStager
 from reader.split_reader import Chunk, read_split
 from state.errors import DataFileError, IcetailError
 from state.model import ChangeSplit
+from state.processes import host_tag, process_is_running
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -150,7 +151,7 @@ def run_splits(
     waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * sc.defaultParallelism), wave_bytes)
     group = f"icetail-{uuid.uuid4().hex[:12]}"
     # tasks on this host hand their rows over in files the driver maps, not through the JVM
-    handoff = tempfile.mkdtemp(prefix="icetail-handoff-") if _executors_share_driver_host(sc) else None
+    handoff = _new_handoff_dir() if _executors_share_driver_host(sc) else None
 
     submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
 
@@ -187,6 +188,38 @@ def run_splits(
         pool.shutdown(wait=False, cancel_futures=True)
         if handoff is not None:  # chunks already handed over stay readable: their files are mapped
             shutil.rmtree(handoff, ignore_errors=True)
+
+
+HANDOFF_PREFIX = "icetail-handoff-"
+_orphans_removed = threading.Event()
+
+
+def _new_handoff_dir() -> str:
+    """A fresh directory `icetail-handoff-<host>-<pid>-...` under the temporary directory.
+
+    The first one of a process also removes those that drivers of this host left behind when
+    they were killed (a SIGKILL skips every clean-up), so a crash loop cannot fill the disk.
+    """
+    if not _orphans_removed.is_set():
+        _orphans_removed.set()
+        remove_orphaned_handoffs(tempfile.gettempdir())
+    return tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{host_tag()}-{os.getpid()}-")
+
+
+def remove_orphaned_handoffs(root: str) -> int:
+    """Delete the handoff directories under `root` whose driver (a process of this host) is gone."""
+    mine = f"{HANDOFF_PREFIX}{host_tag()}-"
+    removed = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        pid = entry.name[len(mine) :].split("-", 1)[0] if entry.name.startswith(mine) else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not process_is_running(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def _executors_share_driver_host(sc: Any) -> bool:

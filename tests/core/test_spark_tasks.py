@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -10,8 +13,16 @@ import pytest
 
 from monitor.api import read_context
 from monitor.planner import Planner
-from reader.spark import DEFAULT_WAVE_BYTES, SplitRequest, group_for_tasks, run_splits
+from reader.spark import (
+    DEFAULT_WAVE_BYTES,
+    HANDOFF_PREFIX,
+    SplitRequest,
+    group_for_tasks,
+    remove_orphaned_handoffs,
+    run_splits,
+)
 from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
+from state.processes import host_tag
 from tests.core.conftest import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
@@ -96,3 +107,21 @@ def test_rows_handed_over_stay_readable_after_an_early_stop(
     chunks.close()  # the caller stops: the job group is cancelled and the handoff removed
     assert list(scratch.iterdir()) == []
     assert first.batch is not None and first.batch.column("id").to_pylist()  # still mapped
+
+
+def test_handoff_directories_of_killed_drivers_of_this_host_are_removed(tmp_path: Path) -> None:
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()  # its pid names no running process any more
+    names = {
+        "dead": f"{HANDOFF_PREFIX}{host_tag()}-{finished.pid}-abc",
+        "mine": f"{HANDOFF_PREFIX}{host_tag()}-{os.getpid()}-abc",  # a read of this process, running
+        "parent": f"{HANDOFF_PREFIX}{host_tag()}-{os.getppid()}-abc",  # a live process
+        "other host": f"{HANDOFF_PREFIX}another_host-{finished.pid}-abc",  # its pids mean nothing here
+        "not ours": "icetail-handoffs-notes",
+    }
+    for name in names.values():
+        (tmp_path / name).mkdir()
+    (tmp_path / names["dead"] / "chunk.arrow").write_bytes(b"left by a SIGKILL")
+
+    assert remove_orphaned_handoffs(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
