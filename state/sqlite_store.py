@@ -8,6 +8,7 @@ a busy timeout turns short waits for another writer into a delay rather than an 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -77,7 +78,7 @@ class SqliteBackend:
             raise self.translate(exc) from exc
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._journal_mode_wal()
             if str(mode).lower() != "wal":
                 raise StateError(f"checkpoint store {self._display} cannot use WAL journaling (got {mode})")
             self._conn.execute("PRAGMA synchronous = FULL")
@@ -90,6 +91,20 @@ class SqliteBackend:
             raise
         if trace is not None:
             self._conn.set_trace_callback(trace)
+
+    def _journal_mode_wal(self) -> str:
+        """Switch to WAL, waiting out other first openers: SQLite skips the busy handler here."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        pause = 0.005
+        while True:
+            try:
+                return str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if not ("locked" in text or "busy" in text) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     @property
     def display(self) -> str:
