@@ -323,21 +323,22 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
     With `encode`, each chunk also makes the Arrow IPC round trip the Spark path makes.
     """
     from monitor.api import read_context
-    from monitor.planner import Planner
     from reader.spark import _decode, _encode
     from reader.split_reader import read_split
 
-    started = time.perf_counter()
-    plan = Planner(table).plan(from_id, to_id)
-    context = read_context(table, plan.schema_id, plan.tasks)
-    out = 0
-    for split in plan.splits:
-        for chunk in read_split(context, split):
-            if encode:
-                chunk = _decode(_encode(chunk))
-            out += chunk.batch.num_rows if chunk.batch is not None else 0
-    rows_in = sum(t.data_file.record_count for t in plan.tasks)
-    return Timing(time.perf_counter() - started, rows_in, out, {"encode": encode})
+    def read(plan: Any) -> int:
+        context = read_context(table, plan.schema_id, plan.tasks)
+        out = 0
+        for split in plan.splits:
+            for chunk in read_split(context, split):
+                if encode:
+                    chunk = _decode(_encode(chunk))
+                out += chunk.batch.num_rows if chunk.batch is not None else 0
+        return out
+
+    timing = _timed_plan(table, from_id, to_id, read)
+    timing.extra["encode"] = encode
+    return timing
 
 
 def _pool_split(context: Any, split: Any) -> list[Any]:
@@ -350,19 +351,20 @@ def _pool_split(context: Any, split: Any) -> list[Any]:
 def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3): the split reader in a local process pool, in plan order, no Spark."""
     from monitor.api import read_context
-    from monitor.planner import Planner
     from reader.spark import _decode
 
-    started = time.perf_counter()
-    plan = Planner(table).plan(from_id, to_id)
-    context = read_context(table, plan.schema_id, plan.tasks)
-    out = 0
-    for payloads in executor.map(_pool_split, [context] * len(plan.splits), plan.splits):
-        for payload in payloads:
-            chunk = _decode(payload)
-            out += chunk.batch.num_rows if chunk.batch is not None else 0
-    rows_in = sum(t.data_file.record_count for t in plan.tasks)
-    return Timing(time.perf_counter() - started, rows_in, out, {"mode": "pool"})
+    def read(plan: Any) -> int:
+        context = read_context(table, plan.schema_id, plan.tasks)
+        out = 0
+        for payloads in executor.map(_pool_split, [context] * len(plan.splits), plan.splits):
+            for payload in payloads:
+                chunk = _decode(payload)
+                out += chunk.batch.num_rows if chunk.batch is not None else 0
+        return out
+
+    timing = _timed_plan(table, from_id, to_id, read)
+    timing.extra["mode"] = "pool"
+    return timing
 
 
 def _thread_split(context: Any, split: Any) -> list[Any]:
@@ -374,16 +376,15 @@ def _thread_split(context: Any, split: Any) -> list[Any]:
 def read_threads(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3, zero-copy): the split reader on a thread pool in the driver, plan order."""
     from monitor.api import read_context
-    from monitor.planner import Planner
 
-    started = time.perf_counter()
-    plan = Planner(table).plan(from_id, to_id)
-    context = read_context(table, plan.schema_id, plan.tasks)
-    out = 0
-    for chunks in executor.map(_thread_split, [context] * len(plan.splits), plan.splits):
-        out += sum(c.batch.num_rows for c in chunks if c.batch is not None)
-    rows_in = sum(t.data_file.record_count for t in plan.tasks)
-    return Timing(time.perf_counter() - started, rows_in, out, {"mode": "threads"})
+    def read(plan: Any) -> int:
+        context = read_context(table, plan.schema_id, plan.tasks)
+        chunk_lists = executor.map(_thread_split, [context] * len(plan.splits), plan.splits)
+        return sum(c.batch.num_rows for chunks in chunk_lists for c in chunks if c.batch is not None)
+
+    timing = _timed_plan(table, from_id, to_id, read)
+    timing.extra["mode"] = "threads"
+    return timing
 
 
 def read_raw(paths: Iterable[str], *, threads: bool = True) -> Timing:
