@@ -22,10 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from reader.context import ReadContext
-from reader.metadata_columns import CHANGE_TYPE
 from reader.sinks.base import ChunkKey, ChunkStager
 from reader.split_reader import Chunk, read_split
 from state.errors import DataFileError, IcetailError
@@ -107,8 +105,8 @@ def plan_waves(requests: Sequence[SplitRequest], max_splits: int, max_bytes: int
     return waves
 
 
-def group_for_tasks(wave: Sequence[SplitRequest], max_tasks: int) -> list[list[tuple[int, SplitRequest]]]:
-    """`wave` as at most `max_tasks` contiguous runs of (wave index, split) of about equal bytes.
+def group_for_tasks(wave: Sequence[SplitRequest], max_tasks: int) -> list[list[SplitRequest]]:
+    """`wave` as at most `max_tasks` contiguous runs of splits of about equal bytes.
 
     Contiguous runs keep the wave's order when the tasks' results are concatenated, and the
     cut depends only on the splits, so the same wave always maps to the same tasks.
@@ -118,14 +116,14 @@ def group_for_tasks(wave: Sequence[SplitRequest], max_tasks: int) -> list[list[t
     count = max(1, min(max_tasks, len(wave)))
     sizes = [max(r.split.estimated_bytes, 1) for r in wave]
     total = sum(sizes)
-    groups: list[list[tuple[int, SplitRequest]]] = [[]]
+    groups: list[list[SplitRequest]] = [[]]
     filled = 0
     for index, (request, size) in enumerate(zip(wave, sizes, strict=True)):
         left_splits, left_groups = len(wave) - index, count - len(groups)
         # a new task once this one holds its share, or when every remaining task needs a split
         if groups[-1] and left_groups > 0 and (filled >= total * len(groups) / count or left_splits <= left_groups):
             groups.append([])
-        groups[-1].append((index, request))
+        groups[-1].append(request)
         filled += size
     return groups
 
@@ -231,7 +229,7 @@ def _run_partition(
     context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None, handoff: str | None
 ) -> Iterator[tuple[Any, ...]]:
     for group in part:
-        for _index, request in group:
+        for request in group:
             error = yield from _run_split(context, request, chunk_rows, stager, handoff)
             if error:
                 return
@@ -242,7 +240,7 @@ def _run_split(
     request: SplitRequest,
     chunk_rows: int | None,
     stager: ChunkStager | None,
-    handoff: str | None = None,
+    handoff: str | None,
 ) -> Generator[tuple[Any, ...], None, bool]:
     """Yields the split's chunk payloads; returns True after yielding an error (the task stops)."""
     try:
@@ -270,10 +268,8 @@ def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -
     consumer, batch_id, split_index = stage_as
     key = ChunkKey(consumer, batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
     rows = pa.Table.from_batches([chunk.batch])
-    counts = chunk.change_counts or tuple(
-        (str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist()
-    )
-    return replace(chunk, batch=None, staged=stager.stage(key, rows), change_counts=counts)
+    # read_split counted the rows per change type already: they travel on in `change_counts`
+    return replace(chunk, batch=None, staged=stager.stage(key, rows))
 
 
 def _encode(chunk: Chunk, handoff: str | None = None) -> tuple[Any, ...]:

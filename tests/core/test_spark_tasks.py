@@ -34,17 +34,16 @@ def _wave(sizes: list[int]) -> list[SplitRequest]:
     return [SplitRequest(ChangeSplit(task, i, i + 1, 10, size)) for i, size in enumerate(sizes)]
 
 
-def _sizes(groups: list[list[tuple[int, SplitRequest]]]) -> list[list[int]]:
-    return [[request.split.estimated_bytes for _, request in group] for group in groups]
+def _sizes(groups: list[list[SplitRequest]]) -> list[list[int]]:
+    return [[request.split.estimated_bytes for request in group] for group in groups]
 
 
 def test_every_split_once_in_order_within_the_task_bound() -> None:
     for sizes, max_tasks in [([1] * 20, 4), ([5, 1, 9, 2, 7, 3, 8], 3), ([4] * 3, 8), ([1], 1), ([3, 3], 1)]:
         wave = _wave(sizes)
         groups = group_for_tasks(wave, max_tasks)
-        flat = [index for group in groups for index, _ in group]
-        assert flat == list(range(len(wave)))  # contiguous runs, concatenated in wave order
-        assert [request for group in groups for _, request in group] == wave
+        # contiguous runs, concatenated in wave order
+        assert [request for group in groups for request in group] == wave
         assert 1 <= len(groups) <= min(max_tasks, len(wave))
         assert all(groups)
         assert group_for_tasks(wave, max_tasks) == groups  # same wave, same tasks
