@@ -195,7 +195,7 @@ class IcebergTableSink:
     def _commit_staged(self, key: ChunkKey, staged: str) -> str:
         if not _staged_name(staged).startswith(_file_prefix(key)):
             raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {staged} is not chunk {key.name}")
-        table = self._refreshed_existing()
+        table = self._refreshed(None)
         self._index(table)
         data_file: DataFile = parquet_file_to_data_file(table.io, table.metadata, staged)
         rows = int(data_file.record_count)
@@ -234,23 +234,21 @@ class IcebergTableSink:
         self._head = snapshot.snapshot_id
         return str(snapshot.snapshot_id)
 
-    def _refreshed_existing(self) -> Table:
-        if self._table is None:
-            raise SinkRejectedError(f"iceberg sink table {self._where()} does not exist; nothing was staged for it")
-        try:
-            self._table = self._table.refresh()
-            return self._table
-        except (NoSuchTableError, NoSuchNamespaceError) as exc:
-            raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use") from exc
+    def _refreshed(self, schema: pa.Schema | None) -> Table:
+        """The table as committed right now; created from `schema` if it does not exist yet.
 
-    def _refreshed(self, schema: pa.Schema) -> Table:
-        """The table as committed right now; created from `schema` if it does not exist yet."""
+        Without a schema (committing a staged file) the table must exist already.
+        """
         if self._table is not None:
             try:
                 return self._table.refresh()
             except (NoSuchTableError, NoSuchNamespaceError) as exc:
                 raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use") from exc
-        table = self._load() or self._create(schema)
+        table = self._load()
+        if table is None:
+            if schema is None:
+                raise SinkRejectedError(f"iceberg sink table {self._where()} does not exist; nothing was staged for it")
+            table = self._create(schema)
         self._table = table
         return table
 
