@@ -444,12 +444,9 @@ class Pipeline:
         if chunk.staged is not None:
             # the Spark task wrote the rows; the driver only makes them visible, in order
             token = cast(StagingSink, self.sink).commit_staged(key, chunk.staged)
-            tally.add_counts(chunk.change_counts)
-        else:
-            rows = pa.Table.from_batches([chunk.batch]) if chunk.batch is not None else pa.table({})
-            if rows.num_rows:
-                token = self.sink.write(key, rows)
-            tally.add_rows(rows)
+        elif chunk.batch is not None and chunk.batch.num_rows:
+            token = self.sink.write(key, pa.Table.from_batches([chunk.batch]))
+        tally.add_counts(chunk.change_counts)  # counted by read_split, staged or not
         self._store.commit_chunk(
             self.consumer,
             batch.batch_id,
