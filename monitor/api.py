@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 from monitor.planner import ChangePlan, Planner
 from reader.context import ReadContext
 from reader.metadata_columns import change_schema
-from reader.projection import arrow_schema
+from reader.projection import arrow_schema, key_field, struct_path
 from reader.reconcile import reconcile_snapshot
 from reader.spark import SplitRequest, run_splits, spark_session
 from reader.split_reader import Chunk
@@ -54,9 +54,10 @@ def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask
     }
     fields = {}
     for schema in sorted(table.metadata.schemas, key=lambda s: s.schema_id):
-        for f in schema.fields:
-            if f.field_id in equality_ids:
-                fields[f.field_id] = f  # newest schema wins
+        for field_id in equality_ids:
+            path = struct_path(schema, field_id)  # refuses keys inside lists and maps
+            if path is not None:  # newest schema wins; a nested key becomes one flat field
+                fields[field_id] = key_field(path)
     mapping = table.metadata.properties.get("schema.name-mapping.default")
     return ReadContext(
         io_properties=tuple(sorted(table.io.properties.items())),

@@ -16,7 +16,7 @@ from reader.projection import arrow_schema
 class ReadContext:
     io_properties: tuple[tuple[str, str], ...]
     output_schema_json: str  # the to-snapshot's schema: rows are projected onto it by field id
-    equality_schema_json: str  # every equality-delete field id, typed as in the newest schema holding it
+    equality_schema_json: str  # one flat field per equality-delete field id (projection.key_field), newest type
     name_mapping_json: str | None  # schema.name-mapping.default, for files written without field ids
     format_version: int
 

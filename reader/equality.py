@@ -3,7 +3,8 @@
 Used for equality deletes (which data rows equal some delete row on the key columns) and for
 carry-over removal and update pairing (which change rows are identical or share a key). Each
 column is dictionary-encoded with nulls as a value, and the per-column codes are folded into
-one dense int64 per row: no Python loop per row, except for nested types Arrow cannot encode.
+one dense int64 per row: no Python loop per row, except one over the rows of list and map
+columns (whose values are sequences of their elements' codes).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ def row_codes(table: pa.Table) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     if table.num_columns == 0:
         return np.zeros(table.num_rows, dtype=np.int64)
-    try:
-        return _encoded_codes(table)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-        return _python_codes(table)
+    return _encoded_codes(table)
 
 
 def rows_matching(data_keys: pa.Table, delete_keys: pa.Table) -> np.ndarray:
@@ -82,32 +80,74 @@ def _int_matches(sorted_keys: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _encoded_codes(table: pa.Table) -> np.ndarray:
-    combined: np.ndarray | None = None
-    for column in table.columns:
-        encoded = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
-        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        if combined is None:
-            combined = codes
-        else:
-            cardinality = int(codes.max()) + 1
-            _, inverse = np.unique(combined * cardinality + codes, return_inverse=True)
-            combined = inverse.astype(np.int64)
-    assert combined is not None
+    return _combine([_column_codes(column.combine_chunks()) for column in table.columns])
+
+
+def _combine(parts: list[np.ndarray]) -> np.ndarray:
+    """Dense codes of the tuples (parts[0][i], parts[1][i], ...)."""
+    combined = parts[0]
+    for codes in parts[1:]:
+        cardinality = int(codes.max()) + 1 if len(codes) else 1
+        _, inverse = np.unique(combined * cardinality + codes, return_inverse=True)
+        combined = inverse.astype(np.int64).reshape(-1)
     return combined
 
 
-def _python_codes(table: pa.Table) -> np.ndarray:
-    """Fallback for column types Arrow cannot dictionary-encode (structs, lists, maps)."""
+def _column_codes(array: pa.Array) -> np.ndarray:
+    """Dense codes of one column: equal values (NULL = NULL, NaN = NaN) <=> equal codes.
+
+    Structs fold their children's codes with their own validity; lists and maps become the
+    sequence of their elements' codes (a map's entries sorted, since a map has no order).
+    """
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    kind = array.type
+    if pa.types.is_struct(kind):
+        valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=np.int64)
+        children = [_column_codes(pc.struct_field(array, [i])) for i in range(kind.num_fields)]
+        return _combine([valid, *children])
+    if pa.types.is_map(kind):
+        entries = array.values
+        entry_codes = _combine([_column_codes(pc.struct_field(entries, [0])), _column_codes(pc.struct_field(entries, [1]))])
+        return _sequence_codes(array, entry_codes, unordered=True)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _sequence_codes(array, _column_codes(array.values), unordered=False)
+    try:
+        encoded = pc.dictionary_encode(array, null_encoding="encode")
+        return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return _python_codes(array.to_pylist())
+
+
+def _sequence_codes(array: pa.Array, element_codes: np.ndarray, unordered: bool) -> np.ndarray:
+    """Codes of list-like values from their elements' codes (offsets index the unsliced children)."""
+    offsets = array.offsets.to_numpy()
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    seen: dict[bytes | None, int] = {}
+    out = np.empty(len(array), dtype=np.int64)
+    for i in range(len(array)):
+        key = None
+        if valid[i]:
+            segment = element_codes[offsets[i] : offsets[i + 1]]
+            key = (np.sort(segment) if unordered else segment).tobytes()
+        out[i] = seen.setdefault(key, len(seen))
+    return out
+
+
+def _python_codes(values: list[object]) -> np.ndarray:
+    """Fallback for values Arrow cannot dictionary-encode."""
     seen: dict[object, int] = {}
-    out = np.empty(table.num_rows, dtype=np.int64)
-    for i, row in enumerate(table.to_pylist()):
-        out[i] = seen.setdefault(tuple(_freeze(v) for v in row.values()), len(seen))
+    out = np.empty(len(values), dtype=np.int64)
+    for i, value in enumerate(values):
+        out[i] = seen.setdefault(_freeze(value), len(seen))
     return out
 
 
 def _freeze(value: object) -> object:
+    if isinstance(value, float) and value != value:
+        return ("NaN",)  # NaN equals NaN, as in Arrow's own hashing
     if isinstance(value, dict):
         return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     return value

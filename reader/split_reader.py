@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
+from pyiceberg.types import NestedField
 
 from reader.context import ReadContext
 from reader.deletes import deleted_positions, equality_delete_rows
@@ -25,7 +26,7 @@ from reader.equality import DeleteKeySet
 from reader.fileio import file_io_for
 from reader.lru import LRU
 from reader.metadata_columns import change_schema, with_metadata
-from reader.projection import arrow_schema, columns_to_read, file_schema, project
+from reader.projection import columns_to_read, file_schema, key_columns, project
 from state.errors import DataFileError, MetadataError
 from state.model import ChangeKind, ChangeSplit, ChangeType, DeleteContent, DeleteFileRef
 
@@ -91,7 +92,12 @@ def read_split(
         )
     before = _delete_state(io, context, data_file.path, task.deletes_before) if task.kind != ChangeKind.ADDED else None
     after = _delete_state(io, context, data_file.path, task.deletes_after) if task.kind != ChangeKind.REMOVED else None
-    equality_ids = {int(n) for state in (before, after) if state for ks in state.equality for n in ks.column_names}
+    equality_ids = {
+        field_id
+        for delete in (task.deletes_before if before else ()) + (task.deletes_after if after else ())
+        if delete.content == DeleteContent.EQUALITY
+        for field_id in delete.equality_field_ids
+    }
 
     output_schema = context.output_schema
     output_arrow = context.output_arrow_schema
@@ -102,7 +108,7 @@ def read_split(
         meta = parquet.metadata
         schema_of_file = _file_schema(parquet.schema_arrow, context)
         columns = columns_to_read(schema_of_file, set(output_schema.field_ids) | equality_ids)
-        key_schema = _key_schema(context.equality_schema, equality_ids)
+        key_fields = _key_fields(context.equality_schema, equality_ids)
         row_groups = _row_groups_of(split, meta.num_row_groups)
         starts = np.concatenate([[0], np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])])
         last_index = row_groups[-1] if row_groups else None
@@ -135,7 +141,7 @@ def read_split(
                     schema_of_file,
                     output_schema,
                     output_arrow,
-                    key_schema,
+                    key_fields,
                     context.format_version,
                     split,
                 )
@@ -214,7 +220,7 @@ def _changes(
     schema_of_file: Schema,
     output_schema: Schema,
     output_arrow: pa.Schema,
-    key_schema: Schema | None,
+    key_fields: tuple[NestedField, ...],
     format_version: int,
     split: ChangeSplit,
 ) -> tuple[pa.RecordBatch, int, tuple[tuple[str, int], ...]]:
@@ -223,10 +229,7 @@ def _changes(
     if len(batches) != 1:
         batches = rows.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=rows.schema)]
     batch = batches[0]
-    keys = None
-    if key_schema is not None:
-        keyed = project(batch, schema_of_file, key_schema, format_version)
-        keys = pa.Table.from_batches([keyed]).rename_columns([str(f.field_id) for f in key_schema.fields])
+    keys = key_columns(batch, schema_of_file, key_fields) if key_fields else None
     n = hi - lo
     visible_before = before.visible(lo, hi, keys) if before is not None else np.zeros(n, dtype=bool)
     visible_after = after.visible(lo, hi, keys) if after is not None else np.zeros(n, dtype=bool)
@@ -263,16 +266,13 @@ def _row_groups_of(split: ChangeSplit, num_row_groups: int) -> list[int]:
     return list(range(split.row_group_start, min(split.row_group_end, num_row_groups)))
 
 
-def _key_schema(equality_schema: Schema, field_ids: set[int]) -> Schema | None:
-    if not field_ids:
-        return None
-    fields = [f for f in equality_schema.fields if f.field_id in field_ids]
+def _key_fields(equality_schema: Schema, field_ids: set[int]) -> tuple[NestedField, ...]:
+    """The key fields for `field_ids`, in the equality schema's order (one flat field per key)."""
+    fields = tuple(f for f in equality_schema.fields if f.field_id in field_ids)
     missing = field_ids - {f.field_id for f in fields}
     if missing:
-        raise MetadataError(
-            f"equality delete field ids {sorted(missing)} are not top-level columns of any table schema"
-        )
-    return Schema(*fields)
+        raise MetadataError(f"equality delete field ids {sorted(missing)} are not fields of any table schema")
+    return fields
 
 
 def _delete_state(io: FileIO, context: ReadContext, data_path: str, deletes: tuple[DeleteFileRef, ...]) -> _DeleteState:
@@ -308,15 +308,11 @@ def _key_set(io: FileIO, context: ReadContext, group: list[DeleteFileRef]) -> De
 def _equality_keys(io: FileIO, context: ReadContext, delete: DeleteFileRef) -> pa.Table:
     rows = equality_delete_rows(io, delete)
     schema_of_file = file_schema(rows.schema, context.name_mapping, context.format_version)
-    ids = sorted(delete.equality_field_ids)
-    key_schema = _key_schema(context.equality_schema, set(ids))
-    assert key_schema is not None
-    names = columns_to_read(schema_of_file, set(ids))
-    batch = rows.select(names).combine_chunks().to_batches()
-    if not batch:
-        return pa.table({str(i): pa.array([], arrow_schema(key_schema).field(j).type) for j, i in enumerate(ids)})
-    keyed = project(batch[0], schema_of_file, key_schema, context.format_version)
-    return pa.Table.from_batches([keyed]).rename_columns([str(f.field_id) for f in key_schema.fields])
+    key_fields = _key_fields(context.equality_schema, set(delete.equality_field_ids))
+    names = columns_to_read(schema_of_file, set(delete.equality_field_ids))
+    combined = rows.select(names).combine_chunks()
+    batch = combined.to_batches()[0] if combined.num_rows else pa.RecordBatch.from_pylist([], schema=combined.schema)
+    return key_columns(batch, schema_of_file, key_fields)
 
 
 def _open_data_file(io: FileIO, path: str):  # type: ignore[no-untyped-def]

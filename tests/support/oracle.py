@@ -77,18 +77,59 @@ def field_id_of(arrow_field: pa.Field) -> int | None:
 
 
 def project_rows(rows: Any, to_schema: Any) -> Counter[tuple[Any, ...]]:
-    """Multiset of a `SnapshotRows`, projected by field id onto `to_schema`'s top-level fields."""
-    n = rows.table.num_rows
-    cols = []
-    for f in to_schema.fields:
-        name = rows.field_ids.get(f.field_id)
-        if name is None:
-            cols.append([None] * n)  # added after that snapshot
-        else:
-            cols.append([normalize(v) for v in rows.table.column(name).to_pylist()])
-    if not cols:
-        return Counter({(): n}) if n else Counter()
-    return Counter(zip(*cols, strict=True))
+    """Multiset of a `SnapshotRows`, projected by field id onto `to_schema` at every depth."""
+    return Counter(canonical_rows(rows.table, rows.schema, to_schema))
+
+
+def canonical_rows(table: pa.Table, from_schema: Any, to_schema: Any) -> list[tuple[Any, ...]]:
+    """Rows of `table` (columns named as in `from_schema`) as hashable tuples shaped by `to_schema`.
+
+    Matching is by field id at every level: a struct becomes the tuple of its `to_schema` fields
+    (NULL where `from_schema` lacks one), a list a tuple, a map its entries sorted (maps have no
+    order), NaN the `NAN` sentinel. Both sides of a comparison go through this, so nested
+    renames, added fields and promoted element types compare as Java reads them.
+    """
+    from_struct, to_struct = from_schema.as_struct(), to_schema.as_struct()
+    n = table.num_rows
+    columns = []
+    for to_field in to_struct.fields:
+        from_field = _field_by_id(from_struct, to_field.field_id)
+        if from_field is None:
+            columns.append([None] * n)  # added after that snapshot
+            continue
+        values = table.column(from_field.name).to_pylist()
+        columns.append([_canonical(v, from_field.field_type, to_field.field_type) for v in values])
+    if not columns:
+        return [() for _ in range(n)]
+    return list(zip(*columns, strict=True))
+
+
+def _field_by_id(struct: Any, field_id: int) -> Any:
+    return next((f for f in struct.fields if f.field_id == field_id), None)
+
+
+def _canonical(value: Any, from_type: Any, to_type: Any) -> Any:
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if value is None:
+        return None
+    if isinstance(to_type, StructType):
+        out = []
+        for to_field in to_type.fields:
+            from_field = _field_by_id(from_type, to_field.field_id)
+            inner = value.get(from_field.name) if from_field is not None else None
+            out.append(_canonical(inner, from_field.field_type, to_field.field_type) if from_field else None)
+        return tuple(out)
+    if isinstance(to_type, ListType):
+        return tuple(_canonical(v, from_type.element_type, to_type.element_type) for v in value)
+    if isinstance(to_type, MapType):
+        entries = value.items() if isinstance(value, dict) else value
+        pairs = [
+            (_canonical(k, from_type.key_type, to_type.key_type), _canonical(v, from_type.value_type, to_type.value_type))
+            for k, v in entries
+        ]
+        return tuple(sorted(pairs, key=repr))
+    return normalize(value)
 
 
 def rows_at(catalog: Any, ident: str, snapshot_id: int | None, to_schema: Any) -> Counter[tuple[Any, ...]]:
@@ -220,7 +261,7 @@ def check_changes(
     snap_ids = actual.column(COMMIT_SNAPSHOT_ID).to_pylist()
     ordinals = actual.column(CHANGE_ORDINAL).to_pylist()
     stamps = _epoch_ms(actual.column(COMMIT_TIMESTAMP))
-    rows = row_tuples(actual, names)
+    rows = canonical_rows(actual.select(names), to_schema, to_schema)
 
     by_snapshot: dict[int, list[int]] = {}
     for i, sid in enumerate(snap_ids):
