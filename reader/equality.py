@@ -108,7 +108,7 @@ def _column_codes(array: pa.Array) -> np.ndarray:
         return _combine([valid, *children])
     if pa.types.is_map(kind):
         entries = array.values
-        entry_codes = _combine([_column_codes(pc.struct_field(entries, [0])), _column_codes(pc.struct_field(entries, [1]))])
+        entry_codes = _combine([_column_codes(pc.struct_field(entries, [i])) for i in (0, 1)])
         return _sequence_codes(array, entry_codes, unordered=True)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         return _sequence_codes(array, _column_codes(array.values), unordered=False)

@@ -107,7 +107,8 @@ class NestedWorkload(Workload):
         if t == "date":
             return f"DATE'20{r.randrange(10, 40)}-0{r.randrange(1, 10)}-1{r.randrange(10)}'"
         if t in ("timestamp", "timestamp_ntz"):
-            literal = f"20{r.randrange(10, 40)}-0{r.randrange(1, 10)}-1{r.randrange(10)} 1{r.randrange(10)}:3{r.randrange(10)}:00.{r.randrange(10**6):06d}"
+            day = f"20{r.randrange(10, 40)}-0{r.randrange(1, 10)}-1{r.randrange(10)}"
+            literal = f"{day} 1{r.randrange(10)}:3{r.randrange(10)}:00.{r.randrange(10**6):06d}"
             return f"{'TIMESTAMP' if t == 'timestamp' else 'TIMESTAMP_NTZ'}'{literal}'"
         if t == "binary":
             return "X'" + "".join(f"{r.randrange(256):02X}" for _ in range(r.randrange(0, 5))) + "'"
@@ -148,7 +149,8 @@ class NestedWorkload(Workload):
         before = self.catalog.current_snapshot_id(self.ident)
         files = self.catalog.write_equality_deletes(self.ident, key_sql, columns=cols)
         after = self.catalog.current_snapshot_id(self.ident)
-        self._record(before, after, "eq-delete", f"java RowDelta eq-delete on {cols} ({len(files)} files): {key_sql}", 0)
+        stmt = f"java RowDelta eq-delete on {cols} ({len(files)} files): {key_sql}"
+        self._record(before, after, "eq-delete", stmt, 0)
         if "s.a" in cols and after != before:
             # Java 1.10 then fails every later UPDATE/MERGE that applies this delete ("Cannot find
             # required field for ID ..." in DeleteFilter.fileProjection); a compaction right away

@@ -125,7 +125,10 @@ def _canonical(value: Any, from_type: Any, to_type: Any) -> Any:
     if isinstance(to_type, MapType):
         entries = value.items() if isinstance(value, dict) else value
         pairs = [
-            (_canonical(k, from_type.key_type, to_type.key_type), _canonical(v, from_type.value_type, to_type.value_type))
+            (
+                _canonical(k, from_type.key_type, to_type.key_type),
+                _canonical(v, from_type.value_type, to_type.value_type),
+            )
             for k, v in entries
         ]
         return tuple(sorted(pairs, key=repr))
