@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 from monitor.planner import ChangePlan, Planner
 from reader.context import ReadContext
 from reader.metadata_columns import change_schema
-from reader.projection import arrow_schema, key_field, struct_path
+from reader.projection import arrow_schema, check_readable, key_field, struct_path
 from reader.reconcile import reconcile_snapshot
 from reader.spark import SplitRequest, run_splits, spark_session
 from reader.split_reader import Chunk
@@ -26,11 +26,10 @@ from state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:
-    """The schema change rows are projected onto (the to-snapshot's), by id."""
-    for schema in table.metadata.schemas:
-        if schema.schema_id == schema_id:
-            return schema
-    return table.schema()
+    """The schema change rows are projected onto (the to-snapshot's), by id; unreadable types refused."""
+    schema = next((s for s in table.metadata.schemas if s.schema_id == schema_id), table.schema())
+    check_readable(schema, ".".join(table.name()))
+    return schema
 
 
 def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import cast
 
+from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
@@ -43,10 +45,25 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         ) from exc
     except (ValueError, OSError) as exc:
         raise MetadataError(f"table {identifier!r}: metadata cannot be read ({exc}); check the catalog entry") from exc
+    except PyIcebergValidationError as exc:
+        raise MetadataError(
+            f"table {identifier!r}: pyiceberg cannot parse its metadata ({_validation_problem(exc)}); "
+            "icetail cannot follow a table that uses this feature yet"
+        ) from exc
     except Exception as exc:  # noqa: BLE001 - catalog backends raise their own connection errors
         raise CatalogUnavailableError(
             f"catalog {catalog.name!r} failed loading {identifier!r}: {_first_line(exc)}"
         ) from exc
+
+
+def _validation_problem(exc: PyIcebergValidationError) -> str:
+    """The first problem pydantic found, in one line: `Unsupported field type: 'variant' at schemas.0...`."""
+    cause = exc.__cause__
+    if isinstance(cause, PydanticValidationError) and cause.errors():
+        first = cause.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{first['msg'].removeprefix('Value error, ')} at {where}"
+    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,41 +6,25 @@ every row is written, so a failure leaves nothing behind.
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
-import json
 import os
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reader.sinks.jsonl_sink import encode_lines
 from state.errors import ConfigError
 
 
-def json_default(value: Any) -> Any:
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return str(value)
-
-
 def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:
+    """Strict JSON lines, encoded as the JSONL sink encodes them (one encoding for every JSON output)."""
     rows = 0
     for batch in batches:
-        for row in batch.to_pylist():
-            stream.write(json.dumps(row, default=json_default) + "\n")
-            rows += 1
+        stream.writelines(encode_lines(batch))
+        rows += batch.num_rows
     return rows
 
 

@@ -15,7 +15,15 @@ import pyarrow.compute as pc
 from pyiceberg.io.pyarrow import pyarrow_to_schema, schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping
-from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
+from pyiceberg.types import (
+    GeographyType,
+    GeometryType,
+    IcebergType,
+    ListType,
+    MapType,
+    NestedField,
+    StructType,
+)
 
 from state.errors import MetadataError
 
@@ -193,14 +201,14 @@ def _project(
             array.values, file_kind.element_field, kind.element_field, target.value_type, len(array.values), downcast_ns
         )
         factory = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
-        offsets = array.offsets.cast(pa.int64() if factory is pa.LargeListArray else pa.int32())
+        offsets = _offsets(array).cast(pa.int64() if factory is pa.LargeListArray else pa.int32())
         return factory.from_arrays(offsets, values, type=target, mask=_nulls(array))
     if isinstance(kind, MapType) and isinstance(file_kind, MapType):
         keys = _project(array.keys, file_kind.key_field, kind.key_field, target.key_type, len(array.keys), downcast_ns)
         items = _project(
             array.items, file_kind.value_field, kind.value_field, target.item_type, len(array.items), downcast_ns
         )
-        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=_nulls(array))
+        return pa.MapArray.from_arrays(_offsets(array), keys, items, type=target, mask=_nulls(array))
     if array.type == target:
         return array
     if downcast_ns and pa.types.is_timestamp(array.type) and array.type.unit == "ns":
@@ -208,8 +216,36 @@ def _project(
     return array.cast(target)
 
 
+def _offsets(array: pa.Array) -> pa.Array:
+    """The offsets of a list or map array, into its unsliced children, as an unsliced array.
+
+    Arrow rebuilds a list with a validity mask only from offsets that start at buffer offset 0;
+    a chunk is a slice of a row group, so its offsets usually do not.
+    """
+    offsets = array.offsets
+    return pa.concat_arrays([offsets]) if offsets.offset else offsets
+
+
 def _nulls(array: pa.Array) -> pa.Array | None:
     return array.is_null() if array.null_count else None
+
+
+UNREADABLE_TYPES = (GeometryType, GeographyType)
+
+
+def check_readable(schema: Schema, table_name: str) -> None:
+    """Refuse, before anything is read, a schema holding a type icetail cannot deliver.
+
+    Geometry and geography (v3) have no reader in pyiceberg 0.12 and no change semantics to test
+    against Java here; `unknown` columns are fine (always NULL, as the spec says).
+    """
+    for field_id in sorted(schema.field_ids):
+        field = schema.find_field(field_id)
+        if isinstance(field.field_type, UNREADABLE_TYPES):
+            raise MetadataError(
+                f"table {table_name}: column {schema.find_column_name(field_id)} has type {field.field_type}, "
+                "which icetail cannot read yet; follow a table without geometry or geography columns"
+            )
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:
