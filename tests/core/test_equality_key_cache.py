@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.schema import Schema
 
 from monitor.api import read_context
 from reader.fileio import file_io_for
+from reader.projection import key_field
 from reader.split_reader import _delete_state
 from state.model import DeleteContent, DeleteFileRef
 from tests.core.conftest import SmallTable
@@ -28,7 +30,9 @@ def test_data_files_sharing_equality_deletes_share_one_key_set(small_table: Smal
     table = small_table.load()
     first, second = _equality_delete(tmp_path, "a.parquet", [2, 4]), _equality_delete(tmp_path, "b.parquet", [5])
     context = read_context(table, table.metadata.current_schema_id, [])
-    context = replace(context, equality_schema_json=table.schema().model_dump_json())  # field 1 is `id`
+    # field 1 (`id`) as read_context flattens an equality field
+    key_schema = Schema(key_field((table.schema().find_field(1),)))
+    context = replace(context, equality_schema_json=key_schema.model_dump_json())
     io = file_io_for(dict(context.io_properties))
 
     one = _delete_state(io, context, "file:///data/x.parquet", (first, second))
