@@ -40,13 +40,14 @@ WORKDIR /opt/icetail
 
 # Dependencies first, from pyproject.toml alone, so a source change does not reinstall them.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps) + '\n')" \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; deps = p['dependencies'] + p['optional-dependencies']['postgres']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps) + '\n')" \
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
 # Then the packages themselves. README.md is optional: a glob may match nothing as long as
 # another source of the same COPY exists.
 COPY pyproject.toml README.m[d] ./
+COPY icetail ./icetail
 COPY state ./state
 COPY reader ./reader
 COPY monitor ./monitor

@@ -1,21 +1,34 @@
 # icetail developer entry points. `make help` lists them.
 VENV ?= .venv
+VENV4 ?= .venv-spark4
 PYTHON ?= python3
 BIN := $(VENV)/bin
+BIN4 := $(VENV4)/bin
 STAMP := $(VENV)/.icetail-installed
+STAMP4 := $(VENV4)/.icetail-installed
 
-.PHONY: help demo test test-quick lint system-deps
+.PHONY: help demo test test-spark35 test-spark4 lint system-deps
 
 help:
-	@echo "make demo   - set up .venv and run the demo pipeline on the embedded defaults"
-	@echo "make test   - set up .venv (+ test system packages) and run the whole test suite"
-	@echo "make lint   - ruff and mypy"
+	@echo "make demo         - set up .venv and run the demo pipeline on the embedded defaults"
+	@echo "make test         - the whole suite on both Spark lines (test-spark35, then test-spark4)"
+	@echo "make test-spark35 - every test, with the Java Iceberg reference, on pyspark 3.5 (.venv)"
+	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
+	@echo "make lint         - ruff and mypy"
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c requirements-dev.txt -e '.[dev]'
 	touch $(STAMP)
+
+# The same pins as .venv except pyspark, which requirements-spark4.txt sets.
+$(STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
+	$(PYTHON) -m venv $(VENV4)
+	$(BIN4)/pip install -q --upgrade pip
+	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
+	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e '.[dev]'
+	touch $(STAMP4)
 
 # The Java reference needs the SQLite JDBC driver; the scrape test needs a real Prometheus.
 system-deps:
@@ -28,8 +41,14 @@ system-deps:
 demo: $(STAMP)
 	$(BIN)/icetail demo
 
-test: $(STAMP) system-deps
+test: test-spark35 test-spark4
+
+test-spark35: $(STAMP) system-deps
 	$(BIN)/pytest -q
+
+# The Java reference (iceberg-spark-runtime-3.5) cannot load on Spark 4: its tests run on 3.5 only.
+test-spark4: $(STAMP4) system-deps
+	$(BIN4)/pytest -q -m "not java"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

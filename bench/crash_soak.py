@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     table = build_mixed_table(source, "ns.events", scale=args.scale)
     print(f"table ns.events: {len(table.metadata.snapshots)} snapshots, built in {time.monotonic() - started:.1f}s")
 
-    from monitor.api import read_changes
-    from reader.spark import spark_session
+    from icetail.monitor.engine.api import read_changes
+    from icetail.reader.spark import spark_session
 
     spark = spark_session()
 

@@ -1,6 +1,6 @@
 """The benchmark runner: `python -m bench.run [--scale small|default|tiny] [--cases a,b,...]`.
 
-Every case measures icetail through its real path (`Planner.plan` + `monitor.api.iter_changes`
+Every case measures icetail through its real path (`Planner.plan` + `icetail.monitor.engine.api.iter_changes`
 on a local-mode SparkSession, consuming the Arrow batches; or `Pipeline` / `icetail serve`) and
 the baselines in the same run, and prints ratios `baseline seconds / icetail seconds` (so > 1
 means icetail is faster). One SparkSession (the Java Iceberg reference's jars plus icetail's own
@@ -225,15 +225,15 @@ def catalog_env(workdir: Path, sub: str = "catalog") -> dict[str, str]:
 
 def bench_spark_conf(driver_memory: str) -> dict[str, str]:
     """tests/support/javaref's session plus icetail's defaults, with the JIT left at full strength."""
-    from reader.spark import DEFAULT_CONF
+    from icetail.reader.spark import DEFAULT_CONF
     from tests.support.javaref import spark_conf
 
     conf = {**spark_conf(), **DEFAULT_CONF}
     # what reader.spark.spark_session adds for a local master (the production path), when present
     import importlib.util
 
-    if importlib.util.find_spec("reader.spark_daemon") is not None:
-        conf["spark.python.daemon.module"] = "reader.spark_daemon"
+    if importlib.util.find_spec("icetail.reader.spark_daemon") is not None:
+        conf["spark.python.daemon.module"] = "icetail.reader.spark_daemon"
     conf.update(
         {
             "spark.master": f"local[{os.cpu_count() or 2}]",
@@ -269,7 +269,7 @@ def start_session(driver_memory: str) -> Any:
 
 def read_icetail(table: Any, from_id: int | None, to_id: int, spark: Any, **options: Any) -> Timing:
     """icetail's read of (from, to], every row returned to the driver (`iter_changes`)."""
-    from monitor.api import iter_changes
+    from icetail.monitor.engine.api import iter_changes
 
     return _timed_plan(
         table, from_id, to_id, lambda plan: sum(b.num_rows for b in iter_changes(table, plan, spark=spark, **options))
@@ -290,7 +290,7 @@ def read_icetail_in_tasks(table: Any, from_id: int | None, to_id: int, spark: An
 
 def _timed_plan(table: Any, from_id: int | None, to_id: int, read: Callable[[Any], int]) -> Timing:
     """Plan (from, to] and `read` the plan; the time of both, planning also on its own."""
-    from monitor.planner import Planner
+    from icetail.monitor.planning.planner import Planner
 
     started = time.perf_counter()
     plan = Planner(table).plan(from_id, to_id)
@@ -308,9 +308,9 @@ def _timed_plan(table: Any, from_id: int | None, to_id: int, read: Callable[[Any
 
 def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
     """Run `plan` on Spark with a stager that drops every chunk's rows; the change rows counted."""
-    from monitor.api import read_context
-    from reader.sinks.discard import DiscardStager
-    from reader.spark import SplitRequest, run_splits
+    from icetail.monitor.engine.api import read_context
+    from icetail.reader.sinks.discard import DiscardStager
+    from icetail.reader.spark import SplitRequest, run_splits
 
     context = read_context(table, plan.schema_id, plan.tasks)
     requests = [SplitRequest(split, 0, ("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
@@ -322,9 +322,9 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
 
     With `encode`, each chunk also makes the Arrow IPC round trip the Spark path makes.
     """
-    from monitor.api import read_context
-    from reader.spark import _decode, _encode
-    from reader.split_reader import read_split
+    from icetail.monitor.engine.api import read_context
+    from icetail.reader.spark import _decode, _encode
+    from icetail.reader.split_reader import read_split
 
     def read(plan: Any) -> int:
         context = read_context(table, plan.schema_id, plan.tasks)
@@ -342,16 +342,16 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
 
 
 def _pool_split(context: Any, split: Any) -> list[Any]:
-    from reader.spark import _encode
-    from reader.split_reader import read_split
+    from icetail.reader.spark import _encode
+    from icetail.reader.split_reader import read_split
 
     return [_encode(chunk) for chunk in read_split(context, split)]
 
 
 def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3): the split reader in a local process pool, in plan order, no Spark."""
-    from monitor.api import read_context
-    from reader.spark import _decode
+    from icetail.monitor.engine.api import read_context
+    from icetail.reader.spark import _decode
 
     def read(plan: Any) -> int:
         context = read_context(table, plan.schema_id, plan.tasks)
@@ -368,14 +368,14 @@ def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Tim
 
 
 def _thread_split(context: Any, split: Any) -> list[Any]:
-    from reader.split_reader import read_split
+    from icetail.reader.split_reader import read_split
 
     return list(read_split(context, split))
 
 
 def read_threads(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3, zero-copy): the split reader on a thread pool in the driver, plan order."""
-    from monitor.api import read_context
+    from icetail.monitor.engine.api import read_context
 
     def read(plan: Any) -> int:
         context = read_context(table, plan.schema_id, plan.tasks)
@@ -540,7 +540,7 @@ def _mor_table(ctx: Context, name: str, *, format_version: int) -> tuple[int, in
 
 def _delete_kinds(table: Any, from_id: int, to_id: int) -> dict[str, int]:
     """Delete files added by the snapshot, by kind (from icetail's plan: pyiceberg refuses equality deletes)."""
-    from monitor.planner import Planner
+    from icetail.monitor.planning.planner import Planner
 
     files = {d.path: d for t in Planner(table).plan(from_id, to_id).tasks for d in t.deletes_after}
     kinds: dict[str, int] = {}
@@ -619,7 +619,7 @@ def case_cow(ctx: Context) -> CaseResult:
     cutoff = scale.cow_files * scale.rows_per_file
     snapshot = gen.spark_delete(cat, "cow", f"id % 10 = 7 AND id >= 0 AND id < {cutoff}")
     table = cat.load_table("cow")
-    from monitor.planner import Planner
+    from icetail.monitor.planning.planner import Planner
 
     plan = Planner(table).plan(data_snapshot, snapshot)
     touched = sorted({t.data_file.path for t in plan.tasks})
@@ -655,7 +655,7 @@ def case_cow(ctx: Context) -> CaseResult:
 
 
 def case_planning(ctx: Context) -> CaseResult:
-    from monitor.planner import Planner
+    from icetail.monitor.planning.planner import Planner
 
     result = CaseResult("planning")
     cat, scale = ctx.catalog, ctx.scale
@@ -746,8 +746,8 @@ class _FailingSink:
 
 
 def case_recovery(ctx: Context) -> CaseResult:
-    from monitor.pipeline import Pipeline, PipelineConfig
-    from state.errors import IcetailError
+    from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+    from icetail.state.errors import IcetailError
 
     result = CaseResult("recovery")
     cat, scale = ctx.catalog, ctx.scale
@@ -1015,10 +1015,10 @@ def memprobe(args: argparse.Namespace) -> int:
     By default the rows are dropped in the Spark tasks (the staging sinks' path); with
     `--to-driver` every row comes back to the driver through iter_changes.
     """
-    from monitor.api import iter_changes
-    from monitor.catalog import load_table, open_catalog
-    from monitor.planner import Planner
-    from reader.spark import spark_session
+    from icetail.monitor.engine.api import iter_changes
+    from icetail.monitor.engine.catalog import load_table, open_catalog
+    from icetail.monitor.planning.planner import Planner
+    from icetail.reader.spark import spark_session
 
     with RssSampler() as sampler:
         spark = spark_session()
@@ -1102,12 +1102,12 @@ def case_memory(ctx: Context) -> CaseResult:
 def profile_target(args: argparse.Namespace, scale: gen.Scale) -> int:
     """`profile`: the append read of the main data set, `--iterations` times, for py-spy / pyinstrument.
 
-    Uses icetail's own session (`reader.spark.spark_session`, no Java Iceberg jars) and its own
+    Uses icetail's own session (`icetail.reader.spark.spark_session`, no Java Iceberg jars) and its own
     catalog under `<workdir>/profile-catalog`, so it can run beside nothing else.
     """
     from pyiceberg.catalog import load_catalog
 
-    from reader.spark import spark_session
+    from icetail.reader.spark import spark_session
 
     workdir = Path(args.workdir).resolve()
     data = gen.generate(workdir, scale, args.seed, log=log)

@@ -1,6 +1,6 @@
 """spark-submit entry point for icetail: `spark-submit ... icetail_submit.py run --until-caught-up ...`.
 
-deploy/spark-submit.sh ships the state/ reader/ monitor/ packages with --py-files; this script
+deploy/spark-submit.sh ships the icetail package with --py-files; this script
 only hands its arguments to the icetail CLI, so the job takes exactly `icetail`'s arguments.
 """
 
@@ -10,7 +10,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from monitor.cli import main as icetail_main  # from the --py-files zip (or an installed icetail)
+    from icetail.monitor.cli.main import main as icetail_main  # from the --py-files zip (or an installed icetail)
 
     code = icetail_main(argv)
     return int(code or 0)

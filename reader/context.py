@@ -9,7 +9,7 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
-from reader.projection import arrow_schema
+from icetail.reader.projection import arrow_schema
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from pyiceberg.io import FileIO
 from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
 from pyiceberg.table.puffin import PuffinFile
 
-from reader.lru import LRU
-from state.errors import DataFileError, MetadataError
-from state.model import DeleteContent, DeleteFileRef
+from icetail.reader.lru import LRU
+from icetail.state.errors import DataFileError, MetadataError
+from icetail.state.model import DeleteContent, DeleteFileRef
 
 FILE_PATH_COLUMN = "file_path"
 POS_COLUMN = "pos"

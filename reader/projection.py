@@ -25,7 +25,7 @@ from pyiceberg.types import (
     StructType,
 )
 
-from state.errors import MetadataError
+from icetail.state.errors import MetadataError
 
 
 def file_schema(physical: pa.Schema, name_mapping: NameMapping | None, format_version: int) -> Schema:

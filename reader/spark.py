@@ -23,12 +23,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from reader.context import ReadContext
-from reader.sinks.base import ChunkKey, ChunkStager
-from reader.split_reader import Chunk, read_split
-from state.errors import DataFileError, IcetailError
-from state.model import ChangeSplit
-from state.processes import host_tag, process_is_running
+from icetail.reader.context import ReadContext
+from icetail.reader.sinks.base import ChunkKey, ChunkStager
+from icetail.reader.split_reader import Chunk, read_split
+from icetail.state.errors import DataFileError, IcetailError
+from icetail.state.model import ChangeSplit
+from icetail.state.processes import host_tag, process_is_running
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -58,7 +58,7 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
         settings["spark.master"] = "local[*]"
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
-        settings.setdefault("spark.python.daemon.module", "reader.spark_daemon")
+        settings.setdefault("spark.python.daemon.module", "icetail.reader.spark_daemon")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     for key, value in settings.items():
         builder = builder.config(key, value)

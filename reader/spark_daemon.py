@@ -31,7 +31,7 @@ from pyspark import daemon
 zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
 
 with contextlib.suppress(ImportError):
-    import reader.split_reader  # noqa: F401
+    import icetail.reader.split_reader  # noqa: F401
 
 _pyspark_worker = daemon.worker
 

@@ -20,15 +20,15 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
-from reader.context import ReadContext
-from reader.deletes import deleted_positions, equality_delete_rows
-from reader.equality import DeleteKeySet
-from reader.fileio import file_io_for
-from reader.lru import LRU
-from reader.metadata_columns import change_schema, with_metadata
-from reader.projection import columns_to_read, file_schema, key_columns, project
-from state.errors import DataFileError, MetadataError
-from state.model import ChangeKind, ChangeSplit, ChangeType, DeleteContent, DeleteFileRef
+from icetail.reader.context import ReadContext
+from icetail.reader.deletes import deleted_positions, equality_delete_rows
+from icetail.reader.equality import DeleteKeySet
+from icetail.reader.fileio import file_io_for
+from icetail.reader.lru import LRU
+from icetail.reader.metadata_columns import change_schema, with_metadata
+from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
+from icetail.state.errors import DataFileError, MetadataError
+from icetail.state.model import ChangeKind, ChangeSplit, ChangeType, DeleteContent, DeleteFileRef
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from state.model import ChangeSplit
+from icetail.state.model import ChangeSplit
 
 
 @dataclass(frozen=True)

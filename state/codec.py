@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from state.errors import StateError
-from state.model import ChangeSplit, split_from_json_dict, to_json_dict
+from icetail.state.errors import StateError
+from icetail.state.model import ChangeSplit, split_from_json_dict, to_json_dict
 
 
 def encode_split(split: ChangeSplit) -> str:

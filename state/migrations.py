@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from state.errors import StateError
+from icetail.state.errors import StateError
 
 META_TABLE = "icetail_meta"
 SCHEMA_VERSION_KEY = "schema_version"

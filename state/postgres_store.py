@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from state.errors import ConfigError, IcetailError, StateError, StateUnavailableError
-from state.urls import PostgresLocation
+from icetail.state.errors import ConfigError, IcetailError, StateError, StateUnavailableError
+from icetail.state.urls import PostgresLocation
 
 if TYPE_CHECKING:
     import psycopg
@@ -79,7 +79,13 @@ class PostgresBackend:
         return self._location.display
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        import psycopg
+        try:
+            import psycopg
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"checkpoint store {self.display} needs psycopg, which is not installed; "
+                "pip install 'icetail[postgres]'"
+            ) from exc
 
         extra: dict[str, Any] = {}
         if "connect_timeout" not in self._location.conninfo:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from state.errors import IcetailError, StateError, StateUnavailableError
-from state.urls import SqliteLocation
+from icetail.state.errors import IcetailError, StateError, StateUnavailableError
+from icetail.state.urls import SqliteLocation
 
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 

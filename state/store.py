@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from state.checkpoint import (
+from icetail.state.checkpoint import (
     Checkpoint,
     ChunkCommit,
     ConsumerSummary,
@@ -38,16 +38,16 @@ from state.checkpoint import (
     Lease,
     SplitProgress,
 )
-from state.codec import decode_split, encode_split
-from state.errors import (
+from icetail.state.codec import decode_split, encode_split
+from icetail.state.errors import (
     ConfigError,
     ConsumerNotFoundError,
     StateBusyError,
     StateConflictError,
     StateError,
 )
-from state.migrations import META_DDL, META_TABLE, SCHEMA_VERSION_KEY, parse_version, pending_migrations
-from state.urls import PostgresLocation, SqliteLocation, parse_store_url
+from icetail.state.migrations import META_DDL, META_TABLE, SCHEMA_VERSION_KEY, parse_version, pending_migrations
+from icetail.state.urls import PostgresLocation, SqliteLocation, parse_store_url
 
 HISTORY_LIMIT = 100  # finished batches kept per consumer; older ones are trimmed on write
 
@@ -203,11 +203,11 @@ def open_store(url: str, *, history_limit: int = HISTORY_LIMIT) -> SqlCheckpoint
     location = parse_store_url(url)
     backend: Backend
     if isinstance(location, SqliteLocation):
-        from state.sqlite_store import SqliteBackend
+        from icetail.state.sqlite_store import SqliteBackend
 
         backend = SqliteBackend(location)
     elif isinstance(location, PostgresLocation):
-        from state.postgres_store import PostgresBackend
+        from icetail.state.postgres_store import PostgresBackend
 
         backend = PostgresBackend(location)
     else:  # pragma: no cover - parse_store_url returns only these

@@ -1,4 +1,4 @@
-"""Repository contracts: imports run monitor -> reader -> state, ruff and mypy stay clean."""
+"""Repository contracts: one `icetail` package, imports run monitor -> reader -> state, ruff and mypy clean."""
 
 from __future__ import annotations
 
@@ -9,17 +9,25 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ALLOWED = {"state": set(), "reader": {"state"}, "monitor": {"reader", "state"}}
+# monitor/'s layers, lowest first: each may import the layers before it, never those after it
+MONITOR_LAYERS = ("planning", "engine", "service", "cli")
 
 
-def _imported_packages(path: pathlib.Path) -> set[str]:
+def _imported_modules(path: pathlib.Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names & set(ALLOWED)
+            names.add(node.module)
+    return names
+
+
+def _imported_packages(path: pathlib.Path) -> set[str]:
+    """The parts (`state`, `reader`, `monitor`) a module imports, as `icetail.<part>`."""
+    parts = {name.split(".")[1] for name in _imported_modules(path) if name.startswith("icetail.") and "." in name}
+    return parts & set(ALLOWED)
 
 
 def test_imports_run_one_way() -> None:
@@ -29,6 +37,48 @@ def test_imports_run_one_way() -> None:
             for imported in _imported_packages(path) - allowed - {package}:
                 violations.append(f"{path.relative_to(ROOT)} imports {imported}")
     assert not violations, "\n".join(violations)
+
+
+def test_monitor_layers_import_downwards_only() -> None:
+    violations = []
+    modules = sorted((ROOT / "monitor").glob("*.py"))
+    assert [p.name for p in modules] == ["__init__.py"], "monitor/ modules belong in a layer folder"
+    for rank, layer in enumerate(MONITOR_LAYERS):
+        above = set(MONITOR_LAYERS[rank + 1 :])
+        for path in sorted((ROOT / "monitor" / layer).rglob("*.py")):
+            for name in _imported_modules(path):
+                parts = name.split(".")
+                if parts[:2] == ["icetail", "monitor"] and len(parts) > 2 and parts[2] in above:
+                    violations.append(f"{path.relative_to(ROOT)} ({layer}) imports {name}")
+    assert not violations, "\n".join(violations)
+
+
+def test_product_code_imports_no_private_names() -> None:
+    """A name with a leading underscore is its module's own business; share it under a public name."""
+    violations = []
+    for part in ALLOWED:
+        for path in sorted((ROOT / part).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("icetail."):
+                    private = [a.name for a in node.names if a.name.startswith("_")]
+                    violations += [f"{path.relative_to(ROOT)} imports {node.module}.{n}" for n in private]
+    assert not violations, "\n".join(violations)
+
+
+def test_nothing_imports_the_parts_as_top_level_packages() -> None:
+    """Installed, only `icetail` exists: a bare `import state` would work in a checkout and fail for users."""
+    offenders = []
+    for folder in ("state", "reader", "monitor", "icetail", "tests", "bench", "deploy"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            bare = {name for name in _imported_modules(path) if name.split(".")[0] in ALLOWED}
+            offenders += [f"{path.relative_to(ROOT)} imports {name}" for name in sorted(bare)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_parts_are_linked_into_the_package() -> None:
+    for part in ALLOWED:
+        link = ROOT / "icetail" / part
+        assert link.is_symlink() and link.resolve() == (ROOT / part).resolve(), f"icetail/{part} must link to ../{part}"
 
 
 def test_ruff_is_clean() -> None:

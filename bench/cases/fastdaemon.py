@@ -5,9 +5,9 @@
   for every task, which re-reads the central directory of `pyspark.zip` and the py4j zip once per
   zipimporter (about 70 ms a task on the benchmark machine); those archives never change while
   a worker lives.
-* P2 (only with ICETAIL_BENCH_FAST_METADATA=1): `reader.metadata_columns.with_metadata` builds its
+* P2 (only with ICETAIL_BENCH_FAST_METADATA=1): `icetail.reader.metadata_columns.with_metadata` builds its
   constant columns with `pa.repeat` instead of Python lists of n items.
-* P3 (only with ICETAIL_BENCH_FAST_INSERTS=1): `reader.split_reader._changes` skips the masks, the
+* P3 (only with ICETAIL_BENCH_FAST_INSERTS=1): `icetail.reader.split_reader._changes` skips the masks, the
   two filters and the final concatenation when every row of the chunk is an INSERT (an ADDED
   file with no deletes), projecting and tagging the batch as it is.
 
@@ -24,7 +24,7 @@ zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[meth
 if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
     import pyarrow as pa
 
-    from reader import metadata_columns, split_reader
+    from icetail.reader import metadata_columns, split_reader
 
     def _with_metadata(rows, change_type, commit):  # type: ignore[no-untyped-def]
         n = rows.num_rows
@@ -41,8 +41,8 @@ if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
     split_reader.with_metadata = _with_metadata  # the name split_reader imported
 
 if os.environ.get("ICETAIL_BENCH_FAST_INSERTS") == "1":
-    from reader import split_reader as _sr
-    from state.model import ChangeType
+    from icetail.reader import split_reader as _sr
+    from icetail.state.model import ChangeType
 
     _original_changes = _sr._changes
     # newer readers return (batch, rows hidden by deletes): keep whichever shape the reader has

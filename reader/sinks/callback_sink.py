@@ -7,9 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from reader.sinks.base import ChunkKey
-from reader.sinks.parquet_sink import error_text
-from state.errors import IcetailError, SinkError, SinkRejectedError
+from icetail.reader.sinks.base import ChunkKey
+from icetail.reader.sinks.parquet_sink import error_text
+from icetail.state.errors import IcetailError, SinkError, SinkRejectedError
 
 ChunkCallback = Callable[[ChunkKey, pa.Table], Any]
 
@@ -25,7 +25,7 @@ class CallbackSink:
 
     If `fn` returns a string it is stored with the committed offset as the sink token. An
     exception from `fn` is a failed write: icetail errors pass through unchanged (raise a
-    `state.errors.TerminalError` to stop the run), any other exception becomes a transient
+    `icetail.state.errors.TerminalError` to stop the run), any other exception becomes a transient
     `SinkError` and the chunk is retried.
     """
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from reader.sinks.base import ChunkKey
-from reader.sinks.callback_sink import CallbackSink
-from state.errors import ConfigError
+from icetail.reader.sinks.base import ChunkKey
+from icetail.reader.sinks.callback_sink import CallbackSink
+from icetail.state.errors import ConfigError
 
 DataFrameCallback = Callable[[ChunkKey, Any], Any]
 

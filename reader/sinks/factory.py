@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from reader.sinks.base import Sink
-from reader.sinks.iceberg_sink import IcebergTableSink
-from reader.sinks.jsonl_sink import JsonlFileSink, StdoutSink
-from reader.sinks.parquet_sink import ParquetDirSink
-from state.errors import ConfigError
+from icetail.reader.sinks.base import Sink
+from icetail.reader.sinks.iceberg_sink import IcebergTableSink
+from icetail.reader.sinks.jsonl_sink import JsonlFileSink, StdoutSink
+from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.state.errors import ConfigError
 
 ACCEPTED_FORMS = (
     "parquet:///abs/dir",

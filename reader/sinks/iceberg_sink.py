@@ -57,9 +57,9 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.utils.config import Config
 
-from reader.sinks.base import ChunkKey
-from reader.sinks.parquet_sink import error_text
-from state.errors import CatalogNotFoundError, ConfigError, IcetailError, SinkError, SinkRejectedError
+from icetail.reader.sinks.base import ChunkKey
+from icetail.reader.sinks.parquet_sink import error_text
+from icetail.state.errors import CatalogNotFoundError, ConfigError, IcetailError, SinkError, SinkRejectedError
 
 _T = TypeVar("_T")
 

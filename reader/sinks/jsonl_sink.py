@@ -31,9 +31,9 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reader.sinks.base import ChunkKey
-from reader.sinks.parquet_sink import error_text, fsync_dir
-from state.errors import ConfigError, SinkError, SinkRejectedError
+from icetail.reader.sinks.base import ChunkKey
+from icetail.reader.sinks.parquet_sink import error_text, fsync_dir
+from icetail.state.errors import ConfigError, SinkError, SinkRejectedError
 
 Fixer = Callable[[Any], Any]
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reader.sinks.base import ChunkKey
-from state.errors import ConfigError, SinkError, SinkRejectedError
+from icetail.reader.sinks.base import ChunkKey
+from icetail.state.errors import ConfigError, SinkError, SinkRejectedError
 
 TMP_DIR = "_tmp"
 SUFFIX = ".parquet"

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from monitor.cli import main
+from icetail.monitor.cli.main import main
 from tests.core.conftest import SmallTable
 
 

@@ -6,8 +6,8 @@ import io
 
 import pyarrow as pa
 
-from monitor.progress import Progress
-from reader.split_reader import Chunk
+from icetail.monitor.cli.progress import Progress
+from icetail.reader.split_reader import Chunk
 
 
 class _Terminal(io.StringIO):

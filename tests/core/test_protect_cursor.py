@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from monitor.cli import main
+from icetail.monitor.cli.main import main
 from tests.core.conftest import SCHEMA, SmallTable
 
 

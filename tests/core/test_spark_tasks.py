@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from monitor.api import read_context
-from monitor.planner import Planner
-from reader.spark import (
+from icetail.monitor.engine.api import read_context
+from icetail.monitor.planning.planner import Planner
+from icetail.reader.spark import (
     DEFAULT_WAVE_BYTES,
     HANDOFF_PREFIX,
     SplitRequest,
@@ -21,8 +21,8 @@ from reader.spark import (
     remove_orphaned_handoffs,
     run_splits,
 )
-from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
-from state.processes import host_tag
+from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
+from icetail.state.processes import host_tag
 from tests.core.conftest import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)

@@ -37,11 +37,11 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from monitor.cli import main
-from reader.equality import row_codes
-from reader.projection import check_readable, columns_to_read, key_columns, key_field, project, struct_path
-from reader.sinks.jsonl_sink import encode_lines
-from state.errors import MetadataError
+from icetail.monitor.cli.main import main
+from icetail.reader.equality import row_codes
+from icetail.reader.projection import check_readable, columns_to_read, key_columns, key_field, project, struct_path
+from icetail.reader.sinks.jsonl_sink import encode_lines
+from icetail.state.errors import MetadataError
 
 # file schema: struct s {a int, b string, m map<string, list<int>>}, list<struct<x int>>, map<string, struct<q double>>
 FILE_SCHEMA = Schema(
@@ -218,7 +218,7 @@ def uncommon_table(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> SqlCatalog
 
 def test_uuid_fixed_time_and_decimal_round_trip(uncommon_table: SqlCatalog, spark: Any, tmp_path: Any,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from monitor.api import read_changes
+    from icetail.monitor.engine.api import read_changes
 
     table = uncommon_table.load_table("ns.t")
     changes = read_changes(table, None, None)

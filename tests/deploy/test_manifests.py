@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.http_server import MonitorServer
-from monitor.metrics import Metrics
+from icetail.monitor.service.http_server import MonitorServer
+from icetail.monitor.service.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -42,8 +42,8 @@ PROMETHEUS = os.environ.get("PROMETHEUS_BIN", "/usr/bin/prometheus")
 
 
 def store_urls() -> Any:
-    """state.urls, the checkpoint store URL parser (imported lazily: skip while it is not there)."""
-    return pytest.importorskip("state.urls")
+    """icetail.state.urls, the checkpoint store URL parser (imported lazily: skip while it is not there)."""
+    return pytest.importorskip("icetail.state.urls")
 
 
 def load_all(path: Path) -> list[dict[str, Any]]:
@@ -247,7 +247,7 @@ def test_postgres_secret_is_a_valid_store_url(objects: dict[tuple[str, str], dic
 def test_entrypoint_args_parse_with_the_cli(
     objects: dict[tuple[str, str], dict[str, Any]], subcommand: str, source: str
 ) -> None:
-    cli = pytest.importorskip("monitor.cli")
+    cli = pytest.importorskip("icetail.monitor.cli.main")
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     if subcommand not in subparsers.choices:
@@ -281,8 +281,10 @@ def test_dockerfile_matches_the_deployment(objects: dict[tuple[str, str], dict[s
     # dependencies are installed from pyproject.toml alone, before the sources are copied
     assert text.index("COPY pyproject.toml ./") < text.index("pip install -r") < text.index("COPY monitor")
     assert text.index("COPY monitor") < text.index("pip install --no-deps .")
+    assert text.index("COPY icetail") < text.index("pip install --no-deps .")  # the package the folders link into
+    assert "['optional-dependencies']['postgres']" in text  # the image serves PostgreSQL state stores
     scripts = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r'^icetail = "monitor\.cli:\w+"', scripts, re.M)
+    assert re.search(r'^icetail = "icetail\.monitor\.cli\.main:\w+"', scripts, re.M)
 
 
 def test_dockerfile_healthcheck_probes_healthz() -> None:
@@ -308,7 +310,8 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
     def ignored(path: str) -> bool:
         return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path.split("/")[0], p) for p in patterns)
 
-    for needed in ("pyproject.toml", "README.md", "state/__init__.py", "reader/spark.py", "monitor/cli.py"):
+    for needed in ("pyproject.toml", "README.md", "icetail/__init__.py", "state/__init__.py", "reader/spark.py",
+                   "monitor/cli/main.py"):
         assert not ignored(needed), needed
     for unwanted in (".venv", ".git", "tests", "icetail.egg-info", "monitor/__pycache__"):
         assert ignored(unwanted), unwanted
@@ -455,21 +458,25 @@ def test_spark_submit_ships_the_packages_and_passes_args_through(tmp_path: Path)
     with zipfile.ZipFile(tmp_path / "shipped.zip") as zf:
         names = set(zf.namelist())
     for module in (
-        "state/__init__.py",
-        "state/model.py",
-        "reader/__init__.py",
-        "monitor/__init__.py",
-        "monitor/cli.py",
+        "icetail/__init__.py",
+        "icetail/state/__init__.py",
+        "icetail/state/model.py",
+        "icetail/reader/__init__.py",
+        "icetail/monitor/__init__.py",
+        "icetail/monitor/cli/main.py",
     ):
         assert module in names
     assert not any("__pycache__" in n or n.startswith(("tests/", "deploy/")) for n in names)
     # the zip root is an import root: the packages import from it with no site-packages at all
-    probe = "import sys; sys.path.insert(0, sys.argv[1]); import monitor, reader, state; print(monitor.__file__)"
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import icetail.monitor, icetail.reader, icetail.state; "
+        "print(icetail.monitor.__file__)"
+    )
     where = subprocess.run(
         [sys.executable, "-I", "-S", "-c", probe, str(tmp_path / "shipped.zip")], capture_output=True, text=True
     )
     assert where.returncode == 0, where.stderr
-    assert where.stdout.strip() == str(tmp_path / "shipped.zip" / "monitor" / "__init__.py")
+    assert where.stdout.strip() == str(tmp_path / "shipped.zip" / "icetail" / "monitor" / "__init__.py")
     assert not Path((tmp_path / "workdir").read_text().strip()).exists(), "the temporary zip is removed"
 
 

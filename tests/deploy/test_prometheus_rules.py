@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.metrics import Metrics
+from icetail.monitor.service.metrics import Metrics
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 ALERTS = PROM_DIR / "alerts.yml"

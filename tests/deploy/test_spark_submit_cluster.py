@@ -2,7 +2,7 @@
 
 A master and one worker (1 core, 1g) are started from pip's pyspark (`spark-class`), the job
 `run --until-caught-up` is submitted with `SPARK_MASTER=spark://127.0.0.1:<port>`, and its
-parquet sink must hold exactly `monitor.api.read_changes` of the table. The splits run as
+parquet sink must hold exactly `icetail.monitor.engine.api.read_changes` of the table. The splits run as
 tasks on the worker's executor (checked in the executor's log). Every process group is killed
 at teardown, also when the test fails.
 """
@@ -21,8 +21,8 @@ import pyspark
 import pytest
 from pyiceberg.expressions import EqualTo, LessThan
 
-from monitor.api import read_changes
-from reader.spark import TASKS_PER_CORE
+from icetail.monitor.engine.api import read_changes
+from icetail.reader.spark import TASKS_PER_CORE
 from tests.service.conftest import (
     CATALOG_NAME,
     NAMESPACE,

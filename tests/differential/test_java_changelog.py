@@ -34,7 +34,7 @@ def _report(icetail: Counter[tuple[Any, ...]], java: Counter[tuple[Any, ...]]) -
 
 @pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
 def test_update_pairs_match_java_changelog(catalog, partitioned) -> None:
-    from monitor.api import read_changes
+    from icetail.monitor.engine.api import read_changes
 
     props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, COW).items())
     part = " PARTITIONED BY (p)" if partitioned else ""

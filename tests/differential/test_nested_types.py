@@ -27,7 +27,7 @@ CONFIGS = [
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize(("format_version", "partitioned", "mode"), CONFIGS)
 def test_nested_workload_changes_match_java(catalog, format_version, partitioned, mode, seed) -> None:
-    from monitor.api import read_changes
+    from icetail.monitor.engine.api import read_changes
 
     config_seed = seed * 1000 + format_version * 100 + partitioned * 10 + MODES.index(mode) + 7
     w = NestedWorkload(catalog, "t", seed=config_seed, steps=8, format_version=format_version,

@@ -1,7 +1,7 @@
 """Focused differential tests, one Iceberg rule each, against the Java reader.
 
 Each test first asserts what Java itself did (so a change in Java's write behaviour shows up as a
-precondition failure, not as an icetail bug), then checks `monitor.api.read_changes` with the oracle
+precondition failure, not as an icetail bug), then checks `icetail.monitor.engine.api.read_changes` with the oracle
 over the whole history and snapshot by snapshot, plus explicit expectations for the rule.
 """
 
@@ -36,7 +36,7 @@ def _summary(catalog: Any, snapshot_id: int) -> dict[str, str]:
 
 
 def _read(catalog: Any, from_id: int | None = None, to_id: int | None = None, **kwargs: Any) -> pa.Table:
-    from monitor.api import read_changes
+    from icetail.monitor.engine.api import read_changes
 
     return read_changes(catalog.load_table("t"), from_id, to_id, **kwargs)
 

@@ -1,7 +1,7 @@
 """Randomized differential test: icetail's changes against the Java reader, snapshot by snapshot.
 
 For every workload configuration a seeded mix of snapshots is written by Java, then
-`monitor.api.read_changes` is checked over the whole history and over random sub-ranges
+`icetail.monitor.engine.api.read_changes` is checked over the whole history and over random sub-ranges
 (`tests/support/oracle.py` states the invariant). More seeds: ICETAIL_DIFF_SEEDS="1,2,3".
 """
 
@@ -41,7 +41,7 @@ def _sub_ranges(ids: list[int], rng: random.Random, count: int = 2) -> list[tupl
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize(("format_version", "partitioned", "mode"), CONFIGS)
 def test_workload_changes_match_java(catalog, format_version, partitioned, mode, seed) -> None:
-    from monitor.api import read_changes
+    from icetail.monitor.engine.api import read_changes
 
     config_seed = seed * 1000 + format_version * 100 + partitioned * 10 + MODES.index(mode)
     w = Workload(catalog, "t", seed=config_seed, steps=8, format_version=format_version,

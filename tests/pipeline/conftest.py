@@ -40,7 +40,7 @@ from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
-from state.store import open_store
+from icetail.state.store import open_store
 
 PG_URL = os.environ.get("ICETAIL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ def child_env(catalogs: Sequence[LocalCatalog], spark_dir: Path, *, fast_jvm: bo
 def icetail_command() -> list[str]:
     """The installed `icetail` console script (as users run it), else `python -m monitor.cli`."""
     script = Path(sys.executable).with_name("icetail")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "monitor.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "icetail.monitor.cli.main"]
 
 
 def run_icetail(

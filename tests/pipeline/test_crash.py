@@ -32,7 +32,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.table import Table
 
-from monitor.api import read_changes
+from icetail.monitor.engine.api import read_changes
 from tests.pipeline.conftest import (
     Attempt,
     LocalCatalog,

@@ -3,7 +3,7 @@
 One data file of 200,000 rows in row groups of 10,000, read in chunks of 4,000 rows: a row
 group is cut into chunks [0, 4000), [4000, 8000), [8000, 10000) relative to its start.
 
-`reader.split_reader.read_split` resumes a split at the committed file row C by opening C's
+`icetail.reader.split_reader.read_split` resumes a split at the committed file row C by opening C's
 row group and decoding it from its first row (pyarrow cannot start inside a row group), then
 every later row group of the split; row groups wholly before C are never opened. So the
 restarted batch decodes exactly
@@ -34,11 +34,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import Table
 
-from monitor.api import read_changes
-from monitor.pipeline import Pipeline, PipelineConfig
-from reader.sinks.parquet_sink import ParquetDirSink
-from state.checkpoint import Checkpoint
-from state.store import open_store
+from icetail.monitor.engine.api import read_changes
+from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.state.checkpoint import Checkpoint
+from icetail.state.store import open_store
 from tests.pipeline.conftest import (
     CrashingSink,
     LocalCatalog,

@@ -2,7 +2,7 @@
 
 Bad input is checked in real child processes (no Spark is started on those paths): exit status
 2, exactly one line on stderr, nothing on stdout, and the checkpoint store exactly as before.
-Runs that deliver rows go through `monitor.cli.main` in this process, on the shared Spark
+Runs that deliver rows go through `icetail.monitor.cli.main.main` in this process, on the shared Spark
 session, because a child would pay a JVM start per run; the lease tests run real concurrent
 processes.
 
@@ -28,11 +28,11 @@ import pytest
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
-from monitor.api import read_changes
-from monitor.cli import main as cli_main
-from monitor.pipeline import Pipeline, PipelineConfig
-from reader.sinks.parquet_sink import ParquetDirSink
-from state.store import open_store
+from icetail.monitor.cli.main import main as cli_main
+from icetail.monitor.engine.api import read_changes
+from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.state.store import open_store
 from tests.pipeline.conftest import (
     BASE_SCHEMA,
     CrashingSink,

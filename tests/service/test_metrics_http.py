@@ -1,4 +1,4 @@
-"""monitor.metrics and monitor.http_server: a real server on port 0, real HTTP requests."""
+"""icetail.monitor.service.metrics and monitor.http_server: a real server on port 0, real HTTP requests."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.http_server import MonitorServer
-from monitor.metrics import (
+from icetail.monitor.service.http_server import MonitorServer
+from icetail.monitor.service.metrics import (
     BatchReport,
     FailureStage,
     Metrics,
     build_versions,
     compute_lag_seconds,
 )
-from state.model import ChangeType
+from icetail.state.model import ChangeType
 
 T, C = "db.events", "audit"
 LABELS = {"table": T, "consumer": C}

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from monitor.http_server import MonitorServer
-from monitor.metrics import BatchReport, Metrics
+from icetail.monitor.service.http_server import MonitorServer
+from icetail.monitor.service.metrics import BatchReport, Metrics
 
 PROMETHEUS = os.environ.get("PROMETHEUS_BIN", "/usr/bin/prometheus")
 DEADLINE_SECONDS = 20.0

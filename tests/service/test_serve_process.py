@@ -2,7 +2,7 @@
 SIGTERM in the middle of a batch, restart, and a failing consumer that exhausts its retries.
 
 The table is a pyiceberg SqlCatalog on SQLite in tmp_path; the child sees it through
-PYICEBERG_CATALOG__SVC__* variables. The oracle is `monitor.api.read_changes` over the whole
+PYICEBERG_CATALOG__SVC__* variables. The oracle is `icetail.monitor.engine.api.read_changes` over the whole
 history, computed in the test process.
 
 The lifecycle is one test over two serve processes (JVM startups dominate the run time):
@@ -32,9 +32,9 @@ import pytest
 from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 from pyiceberg.table import Table
 
-from monitor.api import read_changes
-from monitor.metrics import FailureStage
-from state.model import ChangeType
+from icetail.monitor.engine.api import read_changes
+from icetail.monitor.service.metrics import FailureStage
+from icetail.state.model import ChangeType
 from tests.service.conftest import (
     CATALOG_NAME,
     NAMESPACE,
@@ -301,9 +301,9 @@ def in_process_service(
     import pyiceberg.catalog
     from pyiceberg.utils.config import Config
 
-    from monitor.pipeline import PipelineConfig
-    from monitor.service import Service
-    from monitor.service_config import ServiceConfig
+    from icetail.monitor.engine.pipeline import PipelineConfig
+    from icetail.monitor.service.config import ServiceConfig
+    from icetail.monitor.service.scheduler import Service
 
     for key, value in warehouse.env().items():
         monkeypatch.setenv(key, value)

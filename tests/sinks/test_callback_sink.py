@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from reader.sinks.base import ChunkKey, Sink
-from reader.sinks.callback_sink import CallbackSink
-from state.errors import SinkError, TerminalError
+from icetail.reader.sinks.base import ChunkKey, Sink
+from icetail.reader.sinks.callback_sink import CallbackSink
+from icetail.state.errors import SinkError, TerminalError
 from tests.sinks import change_rows, key
 
 

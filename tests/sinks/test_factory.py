@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from reader.sinks.factory import ACCEPTED_FORMS, open_sink
-from reader.sinks.jsonl_sink import JsonlFileSink
-from reader.sinks.parquet_sink import ParquetDirSink
-from state.errors import ConfigError
+from icetail.reader.sinks.factory import ACCEPTED_FORMS, open_sink
+from icetail.reader.sinks.jsonl_sink import JsonlFileSink
+from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.state.errors import ConfigError
 from tests.sinks import CONSUMER
 
 

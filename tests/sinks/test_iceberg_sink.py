@@ -7,10 +7,15 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from reader.sinks.base import Sink
-from reader.sinks.factory import open_sink
-from reader.sinks.iceberg_sink import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, CONSUMER_PROPERTY, IcebergTableSink
-from state.errors import CatalogNotFoundError, SinkRejectedError
+from icetail.reader.sinks.base import Sink
+from icetail.reader.sinks.factory import open_sink
+from icetail.reader.sinks.iceberg_sink import (
+    CHUNK_ID_PROPERTY,
+    CHUNK_ROWS_PROPERTY,
+    CONSUMER_PROPERTY,
+    IcebergTableSink,
+)
+from icetail.state.errors import CatalogNotFoundError, SinkRejectedError
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.conftest import CATALOG
 

@@ -16,9 +16,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from state.checkpoint import InflightBatch
-from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
-from state.store import SqlCheckpointStore, open_store
+from icetail.state.checkpoint import InflightBatch
+from icetail.state.model import (
+    ChangeKind,
+    ChangeSplit,
+    ChangeTask,
+    CommitInfo,
+    DataFileRef,
+    DeleteContent,
+    DeleteFileRef,
+)
+from icetail.state.store import SqlCheckpointStore, open_store
 
 PG_URL = os.environ.get("ICETAIL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -9,11 +9,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from state.checkpoint import Cursor
-from state.errors import StateError, StateUnavailableError
-from state.sqlite_store import SqliteBackend
-from state.store import SqlCheckpointStore, open_store
-from state.urls import SqliteLocation, parse_store_url
+from icetail.state.checkpoint import Cursor
+from icetail.state.errors import StateError, StateUnavailableError
+from icetail.state.sqlite_store import SqliteBackend
+from icetail.state.store import SqlCheckpointStore, open_store
+from icetail.state.urls import SqliteLocation, parse_store_url
 from tests.state.conftest import PG_URL
 
 

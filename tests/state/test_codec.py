@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from state.codec import decode_split, encode_split
-from state.errors import StateError
+from icetail.state.codec import decode_split, encode_split
+from icetail.state.errors import StateError
 from tests.state.conftest import make_split
 
 

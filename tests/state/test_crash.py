@@ -21,14 +21,14 @@ import uuid
 import psycopg
 import pytest
 
-from state.checkpoint import Checkpoint, Cursor
-from state.store import open_store
+from icetail.state.checkpoint import Checkpoint, Cursor
+from icetail.state.store import open_store
 from tests.state.conftest import PG_URL, REPO_ROOT, make_batch, raw_query
 
 CHILD = r"""
 import sys, time
-from state.store import SqlCheckpointStore, open_store
-from state.urls import parse_store_url
+from icetail.state.store import SqlCheckpointStore, open_store
+from icetail.state.urls import parse_store_url
 from tests.state.conftest import make_batch
 
 url, operation, pause_prefix, pause_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -43,7 +43,7 @@ def trace(sql):
             time.sleep(60)
 
 if url.startswith("sqlite:"):
-    from state.sqlite_store import SqliteBackend
+    from icetail.state.sqlite_store import SqliteBackend
     store = SqlCheckpointStore(SqliteBackend(parse_store_url(url), trace=trace))
 else:
     store = open_store(url)

@@ -9,9 +9,9 @@ from multiprocessing.synchronize import Event
 
 import pytest
 
-from state.checkpoint import Cursor
-from state.errors import StateBusyError, TransientError
-from state.store import SqlCheckpointStore, open_store
+from icetail.state.checkpoint import Cursor
+from icetail.state.errors import StateBusyError, TransientError
+from icetail.state.store import SqlCheckpointStore, open_store
 from tests.state.conftest import make_batch
 
 START = Cursor.before_first_snapshot()

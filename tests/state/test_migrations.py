@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from state.checkpoint import Cursor
-from state.errors import StateError
-from state.migrations import LATEST_VERSION, SUPPORTED_VERSIONS, pending_migrations
-from state.store import SqlCheckpointStore, open_store
+from icetail.state.checkpoint import Cursor
+from icetail.state.errors import StateError
+from icetail.state.migrations import LATEST_VERSION, SUPPORTED_VERSIONS, pending_migrations
+from icetail.state.store import SqlCheckpointStore, open_store
 from tests.state.conftest import raw_query
 
 

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from state.checkpoint import ChunkCommit, Cursor
-from state.errors import ConfigError, ConsumerNotFoundError, StateConflictError, StateError
-from state.store import SqlCheckpointStore
+from icetail.state.checkpoint import ChunkCommit, Cursor
+from icetail.state.errors import ConfigError, ConsumerNotFoundError, StateConflictError, StateError
+from icetail.state.store import SqlCheckpointStore
 from tests.state.conftest import make_batch, raw_query
 
 START = Cursor.before_first_snapshot()

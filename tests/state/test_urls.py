@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from state.errors import ConfigError, StateUnavailableError, TransientError
-from state.store import open_store
-from state.urls import PostgresLocation, SqliteLocation, parse_store_url
+from icetail.state.errors import ConfigError, StateUnavailableError, TransientError
+from icetail.state.store import open_store
+from icetail.state.urls import PostgresLocation, SqliteLocation, parse_store_url
 
 
 def test_sqlite_relative_and_absolute_paths() -> None:

@@ -37,7 +37,16 @@ import pyarrow as pa
 
 from tests.support.shade_jackson import shaded_jackson_jar
 
+
+def _pyspark_major() -> int:
+    from importlib.metadata import version
+
+    return int(version("pyspark").split(".")[0])
+
+
 ICEBERG_VERSION = "1.10.2"
+# iceberg-spark-runtime-3.5 is built for Spark 3.5 (Scala 2.12): on Spark 4 it cannot load
+JAVA_REFERENCE_RUNS = _pyspark_major() == 3
 SCALA_SUFFIX = "2.12"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 SQLITE_JDBC_CANDIDATES = ("/usr/share/java/sqlite-jdbc.jar", "/usr/share/java/xerial-sqlite-jdbc.jar")
@@ -92,7 +101,7 @@ def spark_conf() -> dict[str, str]:
         # than it saves (a workload of 8 snapshots: ~18 s instead of ~43 s under load)
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=1",
         # icetail's worker daemon, as reader.spark.spark_session sets it for a local master
-        "spark.python.daemon.module": "reader.spark_daemon",
+        "spark.python.daemon.module": "icetail.reader.spark_daemon",
     }
 
 
@@ -171,7 +180,7 @@ class JavaCatalog:
         """PYICEBERG_CATALOG__<NAME>__{TYPE,URI,WAREHOUSE} for resolving this catalog by name.
 
         For a subprocess (the icetail CLI): `subprocess.run(..., env={**os.environ, **catalog.env()})`.
-        In-process, `set_env(monkeypatch)`: icetail's `monitor.catalog.open_catalog` reads the
+        In-process, `set_env(monkeypatch)`: icetail's `icetail.monitor.engine.catalog.open_catalog` reads the
         variables at call time, but pyiceberg's own `load_catalog(name)` without properties uses a
         copy taken when `pyiceberg.catalog` was imported and will not see them.
         """

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.logs import configure_logging
-from monitor.run_cmd import add_pipeline_arguments
-from monitor.service import Service
-from monitor.service_config import build_service_config
+from icetail.monitor.cli.run_cmd import add_pipeline_arguments
+from icetail.monitor.service.config import build_service_config
+from icetail.monitor.service.logs import configure_logging
+from icetail.monitor.service.scheduler import Service
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -10,14 +10,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from monitor import changes_cmd
-from state.errors import IcetailError, TerminalError
+from icetail._version import installed_version
+from icetail.monitor.cli import changes_cmd
+from icetail.state.errors import IcetailError, TerminalError
 
 COMMAND_MODULES = [changes_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="icetail", description="tail -f for Apache Iceberg tables")
+    parser.add_argument("--version", action="version", version=f"icetail {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(subparsers)
@@ -29,7 +31,7 @@ def _register_optional(subparsers: argparse._SubParsersAction) -> None:  # type:
     """Commands of the pipeline and the service, registered when their modules are present."""
     import importlib
 
-    for name in ("monitor.run_cmd", "monitor.serve_cmd", "monitor.demo"):
+    for name in ("icetail.monitor.cli.run_cmd", "icetail.monitor.cli.serve_cmd", "icetail.monitor.cli.demo"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

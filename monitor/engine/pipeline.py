@@ -25,27 +25,33 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from monitor.api import (
+from icetail.monitor.engine.api import (
     change_arrow_schema,
     identifier_names,
     read_context,
     schema_id_of,
     snapshots_needing_reconcile,
 )
-from monitor.catalog import load_table, open_catalog
-from monitor.lineage import snapshots_between
-from monitor.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
-from monitor.startup import StartMode, cursor_problem, initial_cursor, parse_missing_cursor_policy, parse_start
-from reader.metadata_columns import CHANGE_TYPE
-from reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
-from reader.sinks.base import ChunkKey, Sink, StagingSink
-from reader.spark import SplitRequest, run_splits, spark_session
-from reader.split_reader import Chunk
-from state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
-from state.errors import ConfigError, TerminalError
-from state.model import ChangeSplit
-from state.processes import host_name, process_is_running
-from state.store import CheckpointStore, open_store
+from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.startup import (
+    StartMode,
+    cursor_problem,
+    initial_cursor,
+    parse_missing_cursor_policy,
+    parse_start,
+)
+from icetail.monitor.planning.lineage import snapshots_between
+from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
+from icetail.reader.metadata_columns import CHANGE_TYPE
+from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
+from icetail.reader.sinks.base import ChunkKey, Sink, StagingSink
+from icetail.reader.spark import SplitRequest, run_splits, spark_session
+from icetail.reader.split_reader import Chunk
+from icetail.state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
+from icetail.state.errors import ConfigError, TerminalError
+from icetail.state.model import ChangeSplit
+from icetail.state.processes import host_name, process_is_running
+from icetail.state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
 
@@ -224,7 +230,7 @@ class Pipeline:
     @property
     def sink(self) -> Sink:
         if self._sink is None:
-            from reader.sinks.factory import open_sink
+            from icetail.reader.sinks.factory import open_sink
 
             self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
         return self._sink

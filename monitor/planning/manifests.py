@@ -31,9 +31,9 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.table.snapshots import Snapshot
 
-from reader.lru import LRU
-from state.errors import MetadataError
-from state.model import DataFileRef, DeleteContent, DeleteFileRef
+from icetail.reader.lru import LRU
+from icetail.state.errors import MetadataError
+from icetail.state.model import DataFileRef, DeleteContent, DeleteFileRef
 
 # pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
 # need (referenced_data_file, content_offset, content_size_in_bytes); read with v3, a superset.

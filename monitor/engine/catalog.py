@@ -11,7 +11,13 @@ from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
-from state.errors import CatalogNotFoundError, CatalogUnavailableError, ConfigError, MetadataError, TableNotFoundError
+from icetail.state.errors import (
+    CatalogNotFoundError,
+    CatalogUnavailableError,
+    ConfigError,
+    MetadataError,
+    TableNotFoundError,
+)
 
 
 def open_catalog(name: str) -> Catalog:

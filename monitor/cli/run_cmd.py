@@ -9,16 +9,17 @@ import sys
 import time
 from typing import Any
 
-from monitor.catalog import load_table, open_catalog
-from monitor.changes_cmd import _columns
-from monitor.lineage import age_seconds, undelivered_snapshots
-from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
-from monitor.progress import Progress
-from monitor.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
-from state.checkpoint import Checkpoint
-from state.errors import ConfigError, ConsumerNotFoundError, IcetailError
-from state.store import CheckpointStore, open_store
-from state.urls import SqliteLocation, parse_store_url
+from icetail.monitor.cli.arguments import column_list
+from icetail.monitor.cli.progress import Progress, describe
+from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.pipeline import Pipeline
+from icetail.monitor.engine.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
+from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
+from icetail.monitor.service.config import config_from_args
+from icetail.state.checkpoint import Checkpoint
+from icetail.state.errors import ConfigError, ConsumerNotFoundError, IcetailError
+from icetail.state.store import CheckpointStore, open_store
+from icetail.state.urls import SqliteLocation, parse_store_url
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -31,48 +32,10 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, *, required: bool = 
     parser.add_argument("--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601")
     parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
-    parser.add_argument("--identifier-columns", type=_columns, default=None)
+    parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
-
-
-def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> PipelineConfig:
-    """A PipelineConfig from `base` (config file/env) overridden by the flags that were given."""
-    values: dict[str, Any] = dict(base or {})
-    flags = {
-        "catalog": args.catalog,
-        "table": args.table,
-        "state_url": args.state,
-        "sink_url": args.sink,
-        "consumer": args.consumer,
-        "start": args.start,
-        "max_snapshots_per_batch": args.max_snapshots_per_batch,
-        "chunk_rows": args.chunk_rows,
-        "identifier_columns": args.identifier_columns,
-        "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
-        "on_missing_cursor": args.on_missing_cursor,
-        "protect_cursor": args.protect_cursor,
-    }
-    values.update({k: v for k, v in flags.items() if v is not None})
-    missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]
-    if missing:
-        names = ", ".join("--" + m.replace("_url", "").replace("_", "-") for m in missing)
-        raise ConfigError(f"missing {names}: give them as flags, in --config or as ICETAIL_* variables")
-    try:
-        return PipelineConfig(**values)
-    except TypeError as exc:
-        raise ConfigError(f"bad pipeline configuration: {exc}") from exc
-
-
-def describe(outcome: BatchOutcome) -> str:
-    rows = ", ".join(f"{k} {v}" for k, v in sorted(outcome.rows_by_change_type.items())) or "no rows"
-    state = "" if outcome.completed else " (stopped; resumes on the next run)"
-    return (
-        f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
-        f"{' resumed' if outcome.resumed else ''}: {rows} in {outcome.chunks} chunks, "
-        f"{outcome.batch_seconds:.2f}s{state}"
-    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

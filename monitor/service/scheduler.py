@@ -19,15 +19,15 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from monitor.catalog import load_table, open_catalog
-from monitor.http_server import MonitorServer
-from monitor.lineage import age_seconds, undelivered_snapshots
-from monitor.metrics import BatchReport, FailureStage, Metrics
-from monitor.pipeline import BatchOutcome, CursorLostError, Pipeline, PipelineConfig
-from monitor.service_config import ServiceConfig
-from monitor.startup import cursor_problem
-from state.checkpoint import Cursor
-from state.errors import (
+from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.pipeline import BatchOutcome, CursorLostError, Pipeline, PipelineConfig
+from icetail.monitor.engine.startup import cursor_problem
+from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
+from icetail.monitor.service.config import ServiceConfig
+from icetail.monitor.service.http_server import MonitorServer
+from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
+from icetail.state.checkpoint import Cursor
+from icetail.state.errors import (
     CatalogNotFoundError,
     CatalogUnavailableError,
     ConfigError,
@@ -140,7 +140,7 @@ class Service:
         _, port = self.server.start(self.config.metrics_host, self.config.metrics_port)
         log.info("serving metrics", extra={"port": port, "consumers": list(self._jobs)})
         if self._spark is None:
-            from reader.spark import spark_session
+            from icetail.reader.spark import spark_session
 
             self._spark = spark_session("icetail-serve")
         for pipeline_config in self.config.pipelines:

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from monitor.pipeline import PipelineConfig
-from monitor.run_cmd import config_from_args
-from state.errors import ConfigError
+from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.state.errors import ConfigError
 
 PIPELINE_KEYS = {
     "catalog": "catalog",
@@ -157,3 +156,31 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         shutdown_timeout_seconds=parse_duration(layered.get("shutdown_timeout", 30)),
         log_level=log_level,
     )
+
+
+def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> PipelineConfig:
+    """A PipelineConfig from `base` (config file/env) overridden by the flags that were given."""
+    values: dict[str, Any] = dict(base or {})
+    flags = {
+        "catalog": args.catalog,
+        "table": args.table,
+        "state_url": args.state,
+        "sink_url": args.sink,
+        "consumer": args.consumer,
+        "start": args.start,
+        "max_snapshots_per_batch": args.max_snapshots_per_batch,
+        "chunk_rows": args.chunk_rows,
+        "identifier_columns": args.identifier_columns,
+        "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
+        "on_missing_cursor": args.on_missing_cursor,
+        "protect_cursor": args.protect_cursor,
+    }
+    values.update({k: v for k, v in flags.items() if v is not None})
+    missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]
+    if missing:
+        names = ", ".join("--" + m.replace("_url", "").replace("_", "-") for m in missing)
+        raise ConfigError(f"missing {names}: give them as flags, in --config or as ICETAIL_* variables")
+    try:
+        return PipelineConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad pipeline configuration: {exc}") from exc

@@ -7,6 +7,7 @@ as a whole, every other snapshot streams chunk by chunk.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -14,15 +15,16 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from monitor.planner import ChangePlan, Planner
-from reader.context import ReadContext
-from reader.metadata_columns import change_schema
-from reader.projection import arrow_schema, check_readable, key_field, struct_path
-from reader.reconcile import reconcile_snapshot
-from reader.spark import SplitRequest, run_splits, spark_session
-from reader.split_reader import Chunk
-from state.errors import ConfigError
-from state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
+from icetail.monitor.planning.lineage import snapshot_as_of
+from icetail.monitor.planning.planner import ChangePlan, Planner
+from icetail.reader.context import ReadContext
+from icetail.reader.metadata_columns import change_schema
+from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
+from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.spark import SplitRequest, run_splits, spark_session
+from icetail.reader.split_reader import Chunk
+from icetail.state.errors import ConfigError
+from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:
@@ -139,20 +141,94 @@ def _reconciled(
     yield from table.to_batches()
 
 
+Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
+
+
+def plan_range(
+    table: Table,
+    from_snapshot_id_exclusive: int | None = None,
+    to_snapshot_id_inclusive: int | None = None,
+    *,
+    from_timestamp_exclusive: Instant | None = None,
+    to_timestamp_inclusive: Instant | None = None,
+) -> ChangePlan:
+    """The plan of a range given by snapshot ids or by commit times (not both for one end).
+
+    By time, the range holds the snapshots of the current history committed after
+    `from_timestamp_exclusive` and at or before `to_timestamp_inclusive`, as Iceberg's
+    time travel resolves an instant to the newest snapshot at or before it.
+    """
+    if from_snapshot_id_exclusive is not None and from_timestamp_exclusive is not None:
+        raise ConfigError("give the start of the range as a snapshot id or as a timestamp, not both")
+    if to_snapshot_id_inclusive is not None and to_timestamp_inclusive is not None:
+        raise ConfigError("give the end of the range as a snapshot id or as a timestamp, not both")
+    if from_timestamp_exclusive is not None:
+        found = snapshot_as_of(table.metadata, _epoch_ms(from_timestamp_exclusive))
+        from_snapshot_id_exclusive = found.snapshot_id if found is not None else None
+    if to_timestamp_inclusive is not None:
+        found = snapshot_as_of(table.metadata, _epoch_ms(to_timestamp_inclusive))
+        if found is None:  # before the first snapshot: an empty range
+            name = ".".join(table.name())
+            return ChangePlan(name, from_snapshot_id_exclusive, None, table.metadata.current_schema_id, (), (), ())
+        to_snapshot_id_inclusive = found.snapshot_id
+    return Planner(table).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
+
+
+def _epoch_ms(instant: Instant) -> int:
+    if isinstance(instant, datetime.datetime):
+        aware = instant if instant.tzinfo is not None else instant.replace(tzinfo=datetime.timezone.utc)
+        return int(aware.timestamp() * 1000)
+    return int(instant)
+
+
+def changes_batch_reader(
+    table: Table,
+    from_snapshot_id_exclusive: int | None = None,
+    to_snapshot_id_inclusive: int | None = None,
+    *,
+    from_timestamp_exclusive: Instant | None = None,
+    to_timestamp_inclusive: Instant | None = None,
+    identifier_columns: Sequence[str] | None = None,
+    carry_over_removal: bool = True,
+    spark: Any = None,
+) -> pa.RecordBatchReader:
+    """The changes of a range as a stream of record batches, for ranges too large for memory.
+
+    Batches arrive in commit order; only a snapshot that can hold updates or carry-overs (both
+    deletes and inserts) is gathered whole before it is reconciled.
+    """
+    plan = plan_range(
+        table,
+        from_snapshot_id_exclusive,
+        to_snapshot_id_inclusive,
+        from_timestamp_exclusive=from_timestamp_exclusive,
+        to_timestamp_inclusive=to_timestamp_inclusive,
+    )
+    batches = iter_changes(
+        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+    )
+    return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
+
+
 def read_changes(
     table: Table,
     from_snapshot_id_exclusive: int | None = None,
     to_snapshot_id_inclusive: int | None = None,
     *,
+    from_timestamp_exclusive: Instant | None = None,
+    to_timestamp_inclusive: Instant | None = None,
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
 ) -> pa.Table:
-    """Every change of (from_snapshot_id_exclusive, to_snapshot_id_inclusive] as one Arrow table."""
-    plan = Planner(table).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
-    batches = list(
-        iter_changes(
-            table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
-        )
-    )
-    return pa.Table.from_batches(batches, schema=change_arrow_schema(table, plan.schema_id))
+    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one)."""
+    return changes_batch_reader(
+        table,
+        from_snapshot_id_exclusive,
+        to_snapshot_id_inclusive,
+        from_timestamp_exclusive=from_timestamp_exclusive,
+        to_timestamp_inclusive=to_timestamp_inclusive,
+        identifier_columns=identifier_columns,
+        carry_over_removal=carry_over_removal,
+        spark=spark,
+    ).read_all()

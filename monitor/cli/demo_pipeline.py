@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from pyiceberg.table import Table
 
-from monitor.http_server import MonitorServer
-from monitor.metrics import Metrics
-from monitor.pipeline import BatchOutcome, Pipeline, PipelineConfig
-from monitor.plan_report import format_plan
-from monitor.planner import Planner
-from monitor.run_cmd import describe
-from monitor.service import batch_report
+from icetail.monitor.cli.progress import describe
+from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+from icetail.monitor.planning.plan_report import format_plan
+from icetail.monitor.planning.planner import Planner
+from icetail.monitor.service.http_server import MonitorServer
+from icetail.monitor.service.metrics import Metrics
+from icetail.monitor.service.scheduler import batch_report
 
 
 def run_demo_pipeline(root: str, table: Table, format_rows: Callable[[pa.Table], str]) -> int:

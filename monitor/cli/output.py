@@ -15,8 +15,8 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reader.sinks.jsonl_sink import encode_lines
-from state.errors import ConfigError
+from icetail.reader.sinks.jsonl_sink import encode_lines
+from icetail.state.errors import ConfigError
 
 
 def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:

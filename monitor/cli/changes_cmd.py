@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 
-from monitor.api import change_arrow_schema, iter_changes
-from monitor.catalog import load_table, open_catalog
-from monitor.output import check_output_path, write_output
-from monitor.plan_report import format_plan, plan_summary
-from monitor.planner import ChangePlan, Planner
-from monitor.progress import Progress
+from icetail.monitor.cli.arguments import column_list
+from icetail.monitor.cli.output import check_output_path, write_output
+from icetail.monitor.cli.progress import Progress
+from icetail.monitor.engine.api import change_arrow_schema, iter_changes
+from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.planning.plan_report import format_plan, plan_summary
+from icetail.monitor.planning.planner import ChangePlan, Planner
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         "--to-snapshot", type=_snapshot_id, default=None, help="inclusive; default: the current snapshot"
     )
     parser.add_argument(
-        "--identifier-columns", type=_columns, default=None, help="a,b: pair DELETE/INSERT into updates"
+        "--identifier-columns", type=column_list, default=None, help="a,b: pair DELETE/INSERT into updates"
     )
 
 
@@ -33,13 +34,6 @@ def _snapshot_id(text: str) -> int:
         return int(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"snapshot id must be an integer, got {text!r}") from exc
-
-
-def _columns(text: str) -> tuple[str, ...]:
-    columns = tuple(c.strip() for c in text.split(",") if c.strip())
-    if not columns:
-        raise argparse.ArgumentTypeError("--identifier-columns needs at least one column name")
-    return columns
 
 
 def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:

@@ -81,7 +81,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"  committed {len(table.metadata.snapshots)} snapshots to {DEMO_TABLE}: "
         + ", ".join(s.summary.operation.value for s in table.metadata.snapshots if s.summary)
     )
-    from monitor.demo_pipeline import run_demo_pipeline
+    from icetail.monitor.cli.demo_pipeline import run_demo_pipeline
 
     return run_demo_pipeline(root, table, format_rows)
 
@@ -93,6 +93,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - convenience
-    from monitor.cli import main as cli_main
+    from icetail.monitor.cli.main import main as cli_main
 
     return cli_main(["demo", *(argv or [])])

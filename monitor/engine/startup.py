@@ -6,11 +6,10 @@ import datetime
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
 
-from monitor.lineage import is_ancestor, snapshot_by_id, snapshot_or_raise
-from state.checkpoint import Cursor
-from state.errors import ConfigError
+from icetail.monitor.planning.lineage import is_ancestor, snapshot_as_of, snapshot_by_id, snapshot_or_raise
+from icetail.state.checkpoint import Cursor
+from icetail.state.errors import ConfigError
 
 START_MODES = ("earliest", "latest", "full", "snapshot:ID", "timestamp:ISO8601")
 MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full")
@@ -62,15 +61,7 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
         start = snapshot_or_raise(metadata, mode.snapshot_id, "--start")
         return Cursor(start.snapshot_id, start.timestamp_ms)
     assert mode.timestamp_ms is not None
-    # the newest snapshot on the current history committed at or before the instant
-    found: Snapshot | None = None
-    snapshot: Snapshot | None = metadata.current_snapshot()
-    while snapshot is not None:
-        if snapshot.timestamp_ms <= mode.timestamp_ms:
-            found = snapshot
-            break
-        parent = snapshot.parent_snapshot_id
-        snapshot = snapshot_by_id(metadata, parent) if parent is not None else None
+    found = snapshot_as_of(metadata, mode.timestamp_ms)
     return Cursor(found.snapshot_id, found.timestamp_ms) if found else Cursor.before_first_snapshot()
 
 

@@ -6,7 +6,8 @@ import sys
 import time
 from typing import TextIO
 
-from reader.split_reader import Chunk
+from icetail.monitor.engine.pipeline import BatchOutcome
+from icetail.reader.split_reader import Chunk
 
 
 class Progress:
@@ -40,3 +41,13 @@ class Progress:
         if self.enabled and self._drawn_at:
             self._stream.write("\n")
             self._stream.flush()
+
+
+def describe(outcome: BatchOutcome) -> str:
+    rows = ", ".join(f"{k} {v}" for k, v in sorted(outcome.rows_by_change_type.items())) or "no rows"
+    state = "" if outcome.completed else " (stopped; resumes on the next run)"
+    return (
+        f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
+        f"{' resumed' if outcome.resumed else ''}: {rows} in {outcome.chunks} chunks, "
+        f"{outcome.batch_seconds:.2f}s{state}"
+    )

@@ -11,12 +11,19 @@ from dataclasses import dataclass, field
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
-from monitor.diff import REPLACE, DeleteIndex, SnapshotDiffer, commit_info, global_spec_ids, operation_of
-from monitor.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
-from monitor.manifests import ManifestReader
-from reader.deletes import referenced_data_files
-from reader.fileio import file_io_for
-from state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef
+from icetail.monitor.planning.diff import (
+    REPLACE,
+    DeleteIndex,
+    SnapshotDiffer,
+    commit_info,
+    global_spec_ids,
+    operation_of,
+)
+from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
+from icetail.monitor.planning.manifests import ManifestReader
+from icetail.reader.deletes import referenced_data_files
+from icetail.reader.fileio import file_io_for
+from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef
 
 DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024
 

@@ -18,9 +18,9 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from monitor.lineage import snapshot_by_id
-from monitor.manifests import FileEntry, ManifestReader
-from state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
+from icetail.monitor.planning.lineage import snapshot_by_id
+from icetail.monitor.planning.manifests import FileEntry, ManifestReader
+from icetail.state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
 
 REPLACE = "replace"
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from state.errors import NotAncestorError, SnapshotNotFoundError
+from icetail.state.errors import NotAncestorError, SnapshotNotFoundError
 
 # snapshots by id, one index per TableMetadata object, dropped with it
 _indexes: dict[int, tuple[weakref.ref[TableMetadata], int, dict[int, Snapshot]]] = {}
@@ -109,3 +109,14 @@ def undelivered_snapshots(metadata: TableMetadata, cursor_snapshot_id: int | Non
 def age_seconds(pending: list[Snapshot], now_seconds: float) -> float:
     """Lag in seconds: the age of the oldest undelivered snapshot, 0 when there is none."""
     return max(0.0, now_seconds - pending[0].timestamp_ms / 1000) if pending else 0.0
+
+
+def snapshot_as_of(metadata: TableMetadata, timestamp_ms: int) -> Snapshot | None:
+    """The newest snapshot of the current history committed at or before `timestamp_ms`; None: before the first."""
+    snapshot: Snapshot | None = metadata.current_snapshot()
+    while snapshot is not None:
+        if snapshot.timestamp_ms <= timestamp_ms:
+            return snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = snapshot_by_id(metadata, parent) if parent is not None else None
+    return None

@@ -27,7 +27,7 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from state.model import ChangeType
+from icetail.state.model import ChangeType
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",

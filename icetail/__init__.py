@@ -1,0 +1,74 @@
+"""icetail: `tail -f` for Apache Iceberg tables.
+
+Every row-level change of a table (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER), snapshot by
+snapshot, read on Spark with merge-on-read deletes applied. Two ways in:
+
+* a range, once: `read_changes` (an Arrow table) or `changes_batch_reader` (a stream of
+  record batches for ranges too large for memory), by snapshot id or by commit time;
+* a table followed exactly once into a sink, resumable to the row: `Pipeline(PipelineConfig(...))`.
+
+Everything below `icetail.monitor`, `icetail.reader` and `icetail.state` is internal and may
+change between releases; what is named in `__all__` is the public API. The names load on first
+use, so a Spark worker importing `icetail.reader` does not pay for the control plane.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from icetail._version import installed_version
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from icetail.monitor.engine.api import changes_batch_reader, read_changes
+    from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+    from icetail.state.errors import IcetailError, TerminalError, TransientError
+
+__version__ = installed_version()
+
+_EXPORTS = {
+    "changes_batch_reader": "icetail.monitor.engine.api",
+    "read_changes": "icetail.monitor.engine.api",
+    "BatchOutcome": "icetail.monitor.engine.pipeline",
+    "Pipeline": "icetail.monitor.engine.pipeline",
+    "PipelineConfig": "icetail.monitor.engine.pipeline",
+    "IcetailError": "icetail.state.errors",
+    "TerminalError": "icetail.state.errors",
+    "TransientError": "icetail.state.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'icetail' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+def load_table(catalog: str, identifier: str) -> Table:
+    """The pyiceberg table `identifier` (NAMESPACE.TABLE) of the catalog named in pyiceberg's configuration."""
+    from icetail.monitor.engine.catalog import load_table as load
+    from icetail.monitor.engine.catalog import open_catalog
+
+    return load(open_catalog(catalog), identifier)
+
+
+__all__ = [
+    "BatchOutcome",
+    "IcetailError",
+    "Pipeline",
+    "PipelineConfig",
+    "TerminalError",
+    "TransientError",
+    "__version__",
+    "changes_batch_reader",
+    "load_table",
+    "read_changes",
+]

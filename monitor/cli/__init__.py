@@ -1,0 +1,1 @@
+"""The `icetail` command line: one module per command, output files, progress, the demo."""

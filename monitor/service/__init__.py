@@ -1,0 +1,1 @@
+"""The long-running service: scheduler, configuration, HTTP endpoints, metrics, logs."""
