@@ -6,7 +6,7 @@ from typing import cast
 
 from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, NotInstalledError
 from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
@@ -27,9 +27,16 @@ def open_catalog(name: str) -> Catalog:
         properties = cast(dict[str, str], Config().get_catalog_config(name) or {})
         return load_catalog(name, **properties)
     except (ValueError, KeyError) as exc:
+        variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
         raise CatalogNotFoundError(
-            f"catalog {name!r} is not configured ({exc}); define it in .pyiceberg.yaml or "
-            f"PYICEBERG_CATALOG__{name.upper()}__URI / __TYPE environment variables"
+            f"catalog {name!r} is not configured ({_pyiceberg_reason(exc)}); define it in .pyiceberg.yaml "
+            f"(in PYICEBERG_HOME or the home directory) or set {variable}__URI and {variable}__TYPE"
+        ) from exc
+    except NotInstalledError as exc:
+        kind = properties.get("type", "")
+        extra = f"icetail[{kind}]" if kind in ("glue", "hive") else "the pyiceberg extra it names"
+        raise CatalogNotFoundError(
+            f"catalog {name!r} needs support that is not installed ({exc}); pip install '{extra}'"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types (sqlalchemy, requests)
         raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {_first_line(exc)}") from exc
@@ -70,6 +77,12 @@ def _validation_problem(exc: PyIcebergValidationError) -> str:
         where = ".".join(str(part) for part in first["loc"])
         return f"{first['msg'].removeprefix('Value error, ')} at {where}"
     return _first_line(exc)
+
+
+def _pyiceberg_reason(exc: BaseException) -> str:
+    """pyiceberg's reason without its advice about a `--uri` flag, which is pyiceberg's CLI, not ours."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split(", please provide")[0]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -434,6 +434,7 @@ class Pipeline:
                 held_snapshot = snapshot_id
                 continue
             self._deliver_chunk(batch, split_index, chunk, tally)
+            _hold_for_test(self._stop)
             if self._stop.is_set():
                 return False
         if held_snapshot is not None:
@@ -524,6 +525,18 @@ class Pipeline:
             if tag in table.metadata.refs:
                 manage.remove_tag(tag)
             manage.create_tag(snapshot_id, tag)
+
+
+# Test seam: while the file named by this variable exists, every committed chunk is followed by
+# a wait for a stop request, so a test can signal a batch that is certainly in progress
+# (tests/service/test_serve_process.py). Unset in production, where it costs one lookup a chunk.
+HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
+
+
+def _hold_for_test(stop: threading.Event) -> None:
+    path = os.environ.get(HOLD_AFTER_CHUNK_ENV)
+    if path and os.path.exists(path):
+        stop.wait()
 
 
 def _holder_is_dead(owner: str) -> bool:

@@ -14,10 +14,18 @@ Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
 * `icetail_consecutive_failures` counts failures since the last success and drops to 0 on one.
 * `icetail_lag_seconds` is the age of the oldest committed-but-undelivered snapshot, 0 when
   caught up (`compute_lag_seconds()` computes it from commit timestamps).
+* `icetail_lag_snapshots` and `icetail_lag_seconds` are NaN while the lag is unknown: from
+  start until the consumer's first look at the table, and while its cursor is lost (expired
+  or rolled back). NaN, not 0 (which reads as "caught up") and not absent (which hides the
+  consumer), as Prometheus' exporters report a value they cannot measure; a comparison with
+  NaN is false, so lag alerts stay quiet and `IcetailLagUnknown` fires instead.
+* `process_*` (resident memory, CPU seconds, start time, open file descriptors) describe the
+  service's own process, on the same registry.
 """
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 from collections.abc import Mapping
@@ -25,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
 from icetail.state.model import ChangeType
 
@@ -256,6 +264,7 @@ class Metrics:
             ),
         )
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
+        ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
         return metrics
 
     def register_consumer(self, table: str, consumer: str) -> None:
@@ -279,8 +288,9 @@ class Metrics:
             self.rows_emitted.labels(table, consumer, change_type.value)
         for stage in FailureStage:
             self.failures.labels(table, consumer, stage.value)
-        for g in (self.lag_snapshots, self.lag_seconds, self.inflight_chunks, self.consecutive_failures):
+        for g in (self.inflight_chunks, self.consecutive_failures):
             g.labels(table, consumer).set(0)
+        self.set_lag_unknown(table, consumer)
         self.batch_duration.labels(table, consumer)
         self.planning_duration.labels(table, consumer)
 
@@ -333,6 +343,11 @@ class Metrics:
         self.lag_seconds.labels(table, consumer).set(seconds)
         if cursor_commit_timestamp_seconds is not None:
             self.cursor_commit_timestamp_seconds.labels(table, consumer).set(cursor_commit_timestamp_seconds)
+
+    def set_lag_unknown(self, table: str, consumer: str) -> None:
+        """The lag cannot be measured (not looked yet, or the cursor is lost): NaN, never a reassuring 0."""
+        self.lag_snapshots.labels(table, consumer).set(math.nan)
+        self.lag_seconds.labels(table, consumer).set(math.nan)
 
     def set_inflight_chunks(self, table: str, consumer: str, chunks: int) -> None:
         self.inflight_chunks.labels(table, consumer).set(chunks)

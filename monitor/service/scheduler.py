@@ -49,6 +49,9 @@ from icetail.state.errors import (
 log = logging.getLogger("icetail.serve")
 
 MAX_BACKOFF_SECONDS = 300.0
+# Errors of the setup, not of the table or the data: no retry can fix them, so `serve` stops at
+# once with exit 2 and the one-line message instead of retrying --max-failures times.
+SETUP_ERRORS: tuple[type[IcetailError], ...] = (ConfigError, CatalogNotFoundError)
 
 
 STAGE_OF_ERROR: tuple[tuple[tuple[type[BaseException], ...], FailureStage], ...] = (
@@ -114,6 +117,7 @@ class Service:
         self._spark = spark
         self._stop = threading.Event()
         self._fatal: str | None = None
+        self._setup_error: IcetailError | None = None
         self._jobs = {p.consumer_id: _JobState() for p in config.pipelines}
         self._scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
@@ -123,12 +127,16 @@ class Service:
 
     # health ----------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
-        """Ready when every consumer's last cycle succeeded or is still within its retry budget."""
+        """Ready when every consumer has finished a successful cycle and its last cycle succeeded.
+
+        Not ready before the first successful cycle of each consumer, and from a consumer's
+        first failed cycle until its next successful one (a retrying consumer makes no progress).
+        """
         for consumer, job in self._jobs.items():
-            if not job.last_ok and job.consecutive_failures == 0:
-                return False, f"{consumer}: first cycle not finished"
-            if job.consecutive_failures >= self.config.max_failures:
+            if job.consecutive_failures > 0:
                 return False, f"{consumer}: {job.consecutive_failures} consecutive failures: {job.last_error}"
+            if not job.last_ok:
+                return False, f"{consumer}: first cycle not finished"
         return True, "ok"
 
     # lifecycle -------------------------------------------------------------------------
@@ -137,7 +145,14 @@ class Service:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        _, port = self.server.start(self.config.metrics_host, self.config.metrics_port)
+        host, wanted = self.config.metrics_host, self.config.metrics_port
+        try:
+            _, port = self.server.start(host, wanted)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {host}:{wanted} ({exc.strerror or exc}); pick another --metrics-port "
+                "(ICETAIL_METRICS_PORT) or stop the process that holds it"
+            ) from exc
         log.info("serving metrics", extra={"port": port, "consumers": list(self._jobs)})
         if self._spark is None:
             from icetail.reader.spark import spark_session
@@ -159,6 +174,8 @@ class Service:
                     break
         finally:
             self._shutdown()
+        if self._setup_error is not None:
+            raise self._setup_error  # the command line prints its one line and exits 2
         if self._fatal:
             log.error("exiting after repeated failures", extra={"reason": self._fatal})
             return 1
@@ -237,6 +254,7 @@ class Service:
     def _on_failure(self, config: PipelineConfig, job: _JobState, exc: BaseException) -> None:
         stage = failure_stage(exc)
         self.metrics.record_failure(config.table, config.consumer_id, stage)
+        self.metrics.set_lag_unknown(config.table, config.consumer_id)  # the failed look measured nothing
         job.consecutive_failures += 1
         job.last_ok = False
         job.last_error = str(exc) if isinstance(exc, IcetailError) else f"{type(exc).__name__}: {exc}"
@@ -259,7 +277,10 @@ class Service:
             except Exception:  # noqa: BLE001
                 log.warning("could not close the pipeline after a failure", exc_info=True)
             job.pipeline = None
-        if job.consecutive_failures >= self.config.max_failures:
+        if isinstance(exc, SETUP_ERRORS):
+            self._setup_error = exc
+            self._fatal = f"{config.consumer_id}: {job.last_error}"
+        elif job.consecutive_failures >= self.config.max_failures:
             self._fatal = f"{config.consumer_id}: {job.last_error}"
 
     def _update_lag(self, config: PipelineConfig, job: _JobState) -> None:
@@ -271,7 +292,7 @@ class Service:
         table = load_table(open_catalog(config.catalog), config.table)
         metadata = table.metadata
         current = metadata.current_snapshot_id
-        # a lost cursor (expired, rolled back) has no measurable lag; the next cycle reports it
+        # a lost cursor (expired, rolled back) has no measurable lag: NaN; the cycle reports why
         lost = cursor_problem(metadata, checkpoint.cursor) is not None
         pending = [] if lost else undelivered_snapshots(metadata, checkpoint.cursor.snapshot_id)
         if current is not None and current != job.last_seen_snapshot:
@@ -287,6 +308,9 @@ class Service:
         self.metrics.set_inflight_chunks(
             config.table, config.consumer_id, len(inflight.pending()) if inflight is not None else 0
         )
+        if lost:
+            self.metrics.set_lag_unknown(config.table, config.consumer_id)
+            return
         cursor_ts = checkpoint.cursor.timestamp_ms
         self.metrics.set_lag(
             config.table,

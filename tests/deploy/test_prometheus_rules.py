@@ -16,7 +16,13 @@ from icetail.monitor.service.metrics import Metrics
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 ALERTS = PROM_DIR / "alerts.yml"
-EXPECTED_ALERTS = {"IcetailLagHigh", "IcetailConsecutiveFailures", "IcetailNoSuccessfulBatch", "IcetailDown"}
+EXPECTED_ALERTS = {
+    "IcetailLagHigh",
+    "IcetailLagUnknown",
+    "IcetailConsecutiveFailures",
+    "IcetailNoSuccessfulBatch",
+    "IcetailDown",
+}
 
 
 @pytest.fixture(scope="module")

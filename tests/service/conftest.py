@@ -245,11 +245,7 @@ class Serve(Child):
     def samples(self) -> Samples:
         reply = self.get("/metrics")
         assert reply is not None and reply[0] == 200, f"/metrics answered {reply!r}"
-        out: Samples = {}
-        for family in text_string_to_metric_families(reply[1]):
-            for s in family.samples:
-                out[(s.name, frozenset(s.labels.items()))] = float(s.value)
-        return out
+        return parse_samples(reply[1])
 
     def events(self) -> list[dict[str, Any]]:
         """The JSON log lines of stderr (Spark/JVM lines that are not JSON are skipped)."""
@@ -261,6 +257,15 @@ class Serve(Child):
                 except json.JSONDecodeError:
                     continue
         return events
+
+
+def parse_samples(text: str) -> Samples:
+    """The samples of a Prometheus text exposition, by (name, labels)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = float(s.value)
+    return out
 
 
 def sample(samples: Samples, name: str, **labels: str) -> float | None:

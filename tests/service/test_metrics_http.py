@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 import threading
 import urllib.error
 import urllib.request
@@ -154,14 +155,20 @@ def test_failures_count_by_stage_and_reset_on_success(metrics: Metrics, registry
         metrics.record_failure(T, C, "network")
 
 
-def test_register_consumer_creates_zero_series(metrics: Metrics, registry: CollectorRegistry) -> None:
+def test_register_consumer_creates_zero_series_and_unknown_lag(metrics: Metrics, registry: CollectorRegistry) -> None:
     metrics.register_consumer(T, C)
     v = registry.get_sample_value
     for change_type in ChangeType:
         assert v("icetail_rows_emitted_total", {**LABELS, "change_type": change_type.value}) == 0
     for stage in FailureStage:
         assert v("icetail_failures_total", {**LABELS, "stage": stage.value}) == 0
+    for lag in ("icetail_lag_seconds", "icetail_lag_snapshots"):  # unknown until measured, never a false 0
+        value = v(lag, LABELS)
+        assert value is not None and math.isnan(value), lag
+    metrics.set_lag(T, C, snapshots=0, seconds=0.0)
     assert v("icetail_lag_seconds", LABELS) == 0
+    metrics.set_lag_unknown(T, C)
+    assert math.isnan(v("icetail_lag_snapshots", LABELS) or 0.0)
     assert v("icetail_consecutive_failures", LABELS) == 0
     assert v("icetail_batch_duration_seconds_count", LABELS) == 0
     assert v("icetail_last_success_timestamp_seconds", LABELS) is None  # only a real success sets it

@@ -33,6 +33,7 @@ from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
+from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV
 from icetail.monitor.service.metrics import FailureStage
 from icetail.state.model import ChangeType
 from tests.service.conftest import (
@@ -46,6 +47,8 @@ from tests.service.conftest import (
     child_env,
     counts_by_type,
     free_port,
+    http_get,
+    parse_samples,
     sample,
     sink_rows,
     wait_until,
@@ -93,10 +96,21 @@ def serve_args(tmp_path: Path, port: int, *extra: str) -> list[str]:
     ]
 
 
-def start_serve(tmp_path: Path, warehouse: Warehouse, children: list[Child], name: str, *extra: str) -> Serve:
+def start_serve(
+    tmp_path: Path,
+    warehouse: Warehouse,
+    children: list[Child],
+    name: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> Serve:
     port = free_port()
     serve = Serve(
-        serve_args(tmp_path, port, *extra), env=child_env(warehouse.env()), cwd=tmp_path, name=name, port=port
+        serve_args(tmp_path, port, *extra),
+        env=child_env({**warehouse.env(), **(env or {})}),
+        cwd=tmp_path,
+        name=name,
+        port=port,
     )
     children.append(serve)
     return serve
@@ -168,7 +182,8 @@ def test_serve_lifecycle_delivery_metrics_logs_sigterm_restart_and_failures(
     sink = tmp_path / "sink"
 
     # --- 1. start, health, first batch -------------------------------------------------------
-    serve = start_serve(tmp_path, warehouse, children, "serve1")
+    hold = tmp_path / "hold-after-chunk"  # while it exists, serve1 waits for SIGTERM after a chunk
+    serve = start_serve(tmp_path, warehouse, children, "serve1", env={HOLD_AFTER_CHUNK_ENV: str(hold)})
     assert serve.wait_status("/healthz", 200, STARTUP_SECONDS).strip() == "ok"
     assert serve.wait_status("/readyz", 200, STARTUP_SECONDS).strip() == "ok"
     wait_caught_up(serve, warehouse.load("events"))
@@ -215,6 +230,7 @@ def test_serve_lifecycle_delivery_metrics_logs_sigterm_restart_and_failures(
     with table.transaction() as tx:  # several files of many row groups: many chunks
         tx.set_properties({"write.target-file-size-bytes": str(big.nbytes // BIG_FILES + 1)})
     table = warehouse.load("events")
+    hold.touch()  # the batch of `big` stops after its first chunk until SIGTERM: no race with the signal
     table.append(big)
     table = warehouse.load("events")
     big_snapshot = table.metadata.current_snapshot_id
@@ -293,11 +309,8 @@ def assert_fails_with_backoff(serve: Serve, max_failures: int) -> None:
     assert len(fatal) == 1 and "does not exist" in fatal[0]["reason"]
 
 
-@contextlib.contextmanager
-def in_process_service(
-    tmp_path: Path, warehouse: Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Any, Path]]:
-    """A Service on the test's SparkSession in a thread (no extra JVM), following ns.events."""
+def make_service(tmp_path: Path, warehouse: Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path]:
+    """A Service on the test's SparkSession (no extra JVM), following ns.events; not started."""
     import pyiceberg.catalog
     from pyiceberg.utils.config import Config
 
@@ -314,15 +327,30 @@ def in_process_service(
         interval_seconds=0.5,
         metrics_host="127.0.0.1",
         metrics_port=0,
+        max_failures=1000,
     )
-    service = Service(config, spark=spark)
+    return Service(config, spark=spark), sink
+
+
+@contextlib.contextmanager
+def running(service: Any) -> Iterator[None]:
     runner = threading.Thread(target=service.run, kwargs={"install_signal_handlers": False}, daemon=True)
     runner.start()
     try:
-        yield service, sink
+        yield
     finally:
         service.stop()
         runner.join(EXIT_SECONDS)
+
+
+@contextlib.contextmanager
+def in_process_service(
+    tmp_path: Path, warehouse: Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, Path]]:
+    """A Service on the test's SparkSession in a thread (no extra JVM), following ns.events."""
+    service, sink = make_service(tmp_path, warehouse, spark, monkeypatch)
+    with running(service):
+        yield service, sink
 
 
 def wait_in_process_caught_up(service: Any, table: Table) -> None:
@@ -341,10 +369,13 @@ def test_lag_is_visible_while_a_batch_is_in_flight(
 ) -> None:
     table = warehouse.create_table("events", SCHEMA, {"write.parquet.row-group-limit": "1000"})
     table.append(rows(range(3)))
+    hold = tmp_path / "hold"  # once it exists, the batch waits after its first chunk until the service stops
+    monkeypatch.setenv(HOLD_AFTER_CHUNK_ENV, str(hold))
     with in_process_service(tmp_path, warehouse, spark, monkeypatch) as (service, sink):
         wait_in_process_caught_up(service, warehouse.load("events"))
         delivered = set(sink_files(sink))
         table = warehouse.load("events")
+        hold.touch()
         table.append(rows(range(10_000, 40_000)))  # 30 chunks
         table.append(rows(range(200_000, 200_010)))
 
@@ -368,3 +399,52 @@ def test_discovered_snapshots_are_counted(
         discovered = service.registry.get_sample_value("icetail_snapshots_discovered_total", LABELS)
     assert processed == 2
     assert discovered == 2
+
+
+def test_readiness_and_lag_before_during_and_after_cycles(
+    tmp_path: Path, warehouse: Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not ready and lag unknown (NaN, never 0) until the first cycle; ready at 0 after; not ready while failing."""
+    import math
+
+    table = warehouse.create_table("events", SCHEMA)
+    table.append(rows(range(3)))
+    service, _ = make_service(tmp_path, warehouse, spark, monkeypatch)
+
+    def scrape(port: int | None) -> tuple[int, str, Samples]:
+        ready, metrics = http_get(f"http://127.0.0.1:{port}/readyz"), http_get(f"http://127.0.0.1:{port}/metrics")
+        assert ready is not None and metrics is not None and metrics[0] == 200
+        return ready[0], ready[1], parse_samples(metrics[1])
+
+    # before the first cycle: the endpoint is up, nothing has looked at the table yet
+    _, port = service.server.start("127.0.0.1", 0)
+    status, reason, samples = scrape(port)
+    service.server.stop()
+    assert (status, reason.strip()) == (503, f"{CONSUMER}: first cycle not finished")
+    for name in ("icetail_lag_seconds", "icetail_lag_snapshots"):
+        value = sample(samples, name, **LABELS)
+        assert value is not None and math.isnan(value), f"{name} must be NaN before the first look, got {value}"
+    assert sample(samples, "process_resident_memory_bytes") and sample(samples, "process_start_time_seconds")
+    assert sample(samples, "process_open_fds") is not None and sample(samples, "process_cpu_seconds_total") is not None
+
+    with running(service):
+        def ready() -> Samples | None:
+            if service.server.port is None:
+                return None  # run() has not bound its port yet
+            status, _, samples = scrape(service.server.port)
+            return samples if status == 200 and sample(samples, "icetail_lag_snapshots", **LABELS) == 0 else None
+
+        samples = wait_until(ready, timeout=CATCH_UP_SECONDS, what="ready, caught up")
+        assert sample(samples, "icetail_lag_seconds", **LABELS) == 0
+
+        warehouse.catalog.drop_table(TABLE)  # every cycle fails from now on
+
+        def failing() -> tuple[str, Samples] | None:
+            status, reason, samples = scrape(service.server.port)
+            return (reason, samples) if status == 503 else None
+
+        reason, samples = wait_until(failing, timeout=CATCH_UP_SECONDS, what="not ready while failing")
+        assert reason.startswith(f"{CONSUMER}: ") and " consecutive failures: " in reason, reason
+        assert f"table '{TABLE}' does not exist" in reason
+        lag = sample(samples, "icetail_lag_snapshots", **LABELS)
+        assert lag is not None and math.isnan(lag), "a failing consumer's lag is unknown, not the last value"

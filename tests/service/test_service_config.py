@@ -271,3 +271,52 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, content: 
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("icetail: error: ") and expected in lines[0]
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "catalog 'nowhere' is not configured"),
+        ({"PYICEBERG_CATALOG__NOWHERE__TYPE": "glue"}, "pip install 'icetail[glue]'"),
+    ],
+    ids=["unconfigured-catalog", "missing-catalog-extra"],
+)
+def test_serve_setup_errors_exit_2_at_once_without_retries(tmp_path: Path, env: dict[str, str], expected: str) -> None:
+    """A setup error cannot heal by retrying: one failed cycle, then exit 2 with the one-line fix."""
+    done = subprocess.run(
+        [ICETAIL, "serve", "--catalog", "nowhere", "--table", "db.t", "--state", f"sqlite:///{tmp_path / 's.db'}",
+         "--sink", f"parquet://{tmp_path / 'sink'}", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
+         "--interval", "1s", "--max-failures", "5"],
+        env=child_env(env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("icetail: error: ") and expected in last, done.stderr
+    assert "--uri" not in last  # pyiceberg's advice names a flag of its own CLI, not ours
+    assert done.stderr.count('"msg": "cycle failed"') == 1, done.stderr  # not retried
+
+
+def test_serve_on_a_port_in_use_exits_2_naming_it(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [ICETAIL, "serve", "--catalog", "c", "--table", "db.t", "--state", f"sqlite:///{tmp_path / 's.db'}",
+             "--sink", f"parquet://{tmp_path / 'sink'}", "--metrics-host", "127.0.0.1", "--metrics-port", str(port)],
+            env=child_env(),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"icetail: error: cannot serve metrics on 127.0.0.1:{port}") and "--metrics-port" in last
+    assert "unexpected error" not in done.stderr
