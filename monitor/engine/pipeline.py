@@ -194,7 +194,10 @@ class Pipeline:
         this host whose process is gone (a crash) is taken over at once instead of waiting for
         it to expire.
         """
-        _ = self.sink  # a bad sink URL fails here, before the state is touched
+        if self._sink is None:
+            from icetail.reader.sinks.factory import parse_sink_url
+
+            parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
         checkpoint = self._store.load(self.consumer)
         if checkpoint is None:
             # the consumer must exist before it can be leased; its start is decided in run_batch
@@ -209,6 +212,11 @@ class Pipeline:
             self._store.release_lease(self.consumer, checkpoint.lease.owner)
         self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         self._lease_renewed_at = time.monotonic()
+        try:
+            _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
+        except BaseException:
+            self._store.release_lease(self.consumer, self._owner)
+            raise
 
     def close(self) -> None:
         try:
@@ -534,9 +542,19 @@ HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
 
 
 def _hold_for_test(stop: threading.Event) -> None:
+    """Test seam: while the file the variable names exists, a committed chunk waits.
+
+    It waits until a stop is requested or the file is removed, and marks the wait by creating
+    `<file>.held`, so a test can act while the batch is provably in progress instead of racing
+    its end.
+    """
     path = os.environ.get(HOLD_AFTER_CHUNK_ENV)
-    if path and os.path.exists(path):
-        stop.wait()
+    if not path or not os.path.exists(path):
+        return
+    with open(path + ".held", "w", encoding="utf-8"):
+        pass
+    while os.path.exists(path) and not stop.wait(0.05):
+        pass
 
 
 def _holder_is_dead(owner: str) -> bool:

@@ -14,6 +14,8 @@ directory (`parquet://out/changes` is `./out/changes`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 from icetail.reader.sinks.base import Sink
@@ -33,34 +35,62 @@ ACCEPTED_FORMS = (
 )
 
 
-def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Sink:
-    """The sink `url` names, opened for `consumer`.
+@dataclass(frozen=True)
+class SinkTarget:
+    """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
-    `schema` (the change rows' schema, optional) lets the iceberg sink create its table at
-    open rather than at the first write; the other sinks ignore it. A URL that cannot be
-    used raises ConfigError naming it and the accepted forms.
+    scheme: str  # parquet | jsonl | iceberg | stdout
+    path: str | None = None
+    catalog: str | None = None
+    identifier: str | None = None
+
+
+def parse_sink_url(url: str) -> SinkTarget:
+    """The target `url` names, with no side effect (nothing is created, opened or removed).
+
+    A URL that cannot be used raises ConfigError naming it and the accepted forms. The pipeline
+    checks a URL with this before it takes the consumer's lease, and opens the sink only once it
+    holds the lease: opening a sink may clear the consumer's staged leftovers, which belong to
+    whichever run holds the lease.
     """
-    if not consumer:
-        raise ConfigError("open_sink needs a non-empty consumer id")
     text = url.strip()
     if text in ("-", "stdout:"):
-        return StdoutSink()
+        return SinkTarget("stdout")
     scheme, sep, rest = text.partition("://")
     scheme = scheme.lower()
     if not sep:
         raise _bad(url, "it has no scheme")
-    if scheme == "parquet":
-        return ParquetDirSink(_path(url, rest), consumer=consumer)
-    if scheme == "jsonl":
-        return JsonlFileSink(_path(url, rest), consumer=consumer)
+    if scheme in ("parquet", "jsonl"):
+        return SinkTarget(scheme, path=_path(url, rest))
     if scheme == "iceberg":
         catalog, slash, identifier = rest.partition("/")
         if not catalog or not slash:
             raise _bad(url, "it names no catalog")
         if "/" in identifier or "." not in identifier or any(not part for part in identifier.split(".")):
             raise _bad(url, "the table must be written as NAMESPACE.TABLE after the catalog")
-        return IcebergTableSink(catalog, identifier, consumer=consumer, schema=schema)
+        return SinkTarget(scheme, catalog=catalog, identifier=identifier)
     raise _bad(url, f"unknown scheme {scheme!r}")
+
+
+def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Sink:
+    """The sink `url` names, opened for `consumer`.
+
+    `schema` (the change rows' schema, optional) lets the iceberg sink create its table at
+    open rather than at the first write; the other sinks ignore it.
+    """
+    if not consumer:
+        raise ConfigError("open_sink needs a non-empty consumer id")
+    target = parse_sink_url(url)
+    if target.scheme == "parquet":
+        assert target.path is not None
+        return ParquetDirSink(target.path, consumer=consumer)
+    if target.scheme == "jsonl":
+        assert target.path is not None
+        return JsonlFileSink(target.path, consumer=consumer)
+    if target.scheme == "iceberg":
+        assert target.catalog is not None and target.identifier is not None
+        return IcebergTableSink(target.catalog, target.identifier, consumer=consumer, schema=schema)
+    return StdoutSink()
 
 
 def _path(url: str, rest: str) -> str:

@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
 from icetail.reader.sinks.parquet_sink import ParquetDirSink
 from icetail.state.store import open_store
 from tests.pipeline.conftest import (
@@ -409,27 +409,48 @@ def test_second_run_of_a_consumer_refuses_while_the_first_holds_the_lease(env: E
     sink = tmp_path / "sink"
     args = run_args(state, sink, "pair", SHARED, "--chunk-rows", "3")
     log = tmp_path / "first.log"
+    hold = tmp_path / "hold"  # while it exists, the first run waits after a committed chunk
+    hold.touch()
     with open(log, "w") as out:
         first = subprocess.Popen(
-            [*icetail_command(), *args], env=env.child, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [*icetail_command(), *args],
+            env={**env.child, HOLD_AFTER_CHUNK_ENV: str(hold)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
-        owner = _wait_for_lease(state, "pair", first, timeout=60)
+        _wait_for_file(Path(f"{hold}.held"), first, timeout=120)  # the first run is mid-batch, holding its lease
+        owner = _lease_owner(state, "pair")
         assert f":{first.pid}:" in owner, owner
         second = run_icetail(args, env.child)
         reset = run_icetail(["reset", "--state", state, "--consumer", "pair", "--to", "earliest"], env.child)
         status = run_icetail(["status", "--state", state, "--json"], env.child)
-        still_running = first.poll() is None
+        assert first.poll() is None, "the held run must still be running"
     finally:
+        hold.unlink(missing_ok=True)
         first.wait(timeout=300)
     assert first.returncode == 0, log.read_text()
-    if not still_running:
-        pytest.skip("the first run finished before the second was refused; the machine is too fast for this check")
     # refused: transient (exit 1, retry later), one line naming the holder
     assert_one_line_error(second, 1, "leased to", owner)
     assert_one_line_error(reset, 1, "leased to")
     assert json.loads(status.stdout)[0]["lease_owner"] == owner
     assert_sink_holds(sink, read_changes(env.shared))
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen[Any], *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended before creating {path}"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _lease_owner(state: str, consumer: str) -> str:
+    with open_store(state) as store:
+        checkpoint = store.load(consumer)
+    assert checkpoint is not None and checkpoint.lease is not None and checkpoint.lease_is_live()
+    return checkpoint.lease.owner
 
 
 def _wait_for_lease(state: str, consumer: str, proc: subprocess.Popen[Any], *, timeout: float) -> str:
