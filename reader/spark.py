@@ -10,6 +10,7 @@ in the task. Local mode by default; any master via standard Spark config.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -26,7 +27,7 @@ import pyarrow as pa
 from icetail.reader.context import ReadContext
 from icetail.reader.sinks.base import ChunkKey, ChunkStager
 from icetail.reader.split_reader import Chunk, read_split
-from icetail.state.errors import DataFileError, IcetailError
+from icetail.state.errors import ConfigError, DataFileError, IcetailError
 from icetail.state.model import ChangeSplit
 from icetail.state.processes import host_tag, process_is_running
 
@@ -48,6 +49,16 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    remote = (conf or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE")
+    if remote:
+        # a Spark Connect client: the server owns master, UI and worker settings
+        try:
+            return SparkSession.builder.remote(remote).getOrCreate()
+        except ImportError as exc:  # pyspark's PySparkImportError derives from ImportError
+            raise ConfigError(
+                f"SPARK_REMOTE={remote} asks for Spark Connect, but its client is not installed ({exc}); "
+                "pip install 'icetail[connect]' or unset SPARK_REMOTE"
+            ) from exc
     # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -65,6 +76,20 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect client session (no SparkContext, no RDDs: DataFrame operations only)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _parallelism(spark: Any) -> int:
+    """Cores to plan tasks for: the context's default parallelism, or on Spark Connect (which
+    hides the cluster) `spark.default.parallelism` when set, else this host's cores."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    configured = spark.conf.get("spark.default.parallelism", None)
+    return int(configured) if configured else os.cpu_count() or 2
 
 
 def _submitted() -> bool:
@@ -145,25 +170,34 @@ def run_splits(
     """
     if not requests:
         return
-    sc = spark.sparkContext
-    waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * sc.defaultParallelism), wave_bytes)
+    parallelism = _parallelism(spark)
+    waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * parallelism), wave_bytes)
     group = f"icetail-{uuid.uuid4().hex[:12]}"
+    connect = is_connect(spark)
     # tasks on this host hand their rows over in files the driver maps, not through the JVM
-    handoff = _new_handoff_dir() if _executors_share_driver_host(sc) else None
+    handoff = _new_handoff_dir() if not connect and _executors_share_driver_host(spark.sparkContext) else None
 
     submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
 
     def collect(index: int) -> list[tuple[Any, ...]]:
         try:
-            sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
-            groups = group_for_tasks(waves[index], TASKS_PER_CORE * sc.defaultParallelism)
-            rdd = sc.parallelize(groups, numSlices=len(groups))
-            job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, handoff))
+            groups = group_for_tasks(waves[index], TASKS_PER_CORE * parallelism)
+            if connect:
+                spark.addTag(group)  # tags are per thread: this wave's job carries it
+                job = _connect_wave_job(spark, groups, context, chunk_rows, stager)
+            else:
+                sc = spark.sparkContext
+                sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
+                job = sc.parallelize(groups, numSlices=len(groups)).mapPartitions(
+                    lambda part: _run_partition(context, part, chunk_rows, stager, handoff)
+                )
             if index > 0:
                 submitting[index - 1].wait()
         finally:
             submitting[index].set()  # even on an error here: the next wave must not wait forever
-        return job.collect()
+        if connect:
+            return [pickle.loads(row[0]) for row in job.collect()]
+        return list(job.collect())
 
     pool = ThreadPoolExecutor(max_workers=WAVES_IN_FLIGHT, thread_name_prefix="icetail-wave")
     finished = False
@@ -181,8 +215,11 @@ def run_splits(
                 yield _decode(payload)
         finished = True
     finally:
-        if not finished:
-            sc.cancelJobGroup(group)  # the caller stopped early: do not finish reading for nobody
+        if not finished:  # the caller stopped early: do not finish reading for nobody
+            if connect:
+                spark.interruptTag(group)
+            else:
+                spark.sparkContext.cancelJobGroup(group)
         pool.shutdown(wait=False, cancel_futures=True)
         if handoff is not None:  # chunks already handed over stay readable: their files are mapped
             shutil.rmtree(handoff, ignore_errors=True)
@@ -223,6 +260,28 @@ def remove_orphaned_handoffs(root: str) -> int:
 def _executors_share_driver_host(sc: Any) -> bool:
     """A local master: executors run on the driver's host and see its temporary directory."""
     return str(sc.master).startswith("local")
+
+
+def _connect_wave_job(
+    spark: Any,
+    groups: list[list[SplitRequest]],
+    context: ReadContext,
+    chunk_rows: int | None,
+    stager: ChunkStager | None,
+) -> Any:
+    """The wave as a DataFrame job for Spark Connect, which has no RDDs.
+
+    Task i of `range(n)` runs `groups[i]` in `mapInArrow` and returns each chunk payload
+    pickled in one binary row; partitions come back in order, so the wave's order holds.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task_index in batch.column(0).to_pylist():
+                for payload in _run_partition(context, [groups[task_index]], chunk_rows, stager, None):
+                    yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(payload)], pa.binary())], ["payload"])
+
+    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(run, "payload binary")
 
 
 def _run_partition(
