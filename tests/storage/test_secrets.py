@@ -41,9 +41,7 @@ def test_no_command_prints_or_writes_the_secret(s3_catalog: S3Catalog, moto: Mot
     events = tmp_path / "spark-events"
     conf_dir.mkdir()
     events.mkdir()
-    (conf_dir / "spark-defaults.conf").write_text(
-        f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
-    )
+    (conf_dir / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n")
     env = child_env([s3_catalog], tmp_path / "spark")  # type: ignore[list-item]
     env["SPARK_CONF_DIR"] = str(conf_dir)
     state = f"sqlite:///{tmp_path}/state.db"

@@ -66,8 +66,12 @@ class MotoServer:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, log_dir: Path) -> MotoServer:
-        """Start moto_server on a free port; wait until it answers HTTP (retry once on a port race)."""
+    def start(cls, log_dir: Path, env: dict[str, str] | None = None) -> MotoServer:
+        """Start moto_server on a free port; wait until it answers HTTP (retried on a port race).
+
+        `env`: extra variables for the server, e.g. INITIAL_NO_AUTH_ACTION_COUNT=0, with which
+        moto checks credentials and refuses every request signed by a key it does not know.
+        """
         last_error = ""
         for attempt in range(3):
             port = _free_port()
@@ -78,6 +82,7 @@ class MotoServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **(env or {})},
             )
             log.close()
             server = cls(port, process, log_path)
@@ -201,8 +206,8 @@ def new_s3_catalog(server: MotoServer, root: Path, name: str) -> S3Catalog:
 
 
 @contextlib.contextmanager
-def moto_server(log_dir: Path):  # type: ignore[no-untyped-def]
-    server = MotoServer.start(log_dir)
+def moto_server(log_dir: Path, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    server = MotoServer.start(log_dir, env)
     try:
         yield server
     finally:
