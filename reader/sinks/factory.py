@@ -3,6 +3,7 @@
 Accepted forms (see docs/sinks.md):
 
 * `parquet://PATH`              - a directory of Parquet files, one per chunk; exactly once
+* `parquet+s3://BUCKET/PREFIX`  - Parquet objects plus commit records (also gs, abfs); exactly once
 * `iceberg://CATALOG/NS.TABLE`  - appends to an Iceberg table of a pyiceberg catalog; exactly once
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
 * `-` or `stdout:`              - JSON lines to standard output; at least once
@@ -19,12 +20,15 @@ import pyarrow as pa
 from icetail.reader.sinks.base import Sink
 from icetail.reader.sinks.iceberg_sink import IcebergTableSink
 from icetail.reader.sinks.jsonl_sink import JsonlFileSink, StdoutSink
+from icetail.reader.sinks.object_parquet_sink import SCHEMES as OBJECT_SCHEMES
+from icetail.reader.sinks.object_parquet_sink import ObjectParquetSink
 from icetail.reader.sinks.parquet_sink import ParquetDirSink
 from icetail.state.errors import ConfigError
 
 ACCEPTED_FORMS = (
     "parquet:///abs/dir",
     "parquet://rel/dir",
+    "parquet+s3://BUCKET/PREFIX",
     "iceberg://CATALOG/NS.TABLE",
     "jsonl:///abs/file.jsonl",
     "jsonl://rel/file.jsonl",
@@ -51,6 +55,11 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
         raise _bad(url, "it has no scheme")
     if scheme == "parquet":
         return ParquetDirSink(_path(url, rest), consumer=consumer)
+    if scheme.startswith("parquet+"):
+        store = scheme.removeprefix("parquet+")
+        if store not in OBJECT_SCHEMES:
+            raise _bad(url, f"unknown object store {store!r} (one of {', '.join(OBJECT_SCHEMES)})")
+        return ObjectParquetSink(store, _path(url, rest).strip("/"), consumer=consumer)
     if scheme == "jsonl":
         return JsonlFileSink(_path(url, rest), consumer=consumer)
     if scheme == "iceberg":
