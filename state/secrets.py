@@ -18,7 +18,7 @@ REDACTED = "***"
 # nobody: they are redacted too. Spark's own default (spark.redaction.regex) is of the same kind.
 _SECRET_KEY = re.compile(
     r"(?i)(secret|password|passwd|token|credential|private|session|signature|sas|account-key|"
-    r"access-key|key-id|client-id|api-key|apikey|auth)"
+    r"access-key|key-id|client-id|api-key|apikey|auth|connection-string|ticket)"
 )
 # `scheme://user:password@host` in URIs (a catalog's SQLAlchemy or REST URI)
 _URI_PASSWORD = re.compile(r"(://[^/\s:@]*):[^/\s@]*@")

@@ -110,6 +110,8 @@ def test_redaction_rules() -> None:
         "credential": "id:x8",
         "token": "x9",
         "client.secret-access-key": "x10",
+        "adls.connection-string": "AccountName=a;AccountKey=x11",
+        "hdfs.kerberos_ticket": "x12",
     }
     redacted = dict(redacted_items(secrets.items()))
     assert set(redacted.values()) == {REDACTED}
