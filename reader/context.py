@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
 from icetail.reader.projection import arrow_schema
+from icetail.state.secrets import redacted_items
 
 
 @dataclass(frozen=True)
 class ReadContext:
-    io_properties: tuple[tuple[str, str], ...]
+    # FileIO properties, credentials included: travel to the executors, never printed (see __repr__)
+    io_properties: tuple[tuple[str, str], ...] = field(repr=False)
     output_schema_json: str  # the to-snapshot's schema: rows are projected onto it by field id
     equality_schema_json: str  # one flat field per equality-delete field id (projection.key_field), newest type
     name_mapping_json: str | None  # schema.name-mapping.default, for files written without field ids
     format_version: int
+
+    def __repr__(self) -> str:
+        """Credentials redacted: a repr may end up in a log, a traceback or a task description."""
+        return (
+            f"ReadContext(io_properties={redacted_items(self.io_properties)!r}, "
+            f"format_version={self.format_version}, schema={len(self.output_schema_json)} chars)"
+        )
 
     @property
     def output_schema(self) -> Schema:

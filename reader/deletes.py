@@ -18,7 +18,8 @@ from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payl
 from pyiceberg.table.puffin import PuffinFile
 
 from icetail.reader.lru import LRU
-from icetail.state.errors import DataFileError, MetadataError
+from icetail.reader.storage_errors import storage_error
+from icetail.state.errors import MetadataError
 from icetail.state.model import DeleteContent, DeleteFileRef
 
 FILE_PATH_COLUMN = "file_path"
@@ -34,10 +35,9 @@ _equality_cache: LRU[str, pa.Table] = LRU(64)
 def _open(io: FileIO, path: str) -> Any:
     try:
         return io.new_input(path).open()
-    except FileNotFoundError as exc:
-        raise DataFileError(f"delete file {path} is missing; the table's files were removed outside Iceberg") from exc
     except OSError as exc:
-        raise DataFileError(f"delete file {path} cannot be read: {exc}") from exc
+        hint = "the table's files were removed outside Iceberg"
+        raise storage_error(exc, "delete file", path, hint=hint) from exc
 
 
 def _read_position_file(io: FileIO, delete: DeleteFileRef) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ import pyarrow as pa
 from icetail.reader.context import ReadContext
 from icetail.reader.sinks.base import ChunkKey, ChunkStager
 from icetail.reader.split_reader import Chunk, read_split
+from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.state.errors import ConfigError, DataFileError, IcetailError
 from icetail.state.model import ChangeSplit
 from icetail.state.processes import host_tag, process_is_running
@@ -314,6 +315,11 @@ def _run_split(
         return True
     except (OSError, pa.ArrowException) as exc:
         path = request.split.task.data_file.path
+        kind = storage_error_kind(exc, path) if isinstance(exc, OSError) else StorageErrorKind.OTHER
+        if kind in (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT):  # mid-read: throttled, timed out
+            error = storage_error(exc, "data file", path)
+            yield ("error", type(error).__module__, type(error).__name__, str(error))
+            return True
         message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
         yield ("error", DataFileError.__module__, DataFileError.__name__, message)
         return True

@@ -27,7 +27,8 @@ from icetail.reader.fileio import file_io_for
 from icetail.reader.lru import LRU
 from icetail.reader.metadata_columns import change_schema, with_metadata
 from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
-from icetail.state.errors import DataFileError, MetadataError
+from icetail.reader.storage_errors import storage_error
+from icetail.state.errors import MetadataError
 from icetail.state.model import ChangeKind, ChangeSplit, ChangeType, DeleteContent, DeleteFileRef
 
 
@@ -318,9 +319,6 @@ def _equality_keys(io: FileIO, context: ReadContext, delete: DeleteFileRef) -> p
 def _open_data_file(io: FileIO, path: str):  # type: ignore[no-untyped-def]
     try:
         return io.new_input(path).open()
-    except FileNotFoundError as exc:
-        raise DataFileError(
-            f"data file {path} is missing; it was deleted outside Iceberg (restore it or skip the snapshot)"
-        ) from exc
     except OSError as exc:
-        raise DataFileError(f"data file {path} cannot be read: {exc}") from exc
+        hint = "it was deleted outside Iceberg (restore it or skip the snapshot)"
+        raise storage_error(exc, "data file", path, hint=hint) from exc

@@ -100,3 +100,11 @@ class SinkRejectedError(TerminalError):
 
 class CatalogUnavailableError(TransientError):
     """The catalog (its database or REST service) cannot be reached right now."""
+
+
+class StorageAccessError(TerminalError):
+    """Object storage refused access to an object (permissions, unknown or bad credentials)."""
+
+
+class StorageUnavailableError(TransientError):
+    """Object storage throttled, timed out or could not be reached; retried with backoff."""

@@ -11,6 +11,7 @@ from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
+from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.state.errors import (
     CatalogNotFoundError,
     CatalogUnavailableError,
@@ -56,7 +57,11 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         raise MetadataError(
             f"table {identifier!r}: metadata file is missing ({exc}); restore it or re-register the table"
         ) from exc
-    except (ValueError, OSError) as exc:
+    except OSError as exc:
+        if storage_error_kind(exc) in (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT):
+            raise storage_error(exc, "table", f"{identifier!r}: metadata") from exc
+        raise MetadataError(f"table {identifier!r}: metadata cannot be read ({exc}); check the catalog entry") from exc
+    except ValueError as exc:
         raise MetadataError(f"table {identifier!r}: metadata cannot be read ({exc}); check the catalog entry") from exc
     except PyIcebergValidationError as exc:
         raise MetadataError(

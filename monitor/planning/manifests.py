@@ -32,7 +32,8 @@ from pyiceberg.manifest import (
 from pyiceberg.table.snapshots import Snapshot
 
 from icetail.reader.lru import LRU
-from icetail.state.errors import MetadataError
+from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
+from icetail.state.errors import IcetailError, MetadataError
 from icetail.state.model import DataFileRef, DeleteContent, DeleteFileRef
 
 # pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
@@ -257,7 +258,11 @@ class ManifestReader:
             raw = _read_entries(self._io, manifest)
         except FileNotFoundError as exc:
             raise MetadataError(f"manifest {key} is missing; the table metadata is damaged") from exc
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            if storage_error_kind(exc, key) in _RETRYABLE_OR_DENIED:
+                raise storage_error(exc, "manifest", key) from exc
+            raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
+        except ValueError as exc:
             raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
         entries = tuple(
             FileEntry(
@@ -291,10 +296,15 @@ class ManifestReader:
         return found
 
 
-def _list_error(snapshot: Snapshot, exc: Exception) -> MetadataError:
+def _list_error(snapshot: Snapshot, exc: Exception) -> IcetailError:
     if isinstance(exc, FileNotFoundError):
         return MetadataError(
             f"manifest list of snapshot {snapshot.snapshot_id} is missing ({snapshot.manifest_list}); "
             "the snapshot's metadata was deleted"
         )
+    if isinstance(exc, OSError) and storage_error_kind(exc, snapshot.manifest_list) in _RETRYABLE_OR_DENIED:
+        return storage_error(exc, f"manifest list of snapshot {snapshot.snapshot_id}", snapshot.manifest_list)
     return MetadataError(f"manifest list of snapshot {snapshot.snapshot_id} cannot be read: {exc}")
+
+
+_RETRYABLE_OR_DENIED = (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT)

@@ -3,6 +3,7 @@
 Accepted forms (see docs/sinks.md):
 
 * `parquet://PATH`              - a directory of Parquet files, one per chunk; exactly once
+* `parquet+s3://BUCKET/PREFIX`  - Parquet objects plus commit records (also gs, abfs); exactly once
 * `iceberg://CATALOG/NS.TABLE`  - appends to an Iceberg table of a pyiceberg catalog; exactly once
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
 * `-` or `stdout:`              - JSON lines to standard output; at least once
@@ -21,12 +22,15 @@ import pyarrow as pa
 from icetail.reader.sinks.base import Sink
 from icetail.reader.sinks.iceberg_sink import IcebergTableSink
 from icetail.reader.sinks.jsonl_sink import JsonlFileSink, StdoutSink
+from icetail.reader.sinks.object_parquet_sink import SCHEMES as OBJECT_SCHEMES
+from icetail.reader.sinks.object_parquet_sink import ObjectParquetSink
 from icetail.reader.sinks.parquet_sink import ParquetDirSink
 from icetail.state.errors import ConfigError
 
 ACCEPTED_FORMS = (
     "parquet:///abs/dir",
     "parquet://rel/dir",
+    "parquet+s3://BUCKET/PREFIX",
     "iceberg://CATALOG/NS.TABLE",
     "jsonl:///abs/file.jsonl",
     "jsonl://rel/file.jsonl",
@@ -39,7 +43,7 @@ ACCEPTED_FORMS = (
 class SinkTarget:
     """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
-    scheme: str  # parquet | jsonl | iceberg | stdout
+    scheme: str  # parquet | parquet+STORE (an object store: s3, gs, abfs) | jsonl | iceberg | stdout
     path: str | None = None
     catalog: str | None = None
     identifier: str | None = None
@@ -62,6 +66,11 @@ def parse_sink_url(url: str) -> SinkTarget:
         raise _bad(url, "it has no scheme")
     if scheme in ("parquet", "jsonl"):
         return SinkTarget(scheme, path=_path(url, rest))
+    if scheme.startswith("parquet+"):
+        store = scheme.removeprefix("parquet+")
+        if store not in OBJECT_SCHEMES:
+            raise _bad(url, f"unknown object store {store!r} (one of {', '.join(OBJECT_SCHEMES)})")
+        return SinkTarget(scheme, path=_path(url, rest).strip("/"))
     if scheme == "iceberg":
         catalog, slash, identifier = rest.partition("/")
         if not catalog or not slash:
@@ -84,6 +93,9 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
     if target.scheme == "parquet":
         assert target.path is not None
         return ParquetDirSink(target.path, consumer=consumer)
+    if target.scheme.startswith("parquet+"):
+        assert target.path is not None
+        return ObjectParquetSink(target.scheme.removeprefix("parquet+"), target.path, consumer=consumer)
     if target.scheme == "jsonl":
         assert target.path is not None
         return JsonlFileSink(target.path, consumer=consumer)

@@ -32,7 +32,7 @@ import functools
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -60,6 +60,7 @@ from pyiceberg.utils.config import Config
 from icetail.reader.sinks.base import ChunkKey
 from icetail.reader.sinks.parquet_sink import error_text
 from icetail.state.errors import CatalogNotFoundError, ConfigError, IcetailError, SinkError, SinkRejectedError
+from icetail.state.secrets import redacted_items
 
 _T = TypeVar("_T")
 
@@ -368,7 +369,10 @@ class IcebergStager:
     """
 
     layout_json: str
-    io_properties: tuple[tuple[str, str], ...]
+    io_properties: tuple[tuple[str, str], ...] = field(repr=False)  # credentials: see __repr__
+
+    def __repr__(self) -> str:
+        return f"IcebergStager(io_properties={redacted_items(self.io_properties)!r})"
 
     def stage(self, key: ChunkKey, rows: pa.Table) -> str:
         layout = _parsed_layout(self.layout_json)
