@@ -563,15 +563,17 @@ class Pipeline:
 
 
 # Test seam: while the file named by this variable exists, every committed chunk is followed by
-# a wait for a stop request, so a test can signal a batch that is certainly in progress
-# (tests/service/test_serve_process.py). Unset in production, where it costs one lookup a chunk.
+# a wait until a stop request or the file's removal, so a test can act on a batch that is
+# certainly in progress (tests/service/test_serve_process.py, tests/pipeline/test_run_cli.py).
+# Unset in production, where it costs one lookup a chunk.
 HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
+_HOLD_POLL_SECONDS = 0.05  # how soon a removed hold file is noticed; no outcome depends on it
 
 
 def _hold_for_test(stop: threading.Event) -> None:
     path = os.environ.get(HOLD_AFTER_CHUNK_ENV)
-    if path and os.path.exists(path):
-        stop.wait()
+    while path and os.path.exists(path) and not stop.wait(_HOLD_POLL_SECONDS):
+        pass
 
 
 def _holder_is_dead(owner: str) -> bool:

@@ -141,7 +141,7 @@ def load_file(path: str | None) -> dict[str, Any]:
         raise ConfigError(f"--config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of keys")
-    return _coerce_all(_normalize(raw, path), lambda key: f"{path}: {key}")
+    return _coerce_all(_normalize(raw, path), lambda key: path)
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -180,7 +180,7 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         for key, value in _normalize(entry, where).items():
             if key not in PIPELINE_KEYS:
                 raise ConfigError(f"{where}: key {key!r} applies to the whole service; move it to the top level")
-            own[key] = _coerce(key, value, f"{where}: {key}")
+            own[key] = _coerce(key, value, where)
         merged = {**top, **own}
         base = {PIPELINE_KEYS[k]: v for k, v in merged.items() if k != "keep_carry_over"}
         if "keep_carry_over" in merged:
