@@ -142,6 +142,7 @@ class Checkpoint:
     lease: Lease | None
     inflight: Inflight | None
     as_of_ms: int  # store clock when this was read; compare lease expiry against it
+    sink: str | None = None  # normalized sink URL; None until a run records it (stores before schema 2)
 
     def lease_is_live(self) -> bool:
         return self.lease is not None and self.lease.is_live(self.as_of_ms)
@@ -158,6 +159,7 @@ class ConsumerSummary:
     generation: int
     lease: Lease | None
     inflight_batch_id: str | None
+    sink: str | None = None
 
 
 @dataclass(frozen=True)

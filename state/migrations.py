@@ -86,9 +86,24 @@ _V1 = (
     """,
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "consumers, in-flight batches and splits, history", _V1),)
+# The sink each consumer delivers to, in normalized form; NULL for a consumer created before
+# this version, whose next run records it (see Pipeline.open).
+_V2 = ("ALTER TABLE icetail_consumers ADD COLUMN sink_url TEXT",)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "consumers, in-flight batches and splits, history", _V1),
+    Migration(2, "the sink of each consumer", _V2),
+)
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+
+
+def no_icetail_state(where: str) -> str:
+    """The refusal of `status`/`reset` (which never create a store) for a database without icetail's tables."""
+    return (
+        f"checkpoint store {where} holds no icetail state (no {META_TABLE} table); check --state, "
+        "or create the store with `icetail run`"
+    )
 
 
 def parse_version(raw: str | None, where: str) -> int:

@@ -19,6 +19,8 @@ from icetail.state.urls import PostgresLocation
 if TYPE_CHECKING:
     import psycopg
 
+    from icetail.state.store import Tx
+
 DEFAULT_CONNECT_TIMEOUT_S = 10
 DEFAULT_LOCK_TIMEOUT_MS = 10_000  # a writer stuck behind a dead session fails (transiently) instead of hanging
 _MIGRATION_LOCK_KEY = 0x1CE7A11  # first half of the advisory lock key; the second is the schema
@@ -69,8 +71,12 @@ class PostgresBackend:
     for_update = " FOR UPDATE"
     now_ms_sql = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 
-    def __init__(self, location: PostgresLocation, *, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> None:
+    def __init__(
+        self, location: PostgresLocation, *, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS, create: bool = True
+    ) -> None:
+        """`create=False`: never create the schema (the store refuses a schema without icetail's tables)."""
         self._location = location
+        self._create = create
         self._lock_timeout_ms = lock_timeout_ms
         self._conn = self._connect()
 
@@ -135,7 +141,7 @@ class PostgresBackend:
                     f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_KEY}, hashtext(CAST(? AS TEXT)))",
                     (self._location.schema or "",),
                 )
-                if self._location.schema is not None:
+                if self._location.schema is not None and self._create:
                     tx.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._location.schema}"')
             yield tx
             tx.execute("COMMIT")
@@ -146,6 +152,10 @@ class PostgresBackend:
                 except psycopg.Error:
                     pass  # the original error matters more; the server rolls back a dead session
             raise
+
+    def holds_table(self, tx: Tx, name: str) -> bool:
+        """Looked up on the search_path, which is the URL's schema when it names one."""
+        return tx.query("SELECT to_regclass(?) IS NOT NULL", (name,))[0][0] is True
 
     def translate(self, exc: Exception) -> IcetailError:
         """Connection loss, timeouts, serialization and lock failures are transient."""

@@ -11,10 +11,15 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from icetail.state.errors import IcetailError, StateError, StateUnavailableError
+from icetail.state.errors import ConfigError, IcetailError, StateError, StateUnavailableError
+from icetail.state.migrations import META_TABLE, no_icetail_state
 from icetail.state.urls import SqliteLocation
+
+if TYPE_CHECKING:
+    from icetail.state.store import Tx
 
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -60,23 +65,34 @@ class SqliteBackend:
         *,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         trace: Callable[[str], None] | None = None,
+        create: bool = True,
     ) -> None:
+        """`create=False`: open only an existing file that holds icetail's tables, and change
+        nothing (not even the journal mode) in a database that does not."""
         self._display = location.display
         self._busy_timeout_ms = busy_timeout_ms
-        try:
-            location.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StateError(f"cannot create the directory of checkpoint store {self._display}: {exc}") from exc
+        if create:
+            try:
+                location.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StateError(f"cannot create the directory of checkpoint store {self._display}: {exc}") from exc
+        elif not location.path.is_file():
+            raise ConfigError(
+                f"no checkpoint store at {location.path}; check --state (sqlite:////absolute/path.db)"
+            )
         try:
             self._conn = sqlite3.connect(
-                str(location.path),
+                str(location.path) if create else f"file:{quote(str(location.path.resolve()))}?mode=rw",
                 timeout=busy_timeout_ms / 1000,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # the store serializes calls with its own lock
+                uri=not create,
             )
         except sqlite3.Error as exc:
             raise self.translate(exc) from exc
         try:
+            if not create and not self._has_table(META_TABLE):
+                raise ConfigError(no_icetail_state(self._display))
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             mode = self._journal_mode_wal()
             if str(mode).lower() != "wal":
@@ -109,6 +125,13 @@ class SqliteBackend:
     @property
     def display(self) -> str:
         return self._display
+
+    def _has_table(self, name: str) -> bool:
+        rows = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+        return rows.fetchone() is not None
+
+    def holds_table(self, tx: Tx, name: str) -> bool:
+        return bool(tx.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     def transaction(self, *, write: bool) -> AbstractContextManager[SqliteTx]:
         return self._transaction("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")

@@ -46,7 +46,14 @@ from icetail.state.errors import (
     StateConflictError,
     StateError,
 )
-from icetail.state.migrations import META_DDL, META_TABLE, SCHEMA_VERSION_KEY, parse_version, pending_migrations
+from icetail.state.migrations import (
+    META_DDL,
+    META_TABLE,
+    SCHEMA_VERSION_KEY,
+    no_icetail_state,
+    parse_version,
+    pending_migrations,
+)
 from icetail.state.urls import PostgresLocation, SqliteLocation, parse_store_url
 
 HISTORY_LIMIT = 100  # finished batches kept per consumer; older ones are trimmed on write
@@ -61,11 +68,24 @@ class CheckpointStore(Protocol):
         """The consumer's whole state read consistently, or None if it was never created."""
         ...
 
-    def ensure_consumer(self, consumer: str, catalog: str, table: str, initial_cursor: Cursor) -> Checkpoint:
-        """Create the consumer at `initial_cursor` if missing; an existing one keeps its cursor.
+    def ensure_consumer(
+        self, consumer: str, catalog: str, table: str, initial_cursor: Cursor, sink: str | None = None
+    ) -> Checkpoint:
+        """Create the consumer at `initial_cursor` (and `sink`) if missing; an existing one keeps its own.
 
         ConfigError if the consumer exists but follows another catalog or table.
         """
+        ...
+
+    def record_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> str:
+        """Record `sink` as the consumer's sink if none is recorded yet; the sink recorded now.
+
+        The caller compares the result with its own sink: a consumer delivers to one sink.
+        """
+        ...
+
+    def change_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> None:
+        """Record a different sink (an operator action); refused while a batch is in flight."""
         ...
 
     def acquire_lease(self, consumer: str, owner: str, ttl_seconds: float) -> Lease:
@@ -191,28 +211,34 @@ class Backend(Protocol):
         """A write transaction that also excludes concurrent migrations of the same store."""
         ...
 
+    def holds_table(self, tx: Tx, name: str) -> bool:
+        """Whether the database (the schema, for PostgreSQL) has a table `name`."""
+        ...
+
     def close(self) -> None: ...
 
 
-def open_store(url: str, *, history_limit: int = HISTORY_LIMIT) -> SqlCheckpointStore:
+def open_store(url: str, *, history_limit: int = HISTORY_LIMIT, create: bool = True) -> SqlCheckpointStore:
     """Open (creating and migrating as needed) the store a URL names.
 
     `sqlite:///relative.db`, `sqlite:////absolute.db` or `postgresql://...[?schema=name]`;
     ConfigError for anything else, StateUnavailableError if the database cannot be reached.
+    With `create=False` (status, reset) nothing is created: ConfigError unless the database
+    exists and already holds icetail's tables; an older icetail schema is still migrated.
     """
     location = parse_store_url(url)
     backend: Backend
     if isinstance(location, SqliteLocation):
         from icetail.state.sqlite_store import SqliteBackend
 
-        backend = SqliteBackend(location)
+        backend = SqliteBackend(location, create=create)
     elif isinstance(location, PostgresLocation):
         from icetail.state.postgres_store import PostgresBackend
 
-        backend = PostgresBackend(location)
+        backend = PostgresBackend(location, create=create)
     else:  # pragma: no cover - parse_store_url returns only these
         raise ConfigError(f"unsupported checkpoint store URL {url!r}")
-    return SqlCheckpointStore(backend, history_limit=history_limit)
+    return SqlCheckpointStore(backend, history_limit=history_limit, create=create)
 
 
 @dataclass(frozen=True)
@@ -223,6 +249,7 @@ class _ConsumerRow:
     generation: int
     lease: Lease | None
     now_ms: int
+    sink: str | None
 
 
 @dataclass(frozen=True)
@@ -236,7 +263,8 @@ class _BatchHeader:
 
 
 _CONSUMER_COLUMNS = (
-    "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms"
+    "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
+    "sink_url"
 )
 _BATCH_COLUMNS = "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms"
 _HISTORY_COLUMNS = (
@@ -247,10 +275,11 @@ _HISTORY_COLUMNS = (
 class SqlCheckpointStore:
     """CheckpointStore over a Backend; one object may be shared by threads (calls serialize)."""
 
-    def __init__(self, backend: Backend, *, history_limit: int = HISTORY_LIMIT) -> None:
+    def __init__(self, backend: Backend, *, history_limit: int = HISTORY_LIMIT, create: bool = True) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be at least 1")
         self._backend = backend
+        self._create = create
         self._history_limit = history_limit
         self._lock = threading.RLock()
         self._closed = False
@@ -283,6 +312,8 @@ class SqlCheckpointStore:
     def _migrate(self) -> None:
         where = self._backend.display
         with self._backend.migration_transaction() as tx:
+            if not self._create and not self._backend.holds_table(tx, META_TABLE):
+                raise ConfigError(no_icetail_state(where))
             tx.execute(META_DDL)
             rows = tx.query(f"SELECT value FROM {META_TABLE} WHERE key = ?", (SCHEMA_VERSION_KEY,))
             current = parse_version(rows[0][0] if rows else None, where)
@@ -333,6 +364,7 @@ class SqlCheckpointStore:
             lease=row.lease,
             inflight=inflight,
             as_of_ms=row.now_ms,
+            sink=row.sink,
         )
 
     def _inflight(self, tx: Tx, consumer: str, header: _BatchHeader) -> Inflight:
@@ -378,7 +410,7 @@ class SqlCheckpointStore:
         def work(tx: Tx) -> tuple[ConsumerSummary, ...]:
             rows = tx.query(
                 "SELECT c.consumer, c.catalog_name, c.table_name, c.cursor_snapshot_id, c.cursor_timestamp_ms, "
-                "c.generation, c.lease_owner, c.lease_expires_at_ms, b.batch_id "
+                "c.generation, c.lease_owner, c.lease_expires_at_ms, b.batch_id, c.sink_url "
                 "FROM icetail_consumers c LEFT JOIN icetail_inflight_batches b ON b.consumer = c.consumer "
                 "ORDER BY c.consumer"
             )
@@ -391,6 +423,7 @@ class SqlCheckpointStore:
                     generation=int(r[5]),
                     lease=None if r[6] is None else Lease(r[6], int(r[7])),
                     inflight_batch_id=r[8],
+                    sink=r[9],
                 )
                 for r in rows
             )
@@ -399,7 +432,9 @@ class SqlCheckpointStore:
 
     # -- consumer and lease ----------------------------------------------------------------
 
-    def ensure_consumer(self, consumer: str, catalog: str, table: str, initial_cursor: Cursor) -> Checkpoint:
+    def ensure_consumer(
+        self, consumer: str, catalog: str, table: str, initial_cursor: Cursor, sink: str | None = None
+    ) -> Checkpoint:
         if not consumer:
             raise ValueError("consumer id must not be empty")
         now = self._backend.now_ms_sql
@@ -407,9 +442,9 @@ class SqlCheckpointStore:
         def work(tx: Tx) -> None:
             tx.execute(
                 "INSERT INTO icetail_consumers (consumer, catalog_name, table_name, cursor_snapshot_id, "
-                "cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, created_at_ms, updated_at_ms) "
-                f"VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, {now}, {now}) ON CONFLICT (consumer) DO NOTHING",
-                (consumer, catalog, table, initial_cursor.snapshot_id, initial_cursor.timestamp_ms),
+                "cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, created_at_ms, updated_at_ms, "
+                f"sink_url) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, {now}, {now}, ?) ON CONFLICT (consumer) DO NOTHING",
+                (consumer, catalog, table, initial_cursor.snapshot_id, initial_cursor.timestamp_ms, sink),
             )
             row = self._require(tx, consumer, lock=False)
             if (row.catalog, row.table) != (catalog, table):
@@ -423,6 +458,40 @@ class SqlCheckpointStore:
         if checkpoint is None:  # pragma: no cover - consumers are never deleted
             raise ConsumerNotFoundError(f"consumer {consumer!r} vanished from {self._backend.display}")
         return checkpoint
+
+    def record_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> str:
+        if not sink:
+            raise ValueError("sink must not be empty")
+
+        def work(tx: Tx) -> str:
+            row = self._require(tx, consumer, lock=True)
+            if row.sink is not None:
+                return row.sink
+            _check_writer(consumer, owner, row)
+            tx.execute("UPDATE icetail_consumers SET sink_url = ? WHERE consumer = ?", (sink, consumer))
+            return sink
+
+        return self._write(work)
+
+    def change_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> None:
+        if not sink:
+            raise ValueError("sink must not be empty")
+
+        def work(tx: Tx) -> None:
+            row = self._require(tx, consumer, lock=True)
+            _check_writer(consumer, owner, row)
+            header = self._batch_header(tx, consumer)
+            if header is not None:
+                raise StateConflictError(
+                    f"consumer {consumer!r} has batch {header.batch_id} in flight, part of it delivered to "
+                    f"{row.sink}; let a run finish it, or also give --to to abandon it, before changing the sink"
+                )
+            tx.execute(
+                "UPDATE icetail_consumers SET sink_url = ?, updated_at_ms = ? WHERE consumer = ?",
+                (sink, row.now_ms, consumer),
+            )
+
+        self._write(work)
 
     def acquire_lease(self, consumer: str, owner: str, ttl_seconds: float) -> Lease:
         ttl_ms = _ttl_ms(ttl_seconds)
@@ -713,7 +782,7 @@ class SqlCheckpointStore:
         )
         if not rows:
             return None
-        cat, tbl, snap, ts, gen, lease_owner, lease_exp, now = rows[0]
+        cat, tbl, snap, ts, gen, lease_owner, lease_exp, sink, now = rows[0]
         return _ConsumerRow(
             catalog=cat,
             table=tbl,
@@ -721,6 +790,7 @@ class SqlCheckpointStore:
             generation=int(gen),
             lease=None if lease_owner is None else Lease(lease_owner, int(lease_exp)),
             now_ms=int(now),
+            sink=sink,
         )
 
     def _require(self, tx: Tx, consumer: str, *, lock: bool) -> _ConsumerRow:

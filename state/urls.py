@@ -68,6 +68,10 @@ def _sqlite(url: str, netloc: str, path: str, query: str, fragment: str) -> Sqli
     file_path = unquote(path[1:]) if path.startswith("/") else ""
     if not file_path or file_path.endswith("/") or file_path == ":memory:":
         raise _bad(url, "it names no database file")
+    if "://" in file_path:
+        raise _bad(url, "the path holds another URL; a sqlite store is a local file")
+    if file_path.startswith("~"):
+        raise _bad(url, "~ is not expanded; write the absolute path after four slashes")
     return SqliteLocation(path=Path(file_path), display=url)
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -34,11 +33,10 @@ MOR_V2 = (
 
 
 def test_shaded_jackson_relocates_everything(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
     jar = shaded_jackson_jar(cache_dir=tmp_path)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 10, f"shading took {elapsed:.1f}s"
-    assert shaded_jackson_jar(cache_dir=tmp_path) == jar  # cached
+    built = jar.stat().st_mtime_ns
+    assert shaded_jackson_jar(cache_dir=tmp_path) == jar  # cached: the same file, not built again
+    assert jar.stat().st_mtime_ns == built
     with zipfile.ZipFile(jar) as z:
         names = set(z.namelist())
         assert "org/apache/iceberg/shaded/com/fasterxml/jackson/core/JsonFactoryBuilder.class" in names

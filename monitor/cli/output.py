@@ -15,6 +15,7 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from icetail.reader.sinks.factory import remote_scheme
 from icetail.reader.sinks.jsonl_sink import encode_lines
 from icetail.state.errors import ConfigError
 
@@ -30,6 +31,12 @@ def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:
 
 def check_output_path(path: str) -> None:
     """Refuse an output path we cannot write, before any work is done."""
+    remote = remote_scheme(path)
+    if remote is not None:
+        raise ConfigError(
+            f"--output {path!r} is a {remote}:// URL, but icetail changes writes a local file only; "
+            "give a local or mounted path, or - for stdout"
+        )
     if path != "-" and not path.endswith((".parquet", ".jsonl")):
         raise ConfigError(f"--output {path!r} must end in .parquet or .jsonl, or be - for stdout")
 

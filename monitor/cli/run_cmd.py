@@ -15,19 +15,19 @@ from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
-from icetail.monitor.service.config import config_from_args
+from icetail.monitor.service.config import run_config
+from icetail.reader.sinks.factory import normalize_sink_url
 from icetail.state.checkpoint import Checkpoint
 from icetail.state.errors import ConfigError, ConsumerNotFoundError, IcetailError
 from icetail.state.store import CheckpointStore, open_store
-from icetail.state.urls import SqliteLocation, parse_store_url
 
 
-def add_pipeline_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """Arguments shared by `run` and `serve` (serve may take them from a config file instead)."""
-    parser.add_argument("--catalog", required=required, help="pyiceberg catalog name")
-    parser.add_argument("--table", required=required, help="NAMESPACE.TABLE to follow")
-    parser.add_argument("--state", required=required, help="checkpoint store: sqlite:///path.db or postgresql://...")
-    parser.add_argument("--sink", required=required, help="parquet:///dir, iceberg://CATALOG/NS.TABLE, jsonl:///f, -")
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by `run` and `serve`; either may take them from --config or ICETAIL_* instead."""
+    parser.add_argument("--catalog", help="pyiceberg catalog name")
+    parser.add_argument("--table", help="NAMESPACE.TABLE to follow")
+    parser.add_argument("--state", help="checkpoint store: sqlite:///path.db or postgresql://...")
+    parser.add_argument("--sink", help="parquet:///dir, iceberg://CATALOG/NS.TABLE, jsonl:///f, -")
     parser.add_argument("--consumer", default=None, help="consumer id (default: CATALOG.NS.TABLE)")
     parser.add_argument("--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601")
     parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
@@ -36,12 +36,15 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, *, required: bool = 
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
+    parser.add_argument(
+        "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.once and args.until_caught_up:
         raise ConfigError("--once and --until-caught-up exclude each other")
-    config = config_from_args(args)
+    config = run_config(args)
     progress = Progress(None, label="delivering")
     try:
         with Pipeline(config, on_chunk=progress) as pipeline:
@@ -61,6 +64,7 @@ def status_of(checkpoint: Checkpoint, *, with_table: bool = True) -> dict[str, A
         "consumer": checkpoint.consumer,
         "catalog": checkpoint.catalog,
         "table": checkpoint.table,
+        "sink": checkpoint.sink,
         "cursor_snapshot_id": checkpoint.cursor.snapshot_id,
         "cursor_committed_at": _iso(checkpoint.cursor.timestamp_ms),
         "lease_owner": checkpoint.lease.owner if checkpoint.lease_is_live() and checkpoint.lease else None,
@@ -98,11 +102,9 @@ def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def _existing_store(url: str) -> CheckpointStore:
-    """Open a store that must already exist: status and reset never create one by a typo."""
-    location = parse_store_url(url)
-    if isinstance(location, SqliteLocation) and not location.path.exists():
-        raise ConfigError(f"no checkpoint store at {location.path}; check --state (sqlite:////absolute/path.db)")
-    return open_store(url)
+    """Open a store that must already exist: status and reset never create a store, a table or a
+    schema, so a typo or another program's database (pyiceberg's catalog) is refused, not written."""
+    return open_store(url, create=False)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -114,15 +116,19 @@ def cmd_status(args: argparse.Namespace) -> int:
             checkpoints = [checkpoint]
         else:
             checkpoints = [c for c in (store.load(s.consumer) for s in store.list_consumers()) if c is not None]
+    if not checkpoints:
+        print(f"checkpoint store {args.state} has no consumers yet; `icetail run` creates one", file=sys.stderr)
     reports = [status_of(c) for c in checkpoints]
     if args.json:
         print(json.dumps(reports, indent=2))
     else:
         for r in reports:
+            lag_seconds = r.get("lag_seconds")
             line = (
-                f"{r['consumer']}: {r['catalog']}.{r['table']} cursor {r['cursor_snapshot_id']} "
-                f"({r['cursor_committed_at']}), lag {r.get('lag_snapshots', '?')} snapshots / "
-                f"{r.get('lag_seconds', 0):.1f}s"
+                f"{r['consumer']}: {r['catalog']}.{r['table']} -> {r['sink'] or 'sink not recorded yet'}, "
+                f"cursor {_cursor_text(r['cursor_snapshot_id'], r['cursor_committed_at'])}, "
+                f"lag {r.get('lag_snapshots', '?')} snapshots / "
+                + ("?" if lag_seconds is None else f"{lag_seconds:.1f}s")
             )
             if "inflight" in r:
                 f = r["inflight"]
@@ -136,22 +142,38 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    mode = parse_start(args.to)
-    if mode.reads_full_snapshot:
+    if args.to is None and args.sink is None:
+        raise ConfigError("reset needs --to POSITION, --sink URL or both")
+    mode = None if args.to is None else parse_start(args.to, flag="--to")
+    if mode is not None and mode.reads_full_snapshot:
         raise ConfigError("--to full is not a position; use earliest, latest, snapshot:ID or timestamp:T")
+    sink = None if args.sink is None else normalize_sink_url(args.sink)
     with _existing_store(args.state) as store:
         checkpoint = store.load(args.consumer)
         if checkpoint is None:
             raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
-        table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
-        cursor = initial_cursor(table.metadata, StartMode(mode.kind, mode.snapshot_id, mode.timestamp_ms))
-        if checkpoint.inflight is not None:
-            store.abandon_batch(args.consumer, checkpoint.inflight.batch.batch_id)
-        store.reset_cursor(args.consumer, cursor)
-    print(
-        f"consumer {args.consumer}: cursor reset to {cursor.snapshot_id} ({_iso(cursor.timestamp_ms)})", file=sys.stderr
-    )
+        cursor = None
+        if mode is not None:
+            table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
+            cursor = initial_cursor(table.metadata, StartMode(mode.kind, mode.snapshot_id, mode.timestamp_ms))
+            if checkpoint.inflight is not None:
+                store.abandon_batch(args.consumer, checkpoint.inflight.batch.batch_id)
+            store.reset_cursor(args.consumer, cursor)
+        if sink is not None:
+            store.change_sink(args.consumer, sink)
+    if cursor is not None:
+        where = _cursor_text(cursor.snapshot_id, _iso(cursor.timestamp_ms))
+        print(f"consumer {args.consumer}: cursor reset to {where}", file=sys.stderr)
+    if sink is not None:
+        print(f"consumer {args.consumer}: delivers to {sink} from its cursor on", file=sys.stderr)
     return 0
+
+
+def _cursor_text(snapshot_id: int | None, committed_at: str | None) -> str:
+    """`123 (2026-01-01T00:00:00+00:00)`, or what a cursor before any snapshot means."""
+    if snapshot_id is None:
+        return "before the first snapshot (the next run starts with the table's first snapshot)"
+    return f"{snapshot_id} ({committed_at})"
 
 
 def _iso(timestamp_ms: int | None) -> str | None:
@@ -174,5 +196,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     reset = subparsers.add_parser("reset", help="move a consumer's cursor (refused while a run holds it)")
     reset.add_argument("--state", required=True)
     reset.add_argument("--consumer", required=True)
-    reset.add_argument("--to", required=True, help="earliest | latest | snapshot:ID | timestamp:ISO8601")
+    reset.add_argument("--to", default=None, help="earliest | latest | snapshot:ID | timestamp:ISO8601")
+    reset.add_argument(
+        "--sink", default=None, help="deliver to this sink from now on (the cursor stays unless --to is given)"
+    )
     reset.set_defaults(func=cmd_reset)

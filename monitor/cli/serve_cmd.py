@@ -18,8 +18,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = subparsers.add_parser("serve", help="follow tables forever: scheduler, metrics, health endpoints")
-    add_pipeline_arguments(serve, required=False)
-    serve.add_argument("--config", default=None, help="icetail.yaml with the same keys (a tables: list for several)")
+    add_pipeline_arguments(serve)
     serve.add_argument("--interval", default=None, help="poll period, e.g. 5s, 500ms, 1m (default 5s)")
     serve.add_argument("--metrics-host", default=None, help="default 0.0.0.0")
     serve.add_argument("--metrics-port", type=int, default=None, help="default 9464; /metrics /healthz /readyz")

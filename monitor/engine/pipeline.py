@@ -213,10 +213,27 @@ class Pipeline:
         self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         self._lease_renewed_at = time.monotonic()
         try:
+            self._check_sink()
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
         except BaseException:
             self._store.release_lease(self.consumer, self._owner)
             raise
+
+    def _check_sink(self) -> None:
+        """A consumer delivers to one sink: the first run records it, a later run must name the same.
+
+        Otherwise a changed --sink would quietly continue from the cursor, so the new sink would
+        miss everything before it and the old one everything after. A consumer from before
+        schema version 2 has no sink recorded; its next run records its sink (under the lease).
+        """
+        sink = self.sink_identity
+        recorded = self._store.record_sink(self.consumer, sink, owner=self._owner)
+        if recorded != sink:
+            raise ConfigError(
+                f"consumer {self.consumer!r} delivers to {recorded}, not {sink}; a consumer keeps one sink: "
+                f"run with --sink {recorded}, name another --consumer for the new sink, or move this one with "
+                f"`icetail reset --consumer {self.consumer} --sink {sink} --to earliest|latest|...`"
+            )
 
     def close(self) -> None:
         try:
@@ -234,6 +251,18 @@ class Pipeline:
     def request_stop(self) -> None:
         """Finish the chunk in progress, commit it, and return (the batch stays in flight)."""
         self._stop.set()
+
+    @property
+    def sink_identity(self) -> str:
+        """The sink as recorded per consumer: the normalized URL (as given, for an injected sink)."""
+        from icetail.reader.sinks.factory import normalize_sink_url
+
+        try:
+            return normalize_sink_url(self.config.sink_url)
+        except ConfigError:
+            if self._sink is None:
+                raise
+            return self.config.sink_url.strip()
 
     @property
     def sink(self) -> Sink:
@@ -326,7 +355,9 @@ class Pipeline:
         mode = parse_start(self.config.start)
         cursor = initial_cursor(table.metadata, mode)
         self._full_next = mode.reads_full_snapshot
-        return self._store.ensure_consumer(self.consumer, self.config.catalog, self.config.table, cursor)
+        return self._store.ensure_consumer(
+            self.consumer, self.config.catalog, self.config.table, cursor, self.sink_identity
+        )
 
     def _plan_next(self, table: Table, checkpoint: Checkpoint) -> ChangePlan | None:
         assert self._planner is not None
@@ -536,9 +567,11 @@ class Pipeline:
 
 
 # Test seam: while the file named by this variable exists, every committed chunk is followed by
-# a wait for a stop request, so a test can signal a batch that is certainly in progress
-# (tests/service/test_serve_process.py). Unset in production, where it costs one lookup a chunk.
+# a wait until a stop request or the file's removal, so a test can act on a batch that is
+# certainly in progress (tests/service/test_serve_process.py, tests/pipeline/test_run_cli.py).
+# Unset in production, where it costs one lookup a chunk.
 HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
+_HOLD_POLL_SECONDS = 0.05  # how soon a removed hold file is noticed; no outcome depends on it
 
 
 def _hold_for_test(stop: threading.Event) -> None:
@@ -553,7 +586,7 @@ def _hold_for_test(stop: threading.Event) -> None:
         return
     with open(path + ".held", "w", encoding="utf-8"):
         pass
-    while os.path.exists(path) and not stop.wait(0.05):
+    while os.path.exists(path) and not stop.wait(_HOLD_POLL_SECONDS):
         pass
 
 

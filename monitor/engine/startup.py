@@ -27,26 +27,31 @@ class StartMode:
         return self.kind == "full"
 
 
-def parse_start(text: str) -> StartMode:
-    """Parse `--start`; ConfigError naming the accepted forms."""
+ISO_EXAMPLE = "2026-01-31T12:00:00Z"
+
+
+def parse_start(text: str, flag: str = "--start") -> StartMode:
+    """Parse `--start` (or `reset --to`, named by `flag`); ConfigError naming the accepted forms."""
     if text in ("earliest", "latest", "full"):
         return StartMode(text)
     if text.startswith("snapshot:"):
         try:
             return StartMode("snapshot", snapshot_id=int(text.split(":", 1)[1]))
         except ValueError:
-            pass
+            raise ConfigError(f"{flag} {text!r}: the snapshot id must be an integer, e.g. snapshot:1234") from None
     if text.startswith("timestamp:"):
         raw = text.split(":", 1)[1]
         try:
             when = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError:
-            when = None
-        if when is not None:
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=datetime.timezone.utc)
-            return StartMode("timestamp", timestamp_ms=int(when.timestamp() * 1000))
-    raise ConfigError(f"--start {text!r} is not one of: {', '.join(START_MODES)}")
+            raise ConfigError(
+                f"{flag} {text!r}: {raw!r} is not an ISO 8601 time; write e.g. timestamp:{ISO_EXAMPLE} "
+                "(UTC when no offset is given)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        return StartMode("timestamp", timestamp_ms=int(when.timestamp() * 1000))
+    raise ConfigError(f"{flag} {text!r} is not one of: {', '.join(START_MODES)} (e.g. timestamp:{ISO_EXAMPLE})")
 
 
 def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,12 @@ PIPELINE_KEYS = {
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
 BOOL_KEYS = {"keep_carry_over", "protect_cursor"}
+DURATION_KEYS = {"interval", "shutdown_timeout"}
+LIST_KEYS = {"identifier_columns"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+DURATION_FORMS = "like 5s, 500ms, 2m or 1h"
 
 
 @dataclass(frozen=True)
@@ -51,11 +56,13 @@ class ServiceConfig:
 
 def parse_duration(text: str | float | int) -> float:
     """`5s`, `500ms`, `2m`, `1h` or a number of seconds."""
+    if isinstance(text, bool):
+        raise ConfigError(f"duration {text!r} is not {DURATION_FORMS}")
     if isinstance(text, int | float):
         return float(text)
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
     if not match:
-        raise ConfigError(f"duration {text!r} is not like 5s, 500ms, 2m or 1h")
+        raise ConfigError(f"duration {text!r} is not {DURATION_FORMS}")
     value, unit = float(match.group(1)), match.group(2) or "s"
     return value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
 
@@ -72,21 +79,55 @@ def _normalize(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _coerce(name: str, value: Any, where: str) -> Any:
+    """`value` of key `name` as its type; ConfigError naming `where` and the accepted values.
+
+    Every layer (file, environment, flag) is coerced on its own, so the message names the
+    source that holds the bad value. Nothing is guessed: `ture` is not false, `1.5` is not 1.
+    """
     if value is None:
         return None
-    try:
-        if name in INT_KEYS:
+    if name in INT_KEYS:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
             return int(value)
-        if name in BOOL_KEYS:
-            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-        if name == "identifier_columns":
-            return tuple(value) if isinstance(value, list | tuple) else tuple(c.strip() for c in str(value).split(","))
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{where}: {name} must be an integer, got {value!r}") from exc
+        raise ConfigError(f"{where}: {name} must be an integer, got {value!r}")
+    if name in BOOL_KEYS:
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower() if isinstance(value, str | int) else None
+        if word in TRUE_WORDS or word in FALSE_WORDS:
+            return word in TRUE_WORDS
+        raise ConfigError(
+            f"{where}: {name} must be true or false (also accepted: {'/'.join(TRUE_WORDS[1:])}, "
+            f"{'/'.join(FALSE_WORDS[1:])}), got {value!r}"
+        )
+    if name in DURATION_KEYS:
+        try:
+            return parse_duration(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {name} {exc}") from None
+    if name in LIST_KEYS:
+        items = value if isinstance(value, list | tuple) else str(value).split(",")
+        if not all(isinstance(c, str) for c in items):
+            raise ConfigError(f"{where}: {name} must be column names (a list or a,b), got {value!r}")
+        columns = tuple(c.strip() for c in items if c.strip())
+        if not columns:
+            raise ConfigError(f"{where}: {name} needs at least one column name, got {value!r}")
+        return columns
+    if name == "tables":
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {name} must be a string, got {value!r}; quote it")
     return value
 
 
+def _coerce_all(values: Mapping[str, Any], where: Callable[[str], str]) -> dict[str, Any]:
+    return {k: _coerce(k, v, where(k)) for k, v in values.items()}
+
+
 def load_file(path: str | None) -> dict[str, Any]:
+    """The config file's keys, normalized and coerced (a `tables:` entry is coerced later)."""
     if not path:
         return {}
     try:
@@ -94,40 +135,53 @@ def load_file(path: str | None) -> dict[str, Any]:
             raw = yaml.safe_load(stream) or {}
     except FileNotFoundError as exc:
         raise ConfigError(f"--config {path} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"--config {path} is a directory; name a YAML file") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of keys")
-    return _normalize(raw, path)
+    return _coerce_all(_normalize(raw, path), lambda key: path)
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     """ICETAIL_CATALOG, ICETAIL_TABLE, ICETAIL_STATE, ICETAIL_SINK, ICETAIL_INTERVAL, ..."""
     out: dict[str, Any] = {}
     for name in [*PIPELINE_KEYS, *SERVICE_KEYS]:
-        value = environ.get("ICETAIL_" + name.upper())
+        variable = "ICETAIL_" + name.upper()
+        value = environ.get(variable)
         if value is not None and value != "":
-            out[name] = value
+            out[name] = _coerce(name, value, variable)
     return out
 
 
 def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceConfig:
-    layered = load_file(getattr(args, "config", None))
+    """The one loader of `run` and `serve`: config file < ICETAIL_* environment < flags.
+
+    Each value is checked where it comes from, so a bad one is refused naming its source.
+    """
+    config_path = getattr(args, "config", None)
+    layered = load_file(config_path)
     layered.update(from_environment(os.environ if environ is None else environ))
     for name in SERVICE_KEYS:
         value = getattr(args, name, None)
         if value is not None:
-            layered[name] = value
+            layered[name] = _coerce(name, value, "--" + name.replace("_", "-"))
     tables = layered.pop("tables", None) or [{}]
     if not isinstance(tables, list):
         raise ConfigError("config key 'tables' must be a list of mappings")
     pipelines = []
-    top = {k: _coerce(k, v, "configuration") for k, v in layered.items() if k in PIPELINE_KEYS}
+    top = {k: v for k, v in layered.items() if k in PIPELINE_KEYS}
     for i, entry in enumerate(tables):
         if not isinstance(entry, dict):
             raise ConfigError(f"tables[{i}] must be a mapping")
-        where = f"tables[{i}]"
-        merged = {**top, **{k: _coerce(k, v, where) for k, v in _normalize(entry, where).items()}}
+        where = f"{config_path}: tables[{i}]" if config_path else f"tables[{i}]"
+        own = {}
+        for key, value in _normalize(entry, where).items():
+            if key not in PIPELINE_KEYS:
+                raise ConfigError(f"{where}: key {key!r} applies to the whole service; move it to the top level")
+            own[key] = _coerce(key, value, where)
+        merged = {**top, **own}
         base = {PIPELINE_KEYS[k]: v for k, v in merged.items() if k != "keep_carry_over"}
         if "keep_carry_over" in merged:
             base["carry_over_removal"] = not merged["keep_carry_over"]
@@ -135,27 +189,39 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     consumers = [p.consumer_id for p in pipelines]
     if len(set(consumers)) != len(consumers):
         raise ConfigError(f"two tables share a consumer id ({consumers}); give each a distinct consumer")
-    port = _coerce("metrics_port", layered.get("metrics_port", 9464), "configuration")
+    port = layered.get("metrics_port", 9464)
     if not 0 <= port <= 65535:
         raise ConfigError(f"metrics_port must be between 0 and 65535, got {port}")
-    max_failures = _coerce("max_failures", layered.get("max_failures", 5), "configuration")
+    max_failures = layered.get("max_failures", 5)
     if max_failures < 1:
         raise ConfigError(f"max_failures must be >= 1, got {max_failures}")
     log_level = str(layered.get("log_level", "INFO")).upper()
     if log_level not in LOG_LEVELS:
         raise ConfigError(f"log_level {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
-    interval = parse_duration(layered.get("interval", 5))
+    interval = layered.get("interval", 5.0)
     if interval <= 0:
-        raise ConfigError(f"interval must be positive, got {layered.get('interval')!r}")
+        raise ConfigError(f"interval must be positive, got {interval!r}")
     return ServiceConfig(
         pipelines=tuple(pipelines),
         interval_seconds=interval,
         metrics_host=str(layered.get("metrics_host", "0.0.0.0")),
         metrics_port=port,
         max_failures=max_failures,
-        shutdown_timeout_seconds=parse_duration(layered.get("shutdown_timeout", 30)),
+        shutdown_timeout_seconds=layered.get("shutdown_timeout", 30.0),
         log_level=log_level,
     )
+
+
+def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> PipelineConfig:
+    """`icetail run`'s one pipeline, read by the same loader as `serve` (service keys are checked too)."""
+    pipelines = build_service_config(args, environ).pipelines
+    if len(pipelines) != 1:
+        consumers = ", ".join(p.consumer_id for p in pipelines)
+        raise ConfigError(
+            f"`icetail run` follows one table, but the configuration lists {len(pipelines)} ({consumers}); "
+            "use `icetail serve` for several, or a config file with one table"
+        )
+    return pipelines[0]
 
 
 def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> PipelineConfig:

@@ -10,11 +10,18 @@ Accepted forms (see docs/sinks.md):
 
 PATH is everything after `scheme://`, taken literally: a leading `/` makes it absolute
 (`parquet:///data/changes` is `/data/changes`), anything else is relative to the working
-directory (`parquet://out/changes` is `./out/changes`).
+directory (`parquet://out/changes` is `./out/changes`). The file sinks write to the local
+filesystem only: a PATH that is itself a URL (`parquet://s3://bucket/x`) or starts with `~`
+(not expanded) is refused rather than written to a local folder of that name.
+
+`parse_sink_url` checks a URL without side effects; `normalize_sink_url` gives the form a
+consumer's sink is recorded and compared in.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -37,6 +44,8 @@ ACCEPTED_FORMS = (
     "-",
     "stdout:",
 )
+_URL_AT_START = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
+_URL_INSIDE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 @dataclass(frozen=True)
@@ -44,18 +53,24 @@ class SinkTarget:
     """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
     scheme: str  # parquet | parquet+STORE (an object store: s3, gs, abfs) | jsonl | iceberg | stdout
-    path: str | None = None
+    path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
     identifier: str | None = None
+
+
+def remote_scheme(path: str) -> str | None:
+    """The scheme if `path` holds a URL (`s3://b/x`, `/s3://b/x` -> `s3`) rather than a local path."""
+    match = _URL_AT_START.match(path) or _URL_INSIDE.search(path)
+    return match.group(1) if match else None
 
 
 def parse_sink_url(url: str) -> SinkTarget:
     """The target `url` names, with no side effect (nothing is created, opened or removed).
 
     A URL that cannot be used raises ConfigError naming it and the accepted forms. The pipeline
-    checks a URL with this before it takes the consumer's lease, and opens the sink only once it
-    holds the lease: opening a sink may clear the consumer's staged leftovers, which belong to
-    whichever run holds the lease.
+    checks a URL with this before it touches the state, and opens the sink only once it holds
+    the consumer's lease: opening a sink may clear the consumer's staged leftovers, which belong
+    to whichever run holds the lease.
     """
     text = url.strip()
     if text in ("-", "stdout:"):
@@ -65,20 +80,31 @@ def parse_sink_url(url: str) -> SinkTarget:
     if not sep:
         raise _bad(url, "it has no scheme")
     if scheme in ("parquet", "jsonl"):
-        return SinkTarget(scheme, path=_path(url, rest))
+        return SinkTarget(scheme, path=_local_path(url, rest))
     if scheme.startswith("parquet+"):
         store = scheme.removeprefix("parquet+")
         if store not in OBJECT_SCHEMES:
             raise _bad(url, f"unknown object store {store!r} (one of {', '.join(OBJECT_SCHEMES)})")
         return SinkTarget(scheme, path=_path(url, rest).strip("/"))
     if scheme == "iceberg":
-        catalog, slash, identifier = rest.partition("/")
-        if not catalog or not slash:
-            raise _bad(url, "it names no catalog")
-        if "/" in identifier or "." not in identifier or any(not part for part in identifier.split(".")):
-            raise _bad(url, "the table must be written as NAMESPACE.TABLE after the catalog")
+        catalog, identifier = _iceberg_target(url, rest)
         return SinkTarget(scheme, catalog=catalog, identifier=identifier)
     raise _bad(url, f"unknown scheme {scheme!r}")
+
+
+def normalize_sink_url(url: str) -> str:
+    """One spelling per sink: file paths absolute (relative ones against the working directory),
+    stdout as `stdout:`, the scheme lower case. Two URLs naming the same sink normalize equal.
+    ConfigError for a URL `open_sink` would refuse."""
+    target = parse_sink_url(url)
+    if target.scheme == "stdout":
+        return "stdout:"
+    if target.scheme in ("parquet", "jsonl"):
+        assert target.path is not None
+        return f"{target.scheme}://{os.path.normpath(os.path.abspath(target.path))}"
+    if target.scheme.startswith("parquet+"):
+        return f"{target.scheme}://{target.path}"
+    return f"iceberg://{target.catalog}/{target.identifier}"
 
 
 def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Sink:
@@ -105,12 +131,41 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
     return StdoutSink()
 
 
+def _iceberg_target(url: str, rest: str) -> tuple[str, str]:
+    remote = remote_scheme(rest)
+    if remote is not None:
+        raise _bad(url, f"an iceberg sink names a catalog and a table, not a {remote}:// location")
+    catalog, slash, identifier = rest.partition("/")
+    if not catalog or not slash:
+        raise _bad(url, "it names no catalog")
+    if "/" in identifier or "." not in identifier or any(not part for part in identifier.split(".")):
+        raise _bad(url, "the table must be written as NAMESPACE.TABLE after the catalog")
+    if "?" in identifier or "#" in identifier:
+        raise _bad(url, "an iceberg sink URL takes no query or fragment")
+    return catalog, identifier
+
+
 def _path(url: str, rest: str) -> str:
     if not rest or rest == "/":
         raise _bad(url, "it names no path")
     if "?" in rest or "#" in rest:
         raise _bad(url, "paths take no query or fragment")
     return rest
+
+
+def _local_path(url: str, rest: str) -> str:
+    """A parquet:// or jsonl:// path: local only, so a URL in it is refused, not made a folder."""
+    path = _path(url, rest)
+    remote = remote_scheme(path)
+    if remote is not None:
+        raise ConfigError(
+            f"sink URL {url!r} points at {remote}://, but parquet:// and jsonl:// sinks write to the "
+            "local filesystem only; for object storage use parquet+s3://BUCKET/PREFIX (also gs, abfs) "
+            "or iceberg://CATALOG/NS.TABLE, or write to a mounted path (parquet:///mnt/bucket/changes)"
+        )
+    if path.startswith("~"):
+        raise _bad(url, "~ is not expanded; write the absolute path")
+    return path
 
 
 def _bad(url: str, reason: str) -> ConfigError:

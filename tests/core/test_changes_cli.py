@@ -111,3 +111,13 @@ def test_missing_data_file_leaves_no_output(small_table: SmallTable, spark: Any,
 def test_bad_output_suffix(small_table: SmallTable, capsys: Any, tmp_path: Any) -> None:
     code, _, err = _run(capsys, "changes", "--catalog", "core", "--table", "ns.t", "--output", str(tmp_path / "x.csv"))
     assert code == 2 and "must end in .parquet or .jsonl" in err
+
+
+def test_remote_output_url_is_refused_not_written_to_a_local_folder(
+    small_table: SmallTable, capsys: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(capsys, "changes", "--catalog", "core", "--table", "ns.t", "--output", "s3://b/x.parquet")
+    assert (code, out, len(err.splitlines())) == (2, "", 1), err
+    assert "s3:// URL" in err and "local file only" in err
+    assert not os.path.exists(tmp_path / "s3:")

@@ -230,6 +230,22 @@ def test_configmap_holds_icetail_and_pyiceberg_config(objects: dict[tuple[str, s
     assert len(pairs) == len(set(pairs))
 
 
+def test_configmap_passes_the_loader_of_run_and_serve(
+    objects: dict[tuple[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """The shipped icetail.yaml read as `serve --config` reads it: typed values, every sink usable."""
+    cli = pytest.importorskip("icetail.monitor.cli.main")
+    from icetail.monitor.service.config import build_service_config
+    from icetail.reader.sinks.factory import normalize_sink_url
+
+    path = tmp_path / "icetail.yaml"
+    path.write_text(objects[("ConfigMap", "icetail-config")]["data"]["icetail.yaml"])
+    config = build_service_config(cli.build_parser().parse_args(["serve", "--config", str(path)]), environ={})
+    assert config.pipelines and config.metrics_port == METRICS_PORT
+    for pipeline in config.pipelines:
+        assert normalize_sink_url(pipeline.sink_url)
+
+
 def test_postgres_secret_is_a_valid_store_url(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
     secret = objects[("Secret", "icetail-state-postgres")]
     urls = store_urls()

@@ -32,19 +32,24 @@ from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
 from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.state.errors import ConfigError
 from icetail.state.store import open_store
 from tests.pipeline.conftest import (
     BASE_SCHEMA,
+    PG_URL,
     CrashingSink,
     LocalCatalog,
     SimulatedCrash,
     catalogs_in_process,
     child_env,
     diff_report,
+    drop_state,
     icetail_command,
     kill_group,
     make_rows,
     new_catalog,
+    new_state_url,
+    pg_unavailable,
     read_parquet_sink,
     row_multiset,
     run_icetail,
@@ -139,6 +144,13 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], status: int,
     return lines[0]
 
 
+def move_sink(capsys: pytest.CaptureFixture[str], state: str, consumer: str, sink: Path) -> None:
+    """`icetail reset --sink`: a consumer keeps one sink, so a test that reads each run's rows
+    from its own folder moves the consumer there first, as an operator would."""
+    code, _, err = icetail_here(capsys, "reset", "--state", state, "--consumer", consumer, "--sink", f"parquet://{sink}")
+    assert code == 0, err
+
+
 def status_here(capsys: pytest.CaptureFixture[str], state: str, *args: str) -> Any:
     code, out, err = icetail_here(capsys, "status", "--state", state, "--json", *args)
     assert code == 0, err
@@ -178,7 +190,17 @@ BAD_RUNS: list[Any] = [
     pytest.param(["--table", "ns.nosuch"], ("ns.nosuch",), id="unknown-table"),
     pytest.param(["--table", "nosuch"], ("NAMESPACE.TABLE",), id="table-without-namespace"),
     pytest.param(["--start", "yesterday", "--consumer", "fresh"], ("yesterday", "earliest"), id="bad-start"),
-    pytest.param(["--start", "timestamp:noon", "--consumer", "fresh"], ("timestamp:noon",), id="bad-start-timestamp"),
+    pytest.param(
+        ["--start", "timestamp:yesterday", "--consumer", "fresh"],
+        ("timestamp:yesterday", "ISO 8601", "timestamp:2026-01-31T12:00:00Z"),
+        id="bad-start-timestamp",
+    ),
+    pytest.param(["--catalog", "nosuch", "--consumer", "fresh"], ("'nosuch' is not configured",), id="new-catalog"),
+    pytest.param(["--sink", "parquet://s3://bucket/changes"], ("s3://", "local filesystem only"), id="sink-s3"),
+    pytest.param(["--sink", "jsonl://gs://bucket/c.jsonl"], ("gs://", "local filesystem only"), id="sink-jsonl-gs"),
+    pytest.param(["--sink", "iceberg://s3://bucket/t"], ("s3://", "catalog and a table"), id="sink-iceberg-s3"),
+    pytest.param(["--sink", "parquet://~/changes"], ("~ is not expanded",), id="sink-tilde"),
+    pytest.param(["--state", "sqlite:///~/state.db"], ("~ is not expanded",), id="state-tilde"),
     pytest.param(["--start", "snapshot:12345", "--consumer", "fresh"], ("12345",), id="start-snapshot-unknown"),
     pytest.param(["--chunk-rows", "0"], ("--chunk-rows",), id="chunk-rows-0"),
     pytest.param(["--max-snapshots-per-batch", "0"], ("--max-snapshots-per-batch",), id="max-snapshots-0"),
@@ -218,10 +240,12 @@ def base_state(seeded_state: str, tmp_path: Path) -> str:
 @pytest.mark.parametrize(("flags", "fragments"), BAD_RUNS)
 def test_run_bad_input(env: Env, base_state: str, tmp_path: Path, flags: list[str], fragments: tuple[str, ...]) -> None:
     before = dump_state(base_state)
-    result = run_icetail(with_flags(run_args(base_state, tmp_path / "sink", "base"), flags), env.child)
-    assert_one_line_error(result, 2, *fragments)
+    result = run_icetail(with_flags(run_args(base_state, tmp_path / "sink", "base"), flags), env.child, cwd=tmp_path)
+    line = assert_one_line_error(result, 2, *fragments)
+    assert "--uri" not in line  # pyiceberg's advice names a flag of its own CLI, not ours
     assert dump_state(base_state) == before
     assert read_parquet_sink(tmp_path / "sink") is None
+    assert {p.name for p in tmp_path.iterdir()} <= {"base-state.db", "sink"}  # no ./s3:/bucket or ./~ folder
 
 
 BAD_SINKS = [
@@ -261,7 +285,11 @@ BAD_OTHER: list[Any] = [
         id="reset-bad-state-url",
     ),  # fmt: skip
     pytest.param(["reset", "--consumer", "nobody", "--to", "latest"], ("nobody",), id="reset-unknown-consumer"),
-    pytest.param(["reset", "--consumer", "base", "--to", "yesterday"], ("yesterday",), id="reset-bad-to"),
+    pytest.param(["reset", "--consumer", "base", "--to", "yesterday"], ("--to 'yesterday'",), id="reset-bad-to"),
+    pytest.param(["reset", "--consumer", "base"], ("--to", "--sink"), id="reset-without-to-or-sink"),
+    pytest.param(
+        ["reset", "--consumer", "base", "--sink", "parquet://s3://b/c"], ("s3://",), id="reset-to-a-remote-sink"
+    ),
     pytest.param(["reset", "--consumer", "base", "--to", "full"], ("full",), id="reset-to-full"),
     pytest.param(["reset", "--consumer", "base", "--to", "snapshot:12345"], ("12345",), id="reset-unknown-snapshot"),
 ]
@@ -292,6 +320,211 @@ def test_run_naming_an_existing_consumer_of_another_table_is_refused(env: Env, b
 
 
 # --------------------------------------------------------------------------------------------
+# No silent misconfiguration: the sink per consumer, stores that are not icetail's, config values
+# --------------------------------------------------------------------------------------------
+
+
+def recorded_sink(state: str, consumer: str) -> str | None:
+    with open_store(state) as store:
+        checkpoint = store.load(consumer)
+    assert checkpoint is not None
+    return checkpoint.sink
+
+
+def test_run_with_another_sink_for_an_existing_consumer_is_refused(env: Env, base_state: str, tmp_path: Path) -> None:
+    """Consumer `base` delivered S1-S2 to its sink; a run naming another sink would start the new
+    one at S3 and leave the old one stopped at S2, both silently incomplete."""
+    recorded = recorded_sink(base_state, "base")
+    assert recorded is not None and recorded.startswith("parquet:///")
+    before = dump_state(base_state)
+    result = run_icetail(run_args(base_state, tmp_path / "other", "base"), env.child)
+    assert_one_line_error(
+        result, 2, f"delivers to {recorded}, not parquet://{tmp_path / 'other'}", "--consumer", "icetail reset"
+    )
+    assert dump_state(base_state) == before
+    assert not (tmp_path / "other").exists() or read_parquet_sink(tmp_path / "other") is None
+
+
+def test_the_same_sink_spelled_another_way_is_the_same_sink(
+    env: Env, base_state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path, `..` segments and a trailing slash name the recorded folder: accepted."""
+    recorded = recorded_sink(base_state, "base")
+    assert recorded is not None
+    folder = Path(recorded.removeprefix("parquet://"))
+    monkeypatch.chdir(folder.parent)
+    for spelling in (f"parquet://{folder.name}", f"parquet://{folder}/../{folder.name}/", f"PARQUET://{folder}"):
+        config = PipelineConfig(CATALOG, SHARED, base_state, spelling, consumer="base")
+        with catalogs_in_process(env.catalog), Pipeline(config) as pipeline:
+            assert pipeline.sink_identity == recorded
+    assert recorded_sink(base_state, "base") == recorded
+
+
+def test_a_consumer_from_before_the_sink_was_recorded_records_it_on_its_next_run(
+    env: Env, base_state: str, tmp_path: Path
+) -> None:
+    """Stores written before schema version 2 have no sink per consumer: the next run records its
+    own (it cannot know the old one) instead of refusing, and from then on the rule holds."""
+    path = base_state.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE icetail_consumers SET sink_url = NULL")
+    conn.close()
+    config = PipelineConfig(CATALOG, SHARED, base_state, f"parquet://{tmp_path}/sink", consumer="base")
+    with catalogs_in_process(env.catalog), Pipeline(config):
+        pass
+    assert recorded_sink(base_state, "base") == f"parquet://{tmp_path}/sink"
+    result = run_icetail(run_args(base_state, tmp_path / "elsewhere", "base"), env.child)
+    assert_one_line_error(result, 2, f"delivers to parquet://{tmp_path}/sink")
+
+
+def test_reset_sink_moves_a_consumer_and_says_so(
+    env: Env, base_state: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = dump_state(base_state)
+    code, out, err = icetail_here(
+        capsys, "reset", "--state", base_state, "--consumer", "base", "--sink", f"parquet://{tmp_path}/moved"
+    )
+    assert (code, out) == (0, ""), err
+    assert err == f"consumer base: delivers to parquet://{tmp_path}/moved from its cursor on\n"
+    after = dump_state(base_state)
+    assert [c.cursor for c, _ in after] == [c.cursor for c, _ in before]  # the cursor stays without --to
+    assert recorded_sink(base_state, "base") == f"parquet://{tmp_path}/moved"
+    config = PipelineConfig(CATALOG, SHARED, base_state, f"parquet://{tmp_path}/moved", consumer="base")
+    with catalogs_in_process(env.catalog), Pipeline(config):
+        pass  # the new sink is accepted
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["status", "--consumer", "base"], ["reset", "--consumer", "base", "--to", "earliest"]],
+    ids=["status", "status-consumer", "reset"],
+)
+def test_status_and_reset_refuse_pyicebergs_catalog_database_and_leave_it_alone(
+    env: Env, tmp_path: Path, args: list[str]
+) -> None:
+    """`--state sqlite:///catalog.db` (the catalog's database, a natural mix-up) must not get icetail's tables."""
+    catalog_db = tmp_path / "catalog.db"
+    with sqlite3.connect(env.catalog.root / "catalog.db") as src, sqlite3.connect(catalog_db) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    before = _digest(catalog_db)
+    result = run_icetail([args[0], "--state", f"sqlite:///{catalog_db}", *args[1:]], env.child)
+    assert_one_line_error(result, 2, f"sqlite:///{catalog_db} holds no icetail state", "check --state")
+    assert _digest(catalog_db) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.db"]
+
+
+@pytest.mark.parametrize("command", ["status", "reset"])
+def test_status_and_reset_refuse_a_postgres_schema_without_icetail_and_create_nothing(
+    env: Env, command: str
+) -> None:
+    why = pg_unavailable()
+    if why:
+        pytest.skip(why)
+    import psycopg
+
+    state = new_state_url("postgresql", Path("."))
+    schema = state.split("?schema=")[1]
+    args = [command, "--state", state] + (["--consumer", "base", "--to", "latest"] if command == "reset" else [])
+    try:
+        result = run_icetail(args, env.child)
+        assert_one_line_error(result, 2, "holds no icetail state")
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            found = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,))
+            assert found.fetchall() == []
+    finally:
+        drop_state(state)
+
+
+def test_reset_to_earliest_says_what_the_cursor_means(
+    env: Env, base_state: str, in_process: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = icetail_here(capsys, "reset", "--state", base_state, "--consumer", "base", "--to", "earliest")
+    assert (code, out) == (0, ""), err
+    assert "None" not in err
+    assert err == "consumer base: cursor reset to before the first snapshot (the next run starts with the table's " \
+        "first snapshot)\n"
+
+
+def test_status_of_a_store_without_consumers_says_so(env: Env, tmp_path: Path) -> None:
+    state = f"sqlite:///{tmp_path}/state.db"
+    open_store(state).close()
+    result = run_icetail(["status", "--state", state], env.child)
+    assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    assert result.stderr == f"checkpoint store {state} has no consumers yet; `icetail run` creates one\n"
+    as_json = run_icetail(["status", "--state", state, "--json"], env.child)
+    assert json.loads(as_json.stdout) == []
+
+
+BAD_ENVIRONMENT: list[Any] = [
+    pytest.param(
+        {"ICETAIL_PROTECT_CURSOR": "ture"},
+        ("ICETAIL_PROTECT_CURSOR", "must be true or false", "'ture'"),
+        id="bool",
+    ),
+    pytest.param({"ICETAIL_KEEP_CARRY_OVER": "maybe"}, ("ICETAIL_KEEP_CARRY_OVER", "true or false"), id="bool2"),
+    pytest.param({"ICETAIL_CHUNK_ROWS": "1.5"}, ("ICETAIL_CHUNK_ROWS", "must be an integer"), id="int"),
+    pytest.param({"ICETAIL_INTERVAL": "fast"}, ("ICETAIL_INTERVAL", "5s, 500ms"), id="duration"),
+]
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+@pytest.mark.parametrize(("variables", "fragments"), BAD_ENVIRONMENT)
+def test_run_and_serve_refuse_a_bad_value_in_the_environment(
+    env: Env, base_state: str, tmp_path: Path, command: str, variables: dict[str, str], fragments: tuple[str, ...]
+) -> None:
+    """Both commands read the same sources the same way: a typo is refused, never read as false."""
+    args = run_args(base_state, tmp_path / "sink", "base")
+    args[0] = command
+    if command == "serve":
+        args += ["--metrics-host", "127.0.0.1", "--metrics-port", "0"]
+    before = dump_state(base_state)
+    assert_one_line_error(run_icetail(args, {**env.child, **variables}), 2, *fragments)
+    assert dump_state(base_state) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ("protect_cursor: ture\n", ("icetail.yaml: protect_cursor must be true or false",)),
+        ("chunk_rows: 1.5\n", ("icetail.yaml: chunk_rows must be an integer",)),
+        ("chunk_rows: true\n", ("chunk_rows must be an integer",)),
+        ("consumer: 42\n", ("consumer must be a string",)),
+        ("tables: [{table: ns.a}, {table: ns.b}]\n", ("follows one table", "icetail serve")),
+    ],
+    ids=["bool", "float-for-int", "bool-for-int", "int-for-string", "two-tables"],
+)
+def test_run_config_file_values_are_checked(
+    env: Env, base_state: str, tmp_path: Path, content: str, fragments: tuple[str, ...]
+) -> None:
+    config = tmp_path / "icetail.yaml"
+    config.write_text(f"catalog: {CATALOG}\ntable: {SHARED}\nstate: {base_state}\nsink: '-'\n" + content)
+    before = dump_state(base_state)
+    result = run_icetail(["run", "--config", str(config)], env.child)
+    assert_one_line_error(result, 2, *fragments)
+    assert dump_state(base_state) == before
+
+
+def test_run_reads_its_configuration_from_a_file_and_the_environment(
+    env: Env, base_state: str, tmp_path: Path
+) -> None:
+    """`icetail run --config` with the sink from ICETAIL_SINK: the refusal quotes the layered values."""
+    config = tmp_path / "icetail.yaml"
+    config.write_text(f"catalog: {CATALOG}\ntable: {SHARED}\nstate: {base_state}\nconsumer: base\n")
+    result = run_icetail(["run", "--config", str(config)], {**env.child, "ICETAIL_SINK": f"parquet://{tmp_path}/e"})
+    assert_one_line_error(result, 2, f"not parquet://{tmp_path}/e")  # the layered sink reached the pipeline
+    missing = run_icetail(["run", "--catalog", CATALOG], env.child)
+    assert_one_line_error(missing, 2, "missing --table, --state, --sink", "--config", "ICETAIL_")
+
+
+# --------------------------------------------------------------------------------------------
 # Missing cursor: expired snapshot, rollback
 # --------------------------------------------------------------------------------------------
 
@@ -309,6 +542,7 @@ def test_expired_cursor_fails_naming_it_and_latest_recovers(
     table = env.catalog.load("ns.expiring")
     assert table.metadata.snapshot_by_id(ids[1]) is None
 
+    move_sink(capsys, state, "exp", tmp_path / "sink1")
     before = dump_state(state)
     failed = run_icetail(run_args(state, tmp_path / "sink1", "exp", "ns.expiring"), env.child)
     line = assert_one_line_error(failed, 2, str(ids[1]), "expired", "--on-missing-cursor")
@@ -327,6 +561,7 @@ def test_expired_cursor_fails_naming_it_and_latest_recovers(
 
     table.append(make_rows(BASE_SCHEMA, range(100, 104)))
     table = env.catalog.load("ns.expiring")
+    move_sink(capsys, state, "exp", tmp_path / "sink2")
     code, _, err = icetail_here(capsys, *run_args(state, tmp_path / "sink2", "exp", "ns.expiring"))
     assert code == 0, err
     assert_sink_holds(tmp_path / "sink2", read_changes(table, ids[-1]))
@@ -340,6 +575,7 @@ def test_rolled_back_cursor_fails_naming_it(
     code, _, err = icetail_here(capsys, *run_args(state, tmp_path / "sink0", "rb", "ns.rolled"))
     assert code == 0, err
     table.manage_snapshots().rollback_to_snapshot(ids[1]).commit()
+    move_sink(capsys, state, "rb", tmp_path / "sink1")
     before = dump_state(state)
     failed = run_icetail(run_args(state, tmp_path / "sink1", "rb", "ns.rolled"), env.child)
     line = assert_one_line_error(failed, 2, str(ids[-1]), "rollback")
@@ -388,6 +624,7 @@ def test_on_missing_cursor_full_delivers_the_current_snapshot(
     assert code == 0, err
     table.maintenance.expire_snapshots().by_id(ids[1]).commit()
     table = env.catalog.load(ident)
+    move_sink(capsys, state, "fp", tmp_path / "sink1")
     args = run_args(state, tmp_path / "sink1", "fp", ident, "--on-missing-cursor", "full")
     if crash:
         config = PipelineConfig(CATALOG, ident, state, f"parquet://{tmp_path}/sink1", consumer="fp",
@@ -405,6 +642,8 @@ def test_on_missing_cursor_full_delivers_the_current_snapshot(
 
 
 def test_second_run_of_a_consumer_refuses_while_the_first_holds_the_lease(env: Env, tmp_path: Path) -> None:
+    """The first run holds after its first chunk until the hold file is removed (a test seam), so
+    the second run, reset and status certainly meet it in progress, however fast the machine."""
     state = f"sqlite:///{tmp_path}/state.db"
     sink = tmp_path / "sink"
     args = run_args(state, sink, "pair", SHARED, "--chunk-rows", "3")
@@ -447,7 +686,7 @@ def _wait_for_file(path: Path, proc: subprocess.Popen[Any], *, timeout: float) -
 
 
 def _lease_owner(state: str, consumer: str) -> str:
-    with open_store(state) as store:
+    with open_store(state, create=False) as store:
         checkpoint = store.load(consumer)
     assert checkpoint is not None and checkpoint.lease is not None and checkpoint.lease_is_live()
     return checkpoint.lease.owner
@@ -460,8 +699,10 @@ def _wait_for_lease(state: str, consumer: str, proc: subprocess.Popen[Any], *, t
         while time.monotonic() < deadline:
             assert proc.poll() is None, "the first run ended before taking its lease"
             if store is None and Path(state.removeprefix("sqlite:///")).exists():
-                time.sleep(0.2)  # let the child finish creating the store before this process opens it
-                store = open_store(state)
+                try:  # never create: the child may not have made its tables yet; poll again then
+                    store = open_store(state, create=False)
+                except ConfigError:
+                    pass
             checkpoint = store.load(consumer) if store is not None else None
             if checkpoint is not None and checkpoint.lease_is_live() and checkpoint.lease is not None:
                 return checkpoint.lease.owner
@@ -534,7 +775,8 @@ def test_status_shows_cursor_lag_and_the_batch_in_flight(
 
     text = run_icetail(["status", "--state", state], env.child)  # one real process, the rest in this one
     assert text.returncode == 0, text.stderr
-    assert f"st: {CATALOG}.{SHARED} cursor {ids[1]}" in text.stdout and "lag 3 snapshots" in text.stdout, text.stdout
+    expected = f"st: {CATALOG}.{SHARED} -> parquet://{tmp_path / 'sink'}, cursor {ids[1]}"
+    assert expected in text.stdout and "lag 3 snapshots" in text.stdout, text.stdout
     report = status_here(capsys, state, "--consumer", "st")
     assert len(report) == 1
     assert report[0]["cursor_snapshot_id"] == ids[1]
@@ -542,6 +784,7 @@ def test_status_shows_cursor_lag_and_the_batch_in_flight(
     assert report[0]["lag_snapshots"] == 3
     assert report[0]["lag_seconds"] > 0
     assert report[0]["lease_owner"] is None and "inflight" not in report[0]
+    assert report[0]["sink"] == f"parquet://{tmp_path / 'sink'}"
 
     # a run that dies in its first sink write leaves the next batch in flight
     config = PipelineConfig(CATALOG, SHARED, state, f"parquet://{tmp_path}/sink", consumer="st")
@@ -576,13 +819,17 @@ def test_reset_rewinds_and_the_next_run_delivers_again_from_there(
     ):
         with open_store(state) as store:
             generation = store.load("rs").generation  # type: ignore[union-attr]
-        code, _, err = icetail_here(capsys, "reset", "--state", state, "--consumer", "rs", "--to", to)
-        assert code == 0 and err.splitlines() == [err.strip()] and f"cursor reset to {cursor}" in err, err
+        sink = tmp_path / f"sink{n}"  # each run's rows in their own folder: reset moves the consumer there
+        code, _, err = icetail_here(
+            capsys, "reset", "--state", state, "--consumer", "rs", "--to", to, "--sink", f"parquet://{sink}"
+        )
+        where = "before the first snapshot (the next run" if cursor is None else f"{cursor} ("
+        assert code == 0 and err.splitlines()[0].startswith(f"consumer rs: cursor reset to {where}"), err
+        assert err.splitlines()[1] == f"consumer rs: delivers to parquet://{sink} from its cursor on", err
         with open_store(state) as store:
             checkpoint = store.load("rs")
         assert checkpoint is not None and checkpoint.cursor.snapshot_id == cursor
-        assert checkpoint.generation == generation + 1
-        sink = tmp_path / f"sink{n}"
+        assert checkpoint.generation == generation + 1 and checkpoint.sink == f"parquet://{sink}"
         code, _, err = icetail_here(capsys, *run_args(state, sink, "rs"))
         assert code == 0, err
         if expected_from == ids[-1]:
@@ -600,8 +847,8 @@ def test_reset_abandons_a_batch_in_flight(
     crashing = CrashingSink(ParquetDirSink(tmp_path / "sink", consumer="ab"), 2, after_write=False)
     with pytest.raises(SimulatedCrash), Pipeline(config, sink=crashing) as pipeline:
         pipeline.run()
-    reset = run_icetail(["reset", "--state", state, "--consumer", "ab", "--to", f"snapshot:{env.shared_ids[1]}"],
-                        env.child)  # fmt: skip
+    reset = run_icetail(["reset", "--state", state, "--consumer", "ab", "--to", f"snapshot:{env.shared_ids[1]}",
+                         "--sink", f"parquet://{tmp_path / 'sink2'}"], env.child)  # fmt: skip
     assert reset.returncode == 0, reset.stderr
     with open_store(state) as store:
         checkpoint = store.load("ab")
@@ -672,6 +919,7 @@ def test_start_full_delivers_the_current_rows_then_changes(
 
     table.append(make_rows(BASE_SCHEMA, range(60, 64)))
     table = env.catalog.load("ns.full")
+    move_sink(capsys, state, "fl", tmp_path / "sink2")
     code, _, err = icetail_here(capsys, *run_args(state, tmp_path / "sink2", "fl", "ns.full", "--start", "full"))
     assert code == 0, err
     later = read_changes(table, ids[-1])  # ordinal 0 there; in the consumer's stream it follows the full scan

@@ -242,9 +242,7 @@ def test_serve_lifecycle_delivery_metrics_logs_sigterm_restart_and_failures(
 
     big_batch = wait_until(first_big_chunk, timeout=CATCH_UP_SECONDS, interval=0.01, what="first chunk", child=serve)
     serve.signal(signal.SIGTERM)
-    started = time.monotonic()
-    assert serve.wait(EXIT_SECONDS) == 0, serve.diagnostics()
-    assert time.monotonic() - started < EXIT_SECONDS
+    assert serve.wait(EXIT_SECONDS) == 0, serve.diagnostics()  # a bound against hanging, not a measurement
     # the JVM goes with it: nothing of the process group is left behind
     wait_until(lambda: not serve.group_alive(), timeout=EXIT_SECONDS, what="the JVM of serve1 to exit")
 
@@ -291,8 +289,10 @@ def assert_fails_with_backoff(serve: Serve, max_failures: int) -> None:
         seen.append(value)
         time.sleep(0.1)
     assert serve.wait(EXIT_SECONDS) == 1, serve.diagnostics()
-    # the counter only grows and was seen counting the retries (the last one precedes the exit)
-    assert seen == sorted(seen) and set(range(1, max_failures)) <= set(seen), seen
+    # the counter only grows and never passes the failures logged. Which values a 0.1 s poll
+    # catches depends on the machine's load, so none is required (that was a race); the count per
+    # failure is checked deterministically in tests/service/test_metrics_http.py, the retries below.
+    assert seen == sorted(seen) and set(seen) <= set(range(max_failures + 1)), seen
 
     log = serve.events()
     failed = [e for e in log if e.get("msg") == "cycle failed"]

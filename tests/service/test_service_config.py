@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from icetail.monitor.cli.main import build_parser
-from icetail.monitor.service.config import ServiceConfig, build_service_config, parse_duration
+from icetail.monitor.service.config import ServiceConfig, build_service_config, parse_duration, run_config
 from icetail.state.errors import ConfigError
 from tests.service.conftest import ICETAIL, child_env, free_port
 
@@ -320,3 +320,66 @@ def test_serve_on_a_port_in_use_exits_2_naming_it(tmp_path: Path) -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"icetail: error: cannot serve metrics on 127.0.0.1:{port}") and "--metrics-port" in last
     assert "unexpected error" not in done.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# typed values: nothing guessed, the source named; `run` reads the same sources as `serve`
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("word", ["true", "True", "yes", "on", "1", "false", "no", "OFF", "0"])
+def test_booleans_accept_the_usual_words(tmp_path: Path, word: str) -> None:
+    (pipeline,) = build(tmp_path, BASE, ICETAIL_PROTECT_CURSOR=word).pipelines
+    assert pipeline.protect_cursor is (word.lower() in ("true", "yes", "on", "1"))
+
+
+def test_a_bad_boolean_is_refused_naming_its_source_and_the_accepted_values(tmp_path: Path) -> None:
+    message = config_error(tmp_path, BASE, ICETAIL_PROTECT_CURSOR="ture")
+    assert message == (
+        "ICETAIL_PROTECT_CURSOR: protect_cursor must be true or false (also accepted: yes/on/1, no/off/0), got 'ture'"
+    )
+    from_file = config_error(tmp_path, {**BASE, "keep-carry-over": "nope"})
+    assert from_file.startswith(f"{tmp_path / 'icetail.yaml'}: keep_carry_over must be true or false")
+    in_table = config_error(tmp_path, {**BASE, "tables": [{"protect_cursor": "sure"}]})
+    assert "tables[0]: protect_cursor must be true or false" in in_table
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ({**BASE, "chunk_rows": 1.5}, "chunk_rows must be an integer, got 1.5"),
+        ({**BASE, "chunk_rows": True}, "chunk_rows must be an integer, got True"),
+        ({**BASE, "metrics_port": "80.0"}, "metrics_port must be an integer"),
+        ({**BASE, "interval": True}, "interval duration True"),
+        ({**BASE, "consumer": 42}, "consumer must be a string, got 42; quote it"),
+        ({**BASE, "identifier_columns": [1, 2]}, "identifier_columns must be column names"),
+        ({**BASE, "identifier_columns": " , "}, "identifier_columns needs at least one column name"),
+        ({**BASE, "tables": [{"interval": "1s"}]}, "tables[0]: key 'interval' applies to the whole service"),
+    ],
+    ids=["float-int", "bool-int", "float-string-port", "bool-duration", "int-string", "list-ints", "empty-list",
+         "service-key-in-table"],
+)  # fmt: skip
+def test_values_of_the_wrong_type_are_refused(tmp_path: Path, content: dict[str, Any], expected: str) -> None:
+    assert expected in config_error(tmp_path, content)
+
+
+def test_bad_flags_are_named_as_flags(tmp_path: Path) -> None:
+    assert config_error(tmp_path, BASE, "--interval", "soon").startswith("--interval: interval duration 'soon'")
+
+
+def test_run_reads_the_same_sources_the_same_way_as_serve(tmp_path: Path) -> None:
+    content = {**BASE, "chunk_rows": 100, "protect_cursor": "yes", "interval": "2s"}
+    env = {"ICETAIL_SINK": "jsonl:///env/changes.jsonl", "ICETAIL_CHUNK_ROWS": "200"}
+    path = config_file(tmp_path, content)
+    serve = build_service_config(build_parser().parse_args(["serve", "--config", path, "--consumer", "c"]), env)
+    run = run_config(build_parser().parse_args(["run", "--config", path, "--consumer", "c"]), env)
+    assert serve.pipelines == (run,)
+    assert (run.sink_url, run.chunk_rows, run.protect_cursor, run.consumer_id) == (
+        "jsonl:///env/changes.jsonl",
+        200,
+        True,
+        "c",
+    )
+    # a service value is checked for run too: one configuration, one reading of it
+    with pytest.raises(ConfigError, match="ICETAIL_INTERVAL"):
+        run_config(build_parser().parse_args(["run", "--config", path]), {"ICETAIL_INTERVAL": "soon"})

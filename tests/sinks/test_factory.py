@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from icetail.reader.sinks.factory import ACCEPTED_FORMS, open_sink
+from icetail.reader.sinks.factory import ACCEPTED_FORMS, normalize_sink_url, open_sink
 from icetail.reader.sinks.jsonl_sink import JsonlFileSink
 from icetail.reader.sinks.parquet_sink import ParquetDirSink
 from icetail.state.errors import ConfigError
@@ -54,3 +54,36 @@ def test_bad_urls_name_the_url_and_the_accepted_forms(url: str, reason: str) -> 
 def test_consumer_is_required(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="consumer"):
         open_sink(f"parquet://{tmp_path}", consumer="")
+
+
+@pytest.mark.parametrize(
+    ("url", "scheme"),
+    [
+        ("parquet://s3://bucket/changes", "s3"),
+        ("parquet:///s3://bucket/changes", "s3"),
+        ("jsonl://gs://bucket/c.jsonl", "gs"),
+        ("parquet://file:///tmp/x", "file"),
+        ("iceberg://s3://bucket/t", "s3"),
+    ],
+)
+def test_a_remote_url_inside_a_sink_url_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, scheme: str
+) -> None:
+    """Never a local folder named `s3:` in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    for attempt in (lambda: open_sink(url, consumer=CONSUMER), lambda: normalize_sink_url(url)):
+        with pytest.raises(ConfigError) as caught:
+            attempt()
+        assert f"{scheme}://" in str(caught.value) and "\n" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_normalized_sink_urls_name_one_sink_one_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    same = {normalize_sink_url(u) for u in ("parquet://out", f"parquet://{tmp_path}/out/", f"PARQUET://{tmp_path}/x/../out")}
+    assert same == {f"parquet://{tmp_path}/out"}
+    assert normalize_sink_url("-") == normalize_sink_url(" stdout: ") == "stdout:"
+    assert normalize_sink_url("Iceberg://prod/db.t") == "iceberg://prod/db.t"
+    assert normalize_sink_url("jsonl://c.jsonl") == f"jsonl://{tmp_path}/c.jsonl"
+    with pytest.raises(ConfigError, match="~ is not expanded"):
+        normalize_sink_url("parquet://~/out")
