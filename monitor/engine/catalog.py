@@ -40,7 +40,18 @@ def open_catalog(name: str) -> Catalog:
             f"catalog {name!r} needs support that is not installed ({exc}); pip install '{extra}'"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types (sqlalchemy, requests)
+        setup = _AWS_SETUP_ERRORS.get(type(exc).__name__)
+        if setup is not None:  # botocore's: a retry cannot heal a missing region or credentials
+            raise ConfigError(f"catalog {name!r} cannot start: {setup} ({_first_line(exc)})") from exc
         raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {_first_line(exc)}") from exc
+
+
+# botocore exception names (matched by name: botocore is only there with the glue extra) -> the fix
+_AWS_SETUP_ERRORS = {
+    "NoRegionError": "no AWS region is configured; set AWS_REGION or the catalog's glue.region property",
+    "NoCredentialsError": "no AWS credentials were found; configure the AWS credential chain or glue.* properties",
+    "PartialCredentialsError": "the AWS credentials are incomplete; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+}
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:

@@ -277,9 +277,13 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, content: 
     ("env", "expected"),
     [
         ({}, "catalog 'nowhere' is not configured"),
-        ({"PYICEBERG_CATALOG__NOWHERE__TYPE": "glue"}, "pip install 'icetail[glue]'"),
+        # hive: its extra (thrift) is not in the dev environment; glue's boto3 is (moto brings it)
+        ({"PYICEBERG_CATALOG__NOWHERE__TYPE": "hive", "PYICEBERG_CATALOG__NOWHERE__URI": "thrift://127.0.0.1:9"},
+         "pip install 'icetail[hive]'"),
+        # boto3 is installed but no AWS region is configured: a setup error, not an outage
+        ({"PYICEBERG_CATALOG__NOWHERE__TYPE": "glue", "AWS_CONFIG_FILE": "/nonexistent"}, "no AWS region"),
     ],
-    ids=["unconfigured-catalog", "missing-catalog-extra"],
+    ids=["unconfigured-catalog", "missing-catalog-extra", "glue-without-region"],
 )
 def test_serve_setup_errors_exit_2_at_once_without_retries(tmp_path: Path, env: dict[str, str], expected: str) -> None:
     """A setup error cannot heal by retrying: one failed cycle, then exit 2 with the one-line fix."""
@@ -287,7 +291,7 @@ def test_serve_setup_errors_exit_2_at_once_without_retries(tmp_path: Path, env: 
         [ICETAIL, "serve", "--catalog", "nowhere", "--table", "db.t", "--state", f"sqlite:///{tmp_path / 's.db'}",
          "--sink", f"parquet://{tmp_path / 'sink'}", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
          "--interval", "1s", "--max-failures", "5"],
-        env=child_env(env),
+        env={k: v for k, v in child_env(env).items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")},
         cwd=tmp_path,
         capture_output=True,
         text=True,
