@@ -217,3 +217,78 @@ def test_rollback_is_told_apart_and_delivered_by_diff(
         outcomes = p.run()
     assert len(outcomes) == 1 and outcomes[0].collapsed
     check_repair(catalog, w.ident, tmp_path / "r", cursor_id, outcomes[0].batch_id, spark)
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_direct_diff_reads_only_the_files_that_differ(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: Any, format_version: int
+) -> None:
+    """Untouched files are skipped unread; a file with new deletes is read through before/after masks."""
+    catalog.set_env(monkeypatch)
+    ident = catalog.ident("t")
+    fq = catalog.fq(ident)
+    props = f"'format-version'='{format_version}', 'write.delete.mode'='merge-on-read', " \
+        "'write.update.mode'='merge-on-read'"
+    catalog.sql(f"CREATE TABLE {fq} (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    for first in (0, 10, 20, 30):  # four data files
+        rows = f"SELECT /*+ COALESCE(1) */ id, CAST(id AS STRING) FROM range({first}, {first + 10})"
+        catalog.sql(f"INSERT INTO {fq} {rows}")
+    config = pipeline_config(catalog, ident, tmp_path, "d", on_missing_cursor="diff")
+    with Pipeline(config, spark=spark) as pipeline:
+        pipeline.run()
+    cursor_id = catalog.current_snapshot_id(ident)
+    catalog.sql(f"ALTER TABLE {fq} CREATE TAG keep AS OF VERSION {cursor_id}")
+    catalog.sql(f"DELETE FROM {fq} WHERE id IN (1, 2)")  # file 0: position deletes / a DV
+    catalog.sql(f"UPDATE {fq} SET v = 'u' WHERE id = 13")  # file 1: a delete and a new file
+    catalog.sql(f"DELETE FROM {fq} WHERE id = 14")  # file 1 again
+    # a duplicate of the updated row, and a new one
+    catalog.sql(f"INSERT INTO {fq} SELECT /*+ COALESCE(1) */ * FROM VALUES (13L, 'u'), (99L, 'new')")
+    expire(catalog, ident, "procedure-retain-last")
+    with Pipeline(config, spark=spark) as pipeline:
+        outcomes = pipeline.run()
+    assert len(outcomes) == 1 and outcomes[0].collapsed
+    # files 2 and 3 are untouched: only file 0, file 1 and the two new files are read
+    assert outcomes[0].data_files == 4, outcomes[0]
+    check_repair(catalog, ident, tmp_path / "d", cursor_id, outcomes[0].batch_id, spark)
+    rows = read_parquet_sink(tmp_path / "d")
+    assert rows is not None
+    repair = rows.filter(pc.equal(rows.column("_commit_snapshot_id"), catalog.current_snapshot_id(ident)))
+    assert sorted(zip(repair.column("_change_type").to_pylist(), repair.column("id").to_pylist(), strict=True)) == [
+        ("DELETE", 1), ("DELETE", 2), ("DELETE", 13), ("DELETE", 14), ("INSERT", 13), ("INSERT", 13), ("INSERT", 99)
+    ]  # fmt: skip
+
+
+def test_direct_diff_with_identifier_columns_pairs_updates_and_cancels_compaction(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A compaction between the two snapshots cancels as carry-over; one change per key pairs as an update."""
+    catalog.set_env(monkeypatch)
+    ident = catalog.ident("t")
+    fq = catalog.fq(ident)
+    props = "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read'"
+    catalog.sql(f"CREATE TABLE {fq} (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    for first in (0, 10):
+        catalog.sql(f"INSERT INTO {fq} SELECT id, CAST(id AS STRING) FROM range({first}, {first + 10})")
+    config = pipeline_config(catalog, ident, tmp_path, "k", on_missing_cursor="diff", identifier_columns=("id",))
+    with Pipeline(config, spark=spark) as pipeline:
+        pipeline.run()
+    cursor_id = catalog.current_snapshot_id(ident)
+    catalog.sql(f"ALTER TABLE {fq} CREATE TAG keep AS OF VERSION {cursor_id}")
+    catalog.sql(f"UPDATE {fq} SET v = 'x' WHERE id = 3")
+    catalog.sql(f"DELETE FROM {fq} WHERE id = 15")
+    catalog.sql(f"CALL {{cat}}.system.rewrite_data_files(table => '{ident}', options => map('min-input-files', '1'))")
+    catalog.sql(f"UPDATE {fq} SET v = 'y' WHERE id = 4")
+    expire(catalog, ident, "api-keep-files")
+    with Pipeline(config, spark=spark) as pipeline:
+        outcomes = pipeline.run()
+    assert len(outcomes) == 1 and outcomes[0].collapsed
+    check_repair(catalog, ident, tmp_path / "k", cursor_id, outcomes[0].batch_id, spark)
+    rows = read_parquet_sink(tmp_path / "k")
+    assert rows is not None
+    repair = rows.filter(pc.equal(rows.column("_commit_snapshot_id"), catalog.current_snapshot_id(ident)))
+    got = sorted(zip(repair.column("_change_type").to_pylist(), repair.column("id").to_pylist(),
+                     repair.column("v").to_pylist(), strict=True))  # fmt: skip
+    assert got == [
+        ("DELETE", 15, "15"), ("UPDATE_AFTER", 3, "x"), ("UPDATE_AFTER", 4, "y"),
+        ("UPDATE_BEFORE", 3, "3"), ("UPDATE_BEFORE", 4, "4"),
+    ]  # fmt: skip
