@@ -16,6 +16,7 @@ A rollback is delivered the same way with `--on-missing-cursor diff`.
 from __future__ import annotations
 
 import datetime
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from icetail.monitor.cli.main import main
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig, is_collapsed_batch
 from icetail.monitor.engine.startup import (
     CursorChainExpiredError,
@@ -169,8 +171,19 @@ def test_protected_consumer_is_repaired_by_a_direct_diff(
     assert more and not any(o.collapsed for o in more)
 
 
-def test_unprotected_chain_break_names_its_fix(catalog: Any, spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
-    """Cursor kept by hand (a tag the user made), chain expired: the message says diff, and diff repairs it."""
+def status_json(tmp_path: Path, consumer: str, capsys: Any) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["status", "--state", f"sqlite:///{tmp_path}/state.db", "--consumer", consumer, "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert len(reports) == 1
+    return reports[0]  # type: ignore[no-any-return]
+
+
+def test_unprotected_chain_break_names_its_fix(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Cursor kept by hand (a tag the user made), chain expired: the message says diff, and diff repairs it;
+    `status` names the condition, then the collapsed batch."""
     catalog.set_env(monkeypatch)
     w = Workload(catalog, "t", seed=5, mode=MOR)
     w.create()
@@ -187,9 +200,18 @@ def test_unprotected_chain_break_names_its_fix(catalog: Any, spark: Any, tmp_pat
         CursorChainExpiredError, match="between it and current snapshot .* have expired.*--on-missing-cursor diff"
     ):
         pipeline.run()
+    report = status_json(tmp_path, "c", capsys)
+    assert report["cursor_condition"] == "chain_expired" and "--on-missing-cursor diff" in report["lag_error"]
+    assert report["last_batch"]["collapsed"] is False
     with Pipeline(pipeline_config(catalog, w.ident, tmp_path, "c", on_missing_cursor="diff"), spark=spark) as p:
         outcomes = p.run()
     assert len(outcomes) == 1 and outcomes[0].collapsed
+    report = status_json(tmp_path, "c", capsys)
+    assert report["cursor_condition"] == "ok" and report["lag_snapshots"] == 0
+    assert report["last_batch"]["collapsed"] is True
+    assert report["last_batch"]["batch_id"] == outcomes[0].batch_id
+    assert main(["status", "--state", f"sqlite:///{tmp_path}/state.db", "--consumer", "c"]) == 0
+    assert "collapsed history" in capsys.readouterr().out
     check_repair(catalog, w.ident, tmp_path / "c", cursor_id, outcomes[0].batch_id, spark)
 
 
@@ -292,3 +314,39 @@ def test_direct_diff_with_identifier_columns_pairs_updates_and_cancels_compactio
         ("DELETE", 15, "15"), ("UPDATE_AFTER", 3, "x"), ("UPDATE_AFTER", 4, "y"),
         ("UPDATE_BEFORE", 3, "3"), ("UPDATE_BEFORE", 4, "4"),
     ]  # fmt: skip
+
+
+def test_what_refs_keep_under_java_expiry(catalog: Any, monkeypatch: Any) -> None:
+    """Measured, not assumed (docs/delivery.md): a tag or a per-consumer branch at the cursor keeps the
+    cursor snapshot but not the snapshots after it; only main's own retention keeps main's chain."""
+    catalog.set_env(monkeypatch)
+    ident = catalog.ident("t")
+    fq = catalog.fq(ident)
+    catalog.sql(f"CREATE TABLE {fq} (id bigint) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    for i in range(3):
+        catalog.sql(f"INSERT INTO {fq} VALUES ({i})")
+    cursor_id = catalog.current_snapshot_id(ident)
+    catalog.sql(f"ALTER TABLE {fq} CREATE TAG icetail_tag AS OF VERSION {cursor_id}")
+    catalog.sql(
+        f"ALTER TABLE {fq} CREATE BRANCH icetail_branch AS OF VERSION {cursor_id} "
+        "RETAIN 7 DAYS WITH SNAPSHOT RETENTION 100 SNAPSHOTS"
+    )
+    for i in range(3, 6):
+        catalog.sql(f"INSERT INTO {fq} VALUES ({i})")
+    chain = catalog.snapshot_ids(ident)
+    after_cursor = chain[chain.index(cursor_id) + 1 : -1]
+    assert len(after_cursor) == 2
+    expire(catalog, ident, "procedure-retain-last")
+    kept = {s.snapshot_id for s in catalog.load_table(ident).metadata.snapshots}
+    assert cursor_id in kept  # the tag (and the branch) keep the cursor snapshot ...
+    assert set(chain[: chain.index(cursor_id)]) <= kept  # ... the branch its own ancestors ...
+    assert not set(after_cursor) & kept  # ... but nothing after the cursor: the chain to main is gone
+
+    # main's own retention (a table-wide ref property, not per consumer) does keep main's chain
+    for i in range(6, 9):
+        catalog.sql(f"INSERT INTO {fq} VALUES ({i})")
+    catalog.java_table(ident).manageSnapshots().setMinSnapshotsToKeep("main", 100).commit()
+    chain = catalog.snapshot_ids(ident)
+    expire(catalog, ident, "procedure-retain-last")
+    kept = {s.snapshot_id for s in catalog.load_table(ident).metadata.snapshots}
+    assert set(chain) <= kept
