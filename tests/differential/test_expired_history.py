@@ -102,6 +102,9 @@ def check_repair(catalog: Any, ident: str, sink_dir: Path, cursor_id: int, batch
     repair = everything.filter(pc.equal(ids, current.snapshot_id))
     earlier = everything.filter(pc.not_equal(ids, current.snapshot_id))
     assert is_collapsed_batch(batch_id), batch_id
+    # the sink sees the marker too: the batch id is part of every chunk's name (file name, Iceberg chunk-id)
+    files = sorted(p.name for p in sink_dir.glob("*.parquet"))
+    assert any(batch_id in f for f in files) and all(("-d1-" in f) == (batch_id in f) for f in files), files
     before = rows_at(catalog, ident, cursor_id, schema)
     after = rows_at(catalog, ident, current.snapshot_id, schema)
     deletes, inserts = split_rows(repair, schema)
