@@ -110,11 +110,13 @@ class CursorCondition(str, Enum):
 def cursor_condition(metadata: TableMetadata, cursor_snapshot_id: int | None) -> CursorCondition | None:
     """None when the current snapshot's ancestry reaches the cursor (or there is nothing to follow).
 
-    Walking back from the current snapshot ends in one of three ways: at the cursor (fine), at
-    the first snapshot (the cursor is not an ancestor: a rollback), or at a snapshot whose
-    parent has expired. In the last case the cursor may have been an ancestor; it certainly was
-    not if it is not older than the oldest snapshot still reachable (sequence numbers, or commit
-    times on v1 tables, grow along a chain), which is then a rollback as well.
+    Walking back from the current snapshot ends at the cursor (fine) or at the oldest snapshot
+    still reachable. If that one's parent is missing (Java's expiry leaves the parent id
+    dangling) or absent (pyiceberg's expiry clears it), the cursor may have been an ancestor
+    whose successors expired: it was one if it is older than that snapshot (sequence numbers,
+    or commit times on v1 tables, grow along a chain), else the current history never passed
+    through it (a rollback). A new root that is not the result of expiry (a replaced table)
+    also reads as CHAIN_EXPIRED; the direct diff that answers it is right for both.
     """
     if cursor_snapshot_id is None:
         return None
@@ -126,9 +128,7 @@ def cursor_condition(metadata: TableMetadata, cursor_snapshot_id: int | None) ->
         return None
     while snapshot.snapshot_id != cursor_snapshot_id:
         parent_id = snapshot.parent_snapshot_id
-        if parent_id is None:
-            return CursorCondition.NOT_DESCENDANT
-        parent = snapshot_by_id(metadata, parent_id)
+        parent = snapshot_by_id(metadata, parent_id) if parent_id is not None else None
         if parent is None:
             return CursorCondition.CHAIN_EXPIRED if _older(cursor, snapshot) else CursorCondition.NOT_DESCENDANT
         snapshot = parent
