@@ -12,12 +12,18 @@ from typing import Any
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.progress import Progress, describe
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.pipeline import Pipeline
-from icetail.monitor.engine.startup import MISSING_CURSOR_POLICIES, StartMode, initial_cursor, parse_start
+from icetail.monitor.engine.pipeline import Pipeline, is_collapsed_batch
+from icetail.monitor.engine.startup import (
+    MISSING_CURSOR_POLICIES,
+    StartMode,
+    cursor_problem,
+    initial_cursor,
+    parse_start,
+)
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.service.config import run_config
 from icetail.reader.sinks.factory import normalize_sink_url
-from icetail.state.checkpoint import Checkpoint
+from icetail.state.checkpoint import Checkpoint, HistoryEntry
 from icetail.state.errors import ConfigError, ConsumerNotFoundError, IcetailError
 from icetail.state.store import CheckpointStore, open_store
 
@@ -58,8 +64,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def status_of(checkpoint: Checkpoint, *, with_table: bool = True) -> dict[str, Any]:
-    """Cursor, lag in snapshots and seconds, in-flight progress (lag needs the catalog)."""
+def status_of(
+    checkpoint: Checkpoint, *, with_table: bool = True, last_batch: HistoryEntry | None = None
+) -> dict[str, Any]:
+    """Cursor, lag in snapshots and seconds, in-flight progress (lag needs the catalog).
+
+    `cursor_condition` says whether the cursor can be continued (`ok`) or why not
+    (`cursor_expired`, `chain_expired`, `not_descendant`); `collapsed` marks a repair batch.
+    """
     report: dict[str, Any] = {
         "consumer": checkpoint.consumer,
         "catalog": checkpoint.catalog,
@@ -78,6 +90,16 @@ def status_of(checkpoint: Checkpoint, *, with_table: bool = True) -> dict[str, A
             "splits_done": sum(1 for p in inflight.progress if p.done),
             "splits": len(inflight.progress),
             "rows_emitted": inflight.rows_emitted,
+            "collapsed": is_collapsed_batch(inflight.batch.batch_id),
+        }
+    if last_batch is not None:
+        report["last_batch"] = {
+            "batch_id": last_batch.batch_id,
+            "from_snapshot_exclusive": last_batch.from_snapshot_exclusive,
+            "to_snapshot_inclusive": last_batch.to_snapshot_inclusive,
+            "rows": last_batch.rows,
+            "finished_at": _iso(last_batch.finished_at_ms),
+            "collapsed": is_collapsed_batch(last_batch.batch_id),
         }
     if with_table:
         report.update(lag_of(checkpoint))
@@ -90,12 +112,20 @@ def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
     except IcetailError as exc:
         return {"lag_error": str(exc)}
     current = table.metadata.current_snapshot_id
+    problem = cursor_problem(table.metadata, checkpoint.cursor)
+    if problem is not None:
+        return {
+            "current_snapshot_id": current,
+            "cursor_condition": problem.condition.value,
+            "lag_error": f"{problem.message}; {problem.fix(checkpoint.consumer)}",
+        }
     try:
         pending = undelivered_snapshots(table.metadata, checkpoint.cursor.snapshot_id)
     except IcetailError as exc:
         return {"current_snapshot_id": current, "lag_error": str(exc)}
     return {
         "current_snapshot_id": current,
+        "cursor_condition": "ok",
         "lag_snapshots": len(pending),
         "lag_seconds": age_seconds(pending, time.time()),
     }
@@ -116,9 +146,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             checkpoints = [checkpoint]
         else:
             checkpoints = [c for c in (store.load(s.consumer) for s in store.list_consumers()) if c is not None]
+        last = {c.consumer: next(iter(store.history(c.consumer, 1)), None) for c in checkpoints}
     if not checkpoints:
         print(f"checkpoint store {args.state} has no consumers yet; `icetail run` creates one", file=sys.stderr)
-    reports = [status_of(c) for c in checkpoints]
+    reports = [status_of(c, last_batch=last[c.consumer]) for c in checkpoints]
     if args.json:
         print(json.dumps(reports, indent=2))
     else:
@@ -134,6 +165,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f = r["inflight"]
                 line += (
                     f"; in flight {f['batch_id']}: {f['splits_done']}/{f['splits']} splits, {f['rows_emitted']} rows"
+                )
+            if r.get("cursor_condition", "ok") != "ok":
+                line += f"; cursor {r['cursor_condition']}"
+            if r.get("last_batch", {}).get("collapsed"):
+                b = r["last_batch"]
+                line += (
+                    f"; last batch {b['batch_id']} collapsed history ({b['from_snapshot_exclusive']}, "
+                    f"{b['to_snapshot_inclusive']}] (repair by a direct diff)"
                 )
             if "lag_error" in r:
                 line += f"; {r['lag_error']}"

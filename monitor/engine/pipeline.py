@@ -34,11 +34,14 @@ from icetail.monitor.engine.api import (
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.startup import (
+    DIFF,
+    CursorProblem,
     StartMode,
     cursor_problem,
     initial_cursor,
     parse_missing_cursor_policy,
     parse_start,
+    recovery_for,
 )
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
@@ -48,16 +51,12 @@ from icetail.reader.sinks.base import ChunkKey, Sink, StagingSink
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 from icetail.state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
-from icetail.state.errors import ConfigError, TerminalError
+from icetail.state.errors import ConfigError
 from icetail.state.model import ChangeSplit
 from icetail.state.processes import host_name, process_is_running
 from icetail.state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
-
-
-class CursorLostError(TerminalError):
-    """The committed cursor snapshot expired or is no longer an ancestor of the current snapshot."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +113,7 @@ class BatchOutcome:
     batch_seconds: float = 0.0
     resumed: bool = False
     completed: bool = True
+    collapsed: bool = False  # a repair batch: the net change (from, to] by a direct diff, history collapsed
 
     @property
     def rows(self) -> int:
@@ -337,6 +337,7 @@ class Pipeline:
             batch_seconds=time.monotonic() - started,
             resumed=resumed,
             completed=completed,
+            collapsed=is_collapsed_batch(batch.batch_id),
         )
         if self._on_batch is not None:
             self._on_batch(outcome)
@@ -365,7 +366,13 @@ class Pipeline:
         cursor = checkpoint.cursor
         problem = cursor_problem(metadata, cursor)
         if problem is not None:
-            cursor = self._recover_cursor(table, problem)
+            action = recovery_for(problem, self.config.on_missing_cursor, self.config.protect_cursor)
+            if action == DIFF and problem.current_snapshot_id is not None:
+                # repair: the net change from the (kept) cursor snapshot to the current one, one batch
+                return self._planner.plan_direct(
+                    problem.cursor_snapshot_id, problem.current_snapshot_id, ordinal_base=self._next_ordinal(cursor)
+                )
+            cursor = self._recover_cursor(table, problem, action)
         current = metadata.current_snapshot_id
         if current is None or current == cursor.snapshot_id:
             return None
@@ -393,13 +400,9 @@ class Pipeline:
             return 0
         return _ordinal_after(history[0].batch_id)
 
-    def _recover_cursor(self, table: Table, problem: str) -> Cursor:
-        policy = self.config.on_missing_cursor
+    def _recover_cursor(self, table: Table, problem: CursorProblem, policy: str) -> Cursor:
         if policy == "fail":
-            raise CursorLostError(
-                f"consumer {self.consumer!r}: {problem}; rerun with --on-missing-cursor earliest|latest|full, "
-                f"or move it with `icetail reset --consumer {self.consumer} --to ...`"
-            )
+            raise problem.error(self.consumer)
         if policy == "full":
             # no separate reset: the full read is written ahead as the next batch, from the lost
             # cursor, so a crash before it is written simply repeats this decision
@@ -413,9 +416,11 @@ class Pipeline:
         # the chunk size is part of the id: a resumed batch must cut chunks exactly as before;
         # so are its first ordinal and snapshot count, from which the next batch's ordinals follow
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
+        # a repair batch (direct diff) says so in its id, which the history keeps: `d1`
         return (
             f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}"
             f"-c{self.config.chunk_rows or 0}-o{first}-n{len(plan.commits)}"
+            + (f"-{COLLAPSED_FIELD}1" if plan.collapsed else "")
         )
 
     # delivery --------------------------------------------------------------------------
@@ -605,6 +610,14 @@ def _batch_id_field(batch_id: str, letter: str) -> int | None:
         if part.startswith(letter) and part[1:].isdigit():
             return int(part[1:])
     return None
+
+
+COLLAPSED_FIELD = "d"
+
+
+def is_collapsed_batch(batch_id: str) -> bool:
+    """True for a repair batch: its one commit is the net change of a collapsed history (a direct diff)."""
+    return _batch_id_field(batch_id, COLLAPSED_FIELD) == 1
 
 
 def _chunk_rows_of(batch_id: str) -> int | None:

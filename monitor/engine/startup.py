@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
 
-from icetail.monitor.planning.lineage import is_ancestor, snapshot_as_of, snapshot_by_id, snapshot_or_raise
+from icetail.monitor.planning.lineage import CursorCondition, cursor_condition, snapshot_as_of, snapshot_or_raise
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import ConfigError
+from icetail.state.errors import ConfigError, TerminalError
 
 START_MODES = ("earliest", "latest", "full", "snapshot:ID", "timestamp:ISO8601")
-MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full")
+MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full", "diff")
+DIFF = "diff"
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,94 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
     return Cursor(found.snapshot_id, found.timestamp_ms) if found else Cursor.before_first_snapshot()
 
 
-def cursor_problem(metadata: TableMetadata, cursor: Cursor) -> str | None:
+class CursorLostError(TerminalError):
+    """The committed cursor cannot be continued snapshot by snapshot (see CursorCondition)."""
+
+    condition: CursorCondition | None = None
+
+
+class CursorExpiredError(CursorLostError):
+    """The cursor snapshot itself expired: the changes since it are gone for good."""
+
+    condition = CursorCondition.CURSOR_EXPIRED
+
+
+class CursorChainExpiredError(CursorLostError):
+    """The cursor snapshot is kept, but expiry removed snapshots between it and the current one."""
+
+    condition = CursorCondition.CHAIN_EXPIRED
+
+
+class CursorNotDescendantError(CursorLostError):
+    """The current snapshot does not descend from the cursor: a rollback or a branch reset."""
+
+    condition = CursorCondition.NOT_DESCENDANT
+
+
+ERROR_OF = {
+    CursorCondition.CURSOR_EXPIRED: CursorExpiredError,
+    CursorCondition.CHAIN_EXPIRED: CursorChainExpiredError,
+    CursorCondition.NOT_DESCENDANT: CursorNotDescendantError,
+}
+
+
+@dataclass(frozen=True)
+class CursorProblem:
+    """A lost cursor: which condition, what happened, and what fixes it."""
+
+    condition: CursorCondition
+    cursor_snapshot_id: int
+    current_snapshot_id: int | None
+
+    @property
+    def message(self) -> str:
+        cursor, current = self.cursor_snapshot_id, self.current_snapshot_id
+        if self.condition == CursorCondition.CURSOR_EXPIRED:
+            return f"cursor snapshot {cursor} has expired (no longer in the table metadata)"
+        if self.condition == CursorCondition.CHAIN_EXPIRED:
+            return (
+                f"cursor snapshot {cursor} is kept, but snapshots between it and current snapshot {current} "
+                "have expired (history broken by expiry, not a rollback)"
+            )
+        return f"current snapshot {current} does not descend from cursor snapshot {cursor} (rollback or branch reset)"
+
+    def fix(self, consumer: str) -> str:
+        reset = f"`icetail reset --consumer {consumer} --to ...`"
+        if self.condition == CursorCondition.CURSOR_EXPIRED:
+            return (
+                f"the changes since it cannot be read: rerun with --on-missing-cursor earliest|latest|full or move it "
+                f"with {reset}; run with --protect-cursor so that expiry keeps the cursor snapshot next time"
+            )
+        if self.condition == CursorCondition.CHAIN_EXPIRED:
+            return (
+                "rerun with --on-missing-cursor diff to deliver the net change since the cursor as one batch "
+                "(the default with --protect-cursor)"
+            )
+        return f"rerun with --on-missing-cursor diff to deliver the rollback as changes, or move it with {reset}"
+
+    def error(self, consumer: str) -> CursorLostError:
+        return ERROR_OF[self.condition](f"consumer {consumer!r}: {self.message}; {self.fix(consumer)}")
+
+
+def cursor_problem(metadata: TableMetadata, cursor: Cursor) -> CursorProblem | None:
     """Why the committed cursor cannot be continued from, or None if it can."""
-    if cursor.snapshot_id is None:
+    condition = cursor_condition(metadata, cursor.snapshot_id)
+    if condition is None or cursor.snapshot_id is None:
         return None
-    if snapshot_by_id(metadata, cursor.snapshot_id) is None:
-        return f"cursor snapshot {cursor.snapshot_id} no longer exists (expired)"
-    current = metadata.current_snapshot_id
-    if current is not None and not is_ancestor(metadata, cursor.snapshot_id, current):
-        return f"current snapshot {current} does not descend from cursor snapshot {cursor.snapshot_id} (rollback)"
-    return None
+    return CursorProblem(condition, cursor.snapshot_id, metadata.current_snapshot_id)
+
+
+def recovery_for(problem: CursorProblem, policy: str, protect_cursor: bool) -> str:
+    """What to do about a lost cursor: `fail` or a policy of MISSING_CURSOR_POLICIES.
+
+    A direct diff needs the cursor snapshot's files, so it cannot answer an expired cursor; a
+    protected consumer repairs a chain broken by expiry by a diff unless told otherwise.
+    """
+    if policy == DIFF:
+        return "fail" if problem.condition == CursorCondition.CURSOR_EXPIRED else DIFF
+    if policy == "fail" and protect_cursor and problem.condition == CursorCondition.CHAIN_EXPIRED:
+        return DIFF
+    return policy
 
 
 def parse_missing_cursor_policy(text: str) -> str:

@@ -23,6 +23,7 @@ from icetail.monitor.planning.manifests import FileEntry, ManifestReader
 from icetail.state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
 
 REPLACE = "replace"
+COLLAPSED = "collapsed"  # the operation of a direct diff's one commit: the history between was collapsed
 
 PathResolver = Callable[[DeleteFileRef], frozenset[str]]
 """Data file paths a position delete file references (read from the file when not in metadata)."""

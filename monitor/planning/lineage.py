@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from enum import Enum
 
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
@@ -96,6 +97,49 @@ def is_ancestor(metadata: TableMetadata, ancestor_id: int, snapshot_id: int) -> 
         parent_id = snapshot.parent_snapshot_id
         snapshot = snapshot_by_id(metadata, parent_id) if parent_id is not None else None
     return False
+
+
+class CursorCondition(str, Enum):
+    """Why a cursor cannot be continued snapshot by snapshot; each needs a different action."""
+
+    CURSOR_EXPIRED = "cursor_expired"  # the cursor snapshot is gone from the metadata (no tag kept it)
+    CHAIN_EXPIRED = "chain_expired"  # the cursor is there, but expiry removed snapshots after it
+    NOT_DESCENDANT = "not_descendant"  # the current snapshot does not descend from it (rollback, branch reset)
+
+
+def cursor_condition(metadata: TableMetadata, cursor_snapshot_id: int | None) -> CursorCondition | None:
+    """None when the current snapshot's ancestry reaches the cursor (or there is nothing to follow).
+
+    Walking back from the current snapshot ends at the cursor (fine) or at the oldest snapshot
+    still reachable. If that one's parent is missing (Java's expiry leaves the parent id
+    dangling) or absent (pyiceberg's expiry clears it), the cursor may have been an ancestor
+    whose successors expired: it was one if it is older than that snapshot (sequence numbers,
+    or commit times on v1 tables, grow along a chain), else the current history never passed
+    through it (a rollback). A new root that is not the result of expiry (a replaced table)
+    also reads as CHAIN_EXPIRED; the direct diff that answers it is right for both.
+    """
+    if cursor_snapshot_id is None:
+        return None
+    cursor = snapshot_by_id(metadata, cursor_snapshot_id)
+    if cursor is None:
+        return CursorCondition.CURSOR_EXPIRED
+    snapshot = metadata.current_snapshot()
+    if snapshot is None:
+        return None
+    while snapshot.snapshot_id != cursor_snapshot_id:
+        parent_id = snapshot.parent_snapshot_id
+        parent = snapshot_by_id(metadata, parent_id) if parent_id is not None else None
+        if parent is None:
+            return CursorCondition.CHAIN_EXPIRED if _older(cursor, snapshot) else CursorCondition.NOT_DESCENDANT
+        snapshot = parent
+    return None
+
+
+def _older(a: Snapshot, b: Snapshot) -> bool:
+    """`a` was committed before `b` (sequence numbers when both have one, else commit times)."""
+    if a.sequence_number and b.sequence_number:
+        return a.sequence_number < b.sequence_number
+    return a.timestamp_ms <= b.timestamp_ms
 
 
 def undelivered_snapshots(metadata: TableMetadata, cursor_snapshot_id: int | None) -> list[Snapshot]:

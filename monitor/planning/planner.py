@@ -6,12 +6,14 @@ bigger), so one huge file becomes many Spark tasks instead of one that stalls ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from icetail.monitor.planning.diff import (
+    COLLAPSED,
     REPLACE,
     DeleteIndex,
     SnapshotDiffer,
@@ -48,6 +50,7 @@ class ChangePlan:
     tasks: tuple[ChangeTask, ...]
     splits: tuple[ChangeSplit, ...] = field(default=())
     manifests_read: int = 0
+    collapsed: bool = False  # a direct diff: the history between from and to was collapsed into one commit
 
 
 class Planner:
@@ -146,6 +149,65 @@ class Planner:
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before,
         )
+
+    def plan_direct(
+        self, from_snapshot_id_exclusive: int, to_snapshot_id_inclusive: int, *, ordinal_base: int = 0
+    ) -> ChangePlan:
+        """The net change from one snapshot to another as ONE commit, without walking the history between.
+
+        For when that history is gone (expired) or is not a history at all (a rollback). Data
+        files live at both snapshots with the same applicable delete files are skipped unread;
+        the rest become tasks whose before side is the from-snapshot and after side the
+        to-snapshot, exactly as one snapshot's diff (docs/delivery.md, "Repair by a direct diff").
+        The commit is the to-snapshot's id and time, with the from-snapshot as its parent.
+        """
+        metadata = self._table.metadata
+        name = ".".join(self._table.name())
+        start = snapshot_or_raise(metadata, from_snapshot_id_exclusive, "cursor")
+        end = snapshot_or_raise(metadata, to_snapshot_id_inclusive, "current")
+        before_read = self._manifests.manifests_read
+        commit = replace(commit_info(end, ordinal_base), parent_id=start.snapshot_id, operation=COLLAPSED)
+        spec_ids = global_spec_ids(metadata)
+        data_before, index_before = self._live_files(start, spec_ids)
+        data_after, index_after = self._live_files(end, spec_ids)
+        tasks: list[ChangeTask] = []
+        for path in sorted(data_before.keys() | data_after.keys()):
+            old, new = data_before.get(path), data_after.get(path)
+            if new is None:
+                assert old is not None
+                tasks.append(ChangeTask(old, ChangeKind.REMOVED, commit, deletes_before=index_before.for_file(old)))
+            elif old is None:
+                tasks.append(ChangeTask(new, ChangeKind.ADDED, commit, deletes_after=index_after.for_file(new)))
+            else:
+                deletes_before, deletes_after = index_before.for_file(old), index_after.for_file(new)
+                if deletes_before != deletes_after:
+                    tasks.append(ChangeTask(new, ChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+        return ChangePlan(
+            table=name,
+            from_snapshot_id_exclusive=start.snapshot_id,
+            to_snapshot_id_inclusive=end.snapshot_id,
+            schema_id=end.schema_id if end.schema_id is not None else metadata.current_schema_id,
+            commits=(commit,),
+            skipped=(),
+            tasks=tuple(tasks),
+            splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
+            manifests_read=self._manifests.manifests_read - before_read,
+            collapsed=True,
+        )
+
+    def _live_files(
+        self, snapshot: Snapshot, spec_ids: frozenset[int]
+    ) -> tuple[dict[str, DataFileRef], DeleteIndex]:
+        """Data files live at `snapshot` by path, and the index of its live delete files."""
+        data = {
+            e.file.path: e.file
+            for e in self._manifests.live(snapshot, ManifestContent.DATA)
+            if isinstance(e.file, DataFileRef)
+        }
+        deletes = [
+            e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
+        ]
+        return data, DeleteIndex(deletes, self._resolve_paths, spec_ids)
 
     def _resolve_paths(self, delete: DeleteFileRef) -> frozenset[str]:
         if delete.referenced_data_file:

@@ -19,6 +19,10 @@ Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
   or rolled back). NaN, not 0 (which reads as "caught up") and not absent (which hides the
   consumer), as Prometheus' exporters report a value they cannot measure; a comparison with
   NaN is false, so lag alerts stay quiet and `IcetailLagUnknown` fires instead.
+* `icetail_cursor_lost{condition}` is 1 for the condition the consumer's cursor is in
+  (`cursor_expired`, `chain_expired`, `not_descendant`; see docs/delivery.md) and 0 for the
+  others, so an alert can tell expiry from a rollback; `icetail_collapsed_batches_total` counts
+  repair batches (a direct diff: history between two snapshots collapsed into one commit).
 * `process_*` (resident memory, CPU seconds, start time, open file descriptors) describe the
   service's own process, on the same registry.
 """
@@ -48,6 +52,7 @@ __all__ = [
 ]
 
 CONSUMER_LABELS = ("table", "consumer")
+CURSOR_CONDITIONS = ("cursor_expired", "chain_expired", "not_descendant")  # lineage.CursorCondition values
 
 # A batch runs from well under a second (one small commit) to an hour (a backfill).
 BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -103,6 +108,7 @@ class BatchReport:
     chunks: int = 0
     planning_seconds: float = 0.0
     batch_seconds: float = 0.0
+    collapsed: bool = False  # a repair batch (direct diff)
 
     def __post_init__(self) -> None:
         if not self.table or not self.consumer:
@@ -177,6 +183,8 @@ class Metrics:
     last_success_timestamp_seconds: Gauge
     consecutive_failures: Gauge
     build_info: Info
+    cursor_lost: Gauge
+    collapsed_batches: Counter
 
     @classmethod
     def create(
@@ -262,6 +270,17 @@ class Metrics:
                 "Versions of icetail, pyspark, pyiceberg, pyarrow and python.",
                 registry=reg,
             ),
+            cursor_lost=Gauge(
+                "icetail_cursor_lost",
+                "1 when the cursor cannot be continued, for its condition "
+                "(cursor_expired, chain_expired, not_descendant); 0 otherwise.",
+                (*labels, "condition"),
+                registry=reg,
+            ),
+            collapsed_batches=counter(
+                "icetail_collapsed_batches",
+                "Repair batches delivered by a direct diff (the history between two snapshots collapsed).",
+            ),
         )
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
@@ -282,6 +301,7 @@ class Metrics:
             self.deleted_rows_applied,
             self.splits_committed,
             self.chunks_committed,
+            self.collapsed_batches,
         ):
             c.labels(table, consumer)
         for change_type in ChangeType:
@@ -291,6 +311,7 @@ class Metrics:
         for g in (self.inflight_chunks, self.consecutive_failures):
             g.labels(table, consumer).set(0)
         self.set_lag_unknown(table, consumer)
+        self.set_cursor_condition(table, consumer, None)
         self.batch_duration.labels(table, consumer)
         self.planning_duration.labels(table, consumer)
 
@@ -313,6 +334,8 @@ class Metrics:
         self.deleted_rows_applied.labels(t, c).inc(report.deleted_rows)
         self.splits_committed.labels(t, c).inc(report.splits)
         self.chunks_committed.labels(t, c).inc(report.chunks)
+        if report.collapsed and report.snapshots:
+            self.collapsed_batches.labels(t, c).inc()
         self.planning_duration.labels(t, c).observe(report.planning_seconds)
         self.batch_duration.labels(t, c).observe(report.batch_seconds)
         self.record_success(t, c, now=now)
@@ -348,6 +371,13 @@ class Metrics:
         """The lag cannot be measured (not looked yet, or the cursor is lost): NaN, never a reassuring 0."""
         self.lag_snapshots.labels(table, consumer).set(math.nan)
         self.lag_seconds.labels(table, consumer).set(math.nan)
+
+    def set_cursor_condition(self, table: str, consumer: str, condition: str | None) -> None:
+        """Which lost-cursor condition holds now (None: the cursor can be continued)."""
+        if condition is not None and condition not in CURSOR_CONDITIONS:
+            raise ValueError(f"unknown cursor condition {condition!r}; expected one of {', '.join(CURSOR_CONDITIONS)}")
+        for known in CURSOR_CONDITIONS:
+            self.cursor_lost.labels(table, consumer, known).set(1 if known == condition else 0)
 
     def set_inflight_chunks(self, table: str, consumer: str, chunks: int) -> None:
         self.inflight_chunks.labels(table, consumer).set(chunks)

@@ -20,8 +20,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.pipeline import BatchOutcome, CursorLostError, Pipeline, PipelineConfig
-from icetail.monitor.engine.startup import cursor_problem
+from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+from icetail.monitor.engine.startup import CursorLostError, cursor_problem
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
@@ -103,6 +103,7 @@ def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
         chunks=outcome.chunks,
         planning_seconds=outcome.planning_seconds,
         batch_seconds=outcome.batch_seconds,
+        collapsed=outcome.collapsed,
     )
 
 
@@ -293,7 +294,11 @@ class Service:
         metadata = table.metadata
         current = metadata.current_snapshot_id
         # a lost cursor (expired, rolled back) has no measurable lag: NaN; the cycle reports why
-        lost = cursor_problem(metadata, checkpoint.cursor) is not None
+        problem = cursor_problem(metadata, checkpoint.cursor)
+        lost = problem is not None
+        self.metrics.set_cursor_condition(
+            config.table, config.consumer_id, problem.condition.value if problem is not None else None
+        )
         pending = [] if lost else undelivered_snapshots(metadata, checkpoint.cursor.snapshot_id)
         if current is not None and current != job.last_seen_snapshot:
             # new since the last look; on the first look, everything after the cursor

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
@@ -579,8 +580,31 @@ def test_rolled_back_cursor_fails_naming_it(
     before = dump_state(state)
     failed = run_icetail(run_args(state, tmp_path / "sink1", "rb", "ns.rolled"), env.child)
     line = assert_one_line_error(failed, 2, str(ids[-1]), "rollback")
-    assert "--on-missing-cursor" in line
+    assert "--on-missing-cursor diff" in line and "expired" not in line
     assert dump_state(state) == before
+
+    # asked for, the rollback is delivered as changes: the rows it removed are DELETEs (20..29), the rows
+    # it brought back INSERTs (0..2, deleted at snapshot 3), in one collapsed batch
+    table = env.catalog.load("ns.rolled")
+    code, _, err = icetail_here(
+        capsys, *run_args(state, tmp_path / "sink1", "rb", "ns.rolled", "--on-missing-cursor", "diff")
+    )
+    assert code == 0, err
+    assert "collapsed history" in err
+    got = read_parquet_sink(tmp_path / "sink1")
+    assert got is not None
+    data = [f.name for f in BASE_SCHEMA]
+    at_cursor = row_multiset(table.scan(snapshot_id=ids[-1]).to_arrow(), BASE_SCHEMA)
+    now = row_multiset(table.scan().to_arrow(), BASE_SCHEMA)
+    deletes = got.filter(pc.equal(got.column("_change_type"), "DELETE")).select(data)
+    inserts = got.filter(pc.equal(got.column("_change_type"), "INSERT")).select(data)
+    assert row_multiset(deletes, BASE_SCHEMA) == at_cursor - now and len(at_cursor - now) == 10
+    assert row_multiset(inserts, BASE_SCHEMA) == now - at_cursor and len(now - at_cursor) == 3
+    assert deletes.num_rows + inserts.num_rows == got.num_rows
+    assert set(got.column("_commit_snapshot_id").to_pylist()) == {ids[1]}
+    with open_store(state) as store:
+        checkpoint = store.load("rb")
+    assert checkpoint is not None and checkpoint.cursor.snapshot_id == ids[1]
 
 
 def _full_snapshot_rows(got: pa.Table | None, table: Table) -> None:
@@ -597,8 +621,8 @@ def _full_snapshot_rows(got: pa.Table | None, table: Table) -> None:
 class CrashAfterCursorReset(Pipeline):
     """Dies right after `--on-missing-cursor` moved the cursor, before the batch is written ahead."""
 
-    def _recover_cursor(self, table: Table, problem: str) -> Any:
-        super()._recover_cursor(table, problem)
+    def _recover_cursor(self, table: Table, problem: Any, policy: str) -> Any:
+        super()._recover_cursor(table, problem, policy)
         raise SimulatedCrash("after the cursor reset")
 
 

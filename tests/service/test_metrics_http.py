@@ -335,3 +335,23 @@ def test_port_in_use_raises(registry: CollectorRegistry, server: tuple[MonitorSe
     _, port = server
     with pytest.raises(OSError):
         MonitorServer(registry).start("127.0.0.1", port)
+
+
+def test_cursor_condition_and_collapsed_batches(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """An operator tells expiry from rollback by the `condition` label; repair batches are counted."""
+    metrics.register_consumer(T, C)
+    v = registry.get_sample_value
+    conditions = ("cursor_expired", "chain_expired", "not_descendant")
+    assert [v("icetail_cursor_lost", {**LABELS, "condition": c}) for c in conditions] == [0, 0, 0]
+    assert v("icetail_collapsed_batches_total", LABELS) == 0
+    metrics.set_cursor_condition(T, C, "chain_expired")
+    assert [v("icetail_cursor_lost", {**LABELS, "condition": c}) for c in conditions] == [0, 1, 0]
+    metrics.set_cursor_condition(T, C, "not_descendant")
+    assert [v("icetail_cursor_lost", {**LABELS, "condition": c}) for c in conditions] == [0, 0, 1]
+    with pytest.raises(ValueError, match="unknown cursor condition"):
+        metrics.set_cursor_condition(T, C, "rollback")
+    metrics.record_batch(report(collapsed=True))
+    metrics.record_batch(report())
+    assert v("icetail_collapsed_batches_total", LABELS) == 1
+    metrics.set_cursor_condition(T, C, None)
+    assert [v("icetail_cursor_lost", {**LABELS, "condition": c}) for c in conditions] == [0, 0, 0]
