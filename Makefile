@@ -27,7 +27,7 @@ $(STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
 	$(PYTHON) -m venv $(VENV4)
 	$(BIN4)/pip install -q --upgrade pip
 	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
-	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e '.[dev]'
+	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e '.[dev,connect]'
 	touch $(STAMP4)
 
 # The Java reference needs the SQLite JDBC driver; the scrape test needs a real Prometheus.
