@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 import icetail
@@ -91,6 +96,7 @@ def test_empty_range_and_pinned_end(registered: Any, history: SourceTable) -> No
         ({"table": "nodot"}, "option 'table' 'nodot' must be written as NAMESPACE.TABLE"),
         ({"table": "ns.missing"}, "table 'ns.missing' does not exist in catalog"),
         ({"identifier-columns": "nope"}, "identifier column(s) nope not in the table schema"),
+        ({"to-snapshot": "42"}, "to-snapshot snapshot 42 is not in the table metadata"),
     ],
 )
 def test_bad_options_name_the_option(
@@ -100,3 +106,20 @@ def test_bad_options_name_the_option(
     with pytest.raises(Exception) as raised:
         load_df(registered, options)
     assert message in str(raised.value)
+
+
+def test_ordinals_match_the_changes_command(registered: Any, history: SourceTable, tmp_path: Path) -> None:
+    """`_change_ordinal` (and every other column) as `icetail changes` writes it for the same range."""
+    ids = history.snapshot_ids
+    from_id, to_id = ids[2], ids[-1]
+    output = tmp_path / "changes.parquet"
+    env = {**os.environ, **{f"PYICEBERG_CATALOG__DSRC__{k.upper()}": v for k, v in history.properties.items()}}
+    icetail_cli = str(Path(sys.executable).with_name("icetail"))
+    command = [icetail_cli, "changes", "--catalog", "dsrc", "--table", "ns.t"]
+    command += ["--from-snapshot", str(from_id), "--to-snapshot", str(to_id), "--output", str(output)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    expected = pq.read_table(output)
+    got = load_df(registered, history.options(from_snapshot=from_id, to_snapshot=to_id))
+    assert sorted(set(got.column("_change_ordinal").to_pylist())) == list(range(len(ids) - 3))
+    assert row_counter(got) == row_counter(expected)

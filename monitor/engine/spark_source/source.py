@@ -30,6 +30,7 @@ from icetail.monitor.engine.spark_source.options import (
     parse_stream_options,
 )
 from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, plan_partitions, read_partition
+from icetail.monitor.planning.lineage import snapshot_or_raise
 from icetail.monitor.planning.planner import Planner
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
@@ -93,6 +94,8 @@ class ChangesDataSource(DataSource):
     def _pin(self) -> tuple[Table, int | None, int | None]:
         source, to_option = parse_any_options(self.options)
         table = _open_table(source)
+        if to_option is not None:
+            snapshot_or_raise(table.metadata, to_option, "to-snapshot")  # fail at load(), not at the first action
         to_snapshot = to_option if to_option is not None else table.metadata.current_snapshot_id
         schema_id = schema_id_of(table, to_snapshot)
         self._pinned = (to_snapshot, schema_id)
