@@ -12,10 +12,10 @@ from tests.spark4.conftest import SourceTable
 from tests.spark4.support import row_counter
 
 
-def run_available_now(spark: Any, options: dict[str, str], root: Path) -> None:
+def run_available_now(spark: Any, options: dict[str, str], root: Path, source: str = "icetail") -> None:
     """One Trigger.AvailableNow run on the checkpoint under `root`, into the parquet sink there."""
     query = (
-        spark.readStream.format("icetail")
+        spark.readStream.format(source)
         .options(**options)
         .load()
         .writeStream.format("parquet")
@@ -87,3 +87,27 @@ def _snapshots_per_batch(root: Path) -> list[int]:
         source_offset = json.loads(path.read_text().splitlines()[-1])
         ordinals.append(source_offset["next_ordinal"])
     return [b - a for a, b in zip(ordinals, ordinals[1:], strict=False)]
+
+
+def test_without_admission_control_restart_is_exact(
+    registered: Any, source_table: SourceTable, tmp_path: Path
+) -> None:
+    """Spark 4.0/4.1's protocol (no start in latestOffset): limit and ordinals from the reader's own offsets."""
+    from tests.spark4.legacy_source import LegacyChangesDataSource
+
+    registered.dataSource.register(LegacyChangesDataSource)
+    for _ in range(3):
+        source_table.commit("append")
+    options = source_table.options(starting="earliest", max_snapshots_per_trigger=2)
+    run_available_now(registered, options, tmp_path, "icetail_legacy")
+    for action in ("delete", "append", "upsert", "append", "append"):
+        source_table.commit(action)
+    run_available_now(registered, options, tmp_path, "icetail_legacy")
+    expected = icetail.read_changes(source_table.load(), spark=registered)
+    assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected)
+    # AvailableNow on the old protocol: Spark asks once for its target, so the restart reads all new snapshots
+    assert _snapshots_per_batch(tmp_path) == [3, len(source_table.snapshot_ids) - 3], _dump(tmp_path)
+
+
+def _dump(root: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted((root / "checkpoint" / "offsets").iterdir()) if p.name.isdigit())

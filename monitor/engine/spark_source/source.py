@@ -154,7 +154,10 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._schema = schema
         self._planner: Planner | None = None
         self._available_now_target: int | None = None  # Trigger.AvailableNow: no snapshot after it
-        self._last_end: StreamOffset | None = None  # for Spark < 4.2, whose latestOffset() gets no start
+        # Spark < 4.2 gives latestOffset() no start: the end of the last non-empty batch planned in
+        # this run. Not the checkpoint's last batch, which a restart replays as an empty range before
+        # Spark's AvailableNow wrapper asks for its target (which must be everything available).
+        self._last_end: StreamOffset | None = None
 
     def _table(self) -> Table:
         table = _open_table(self._options.source)
@@ -193,16 +196,16 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end.to_json()
 
     def _latest_without_start(self, table: Table) -> StreamOffset:
-        """Without Spark's start: from the last offset this reader saw, else from the query's initial offset."""
+        """Without Spark's start: from the last batch planned in this run, else everything from the initial offset."""
         if self._last_end is not None:
             return next_offset(table.metadata, self._last_end, max_snapshots=self._options.max_snapshots_per_trigger)
         return next_offset(table.metadata, initial_offset(table.metadata, self._options.starting))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
-        self._last_end = finish
         if begin.snapshot_id == finish.snapshot_id or finish.snapshot_id is None:
             return []
+        self._last_end = finish
         table = self._table()
         assert self._planner is not None
         plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
@@ -213,9 +216,6 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self._schema)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        self._last_end = StreamOffset.from_json(end)
 
 
 __all__ = ["ADMISSION_CONTROL", "ChangePartition", "ChangesBatchReader", "ChangesDataSource", "ChangesStreamReader"]
