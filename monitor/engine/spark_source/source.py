@@ -9,7 +9,7 @@ which refuses Spark 3.5 with one line first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pyarrow as pa
@@ -34,16 +34,15 @@ from icetail.monitor.planning.lineage import snapshot_or_raise
 from icetail.monitor.planning.planner import Planner
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadMaxFiles,
-        SupportsTriggerAvailableNow,
-    )
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowBase
 
     ADMISSION_CONTROL = True
 except ImportError:  # Spark 4.0/4.1: max-snapshots-per-trigger is applied by the reader alone
     ADMISSION_CONTROL = False
-    SupportsTriggerAvailableNow = object
+
+    class AvailableNowBase:  # type: ignore[no-redef]
+        """Spark 4.0/4.1 have no AvailableNow interface for Python sources (Spark wraps them)."""
 
 
 class ChangePartition(InputPartition):
@@ -79,7 +78,7 @@ class ChangesDataSource(DataSource):
     the current schema) on the instance, which Spark pickles on to `reader()`/`streamReader()`.
     """
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
         self._pinned: tuple[int | None, int | None] | None = None  # (to-snapshot, schema id)
 
@@ -141,7 +140,7 @@ class ChangesBatchReader(DataSourceReader):
         return _read(partition, self._schema)
 
 
-class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
     """Micro-batch (start, end] reads the changes of the snapshots after `start` up to `end`.
 
     Offsets are `StreamOffset` JSON; Spark's checkpoint holds them, this object only caches.
