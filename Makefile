@@ -12,7 +12,7 @@ STAMP4 := $(VENV4)/.icetail-installed
 help:
 	@echo "make demo         - set up .venv and run the demo pipeline on the embedded defaults"
 	@echo "make test         - the whole suite on both Spark lines (test-spark35, then test-spark4)"
-	@echo "make test-spark35 - every test, with the Java Iceberg reference, on pyspark 3.5 (.venv)"
+	@echo "make test-spark35 - every test but the Spark 4 only ones (marker spark4), with the Java reference, on pyspark 3.5"
 	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
 	@echo "make lint         - ruff and mypy"
 
@@ -44,6 +44,7 @@ demo: $(STAMP)
 
 test: test-spark35 test-spark4
 
+# Tests marked spark4 need Spark 4: the Python data source API, a Spark Connect server from pip.
 test-spark35: $(STAMP) system-deps
 	$(BIN)/pytest -q -m "not spark4"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 from pydantic import ValidationError as PydanticValidationError
@@ -21,11 +22,14 @@ from icetail.state.errors import (
 )
 
 
-def open_catalog(name: str) -> Catalog:
-    """The catalog `name` as configured in .pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables."""
+def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catalog:
+    """The catalog `name` as configured in .pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables.
+
+    `overrides` (properties given some other way, e.g. as Spark data source options) win.
+    """
     try:
         # read .pyiceberg.yaml and PYICEBERG_CATALOG__* now: pyiceberg's own copy is taken at import
-        properties = cast(dict[str, str], Config().get_catalog_config(name) or {})
+        properties = {**cast(dict[str, str], Config().get_catalog_config(name) or {}), **(overrides or {})}
         return load_catalog(name, **properties)
     except (ValueError, KeyError) as exc:
         variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"

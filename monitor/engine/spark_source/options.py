@@ -1,0 +1,116 @@
+"""Options of the `icetail` Spark data source, parsed into frozen values with one-line errors.
+
+Spark hands options over as a case-insensitive string map; every option is checked here, on the
+driver, so a typo fails at `load()` naming the option and what it accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from icetail.monitor.engine.startup import StartMode, parse_start
+from icetail.state.errors import ConfigError
+
+CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
+BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns")
+STREAM_OPTIONS = ("catalog", "table", "identifier-columns", "starting", "max-snapshots-per-trigger")
+STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601")
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """Which table, and the catalog properties given as options (over pyiceberg's configuration)."""
+
+    catalog: str
+    table: str
+    catalog_properties: tuple[tuple[str, str], ...] = ()
+    identifier_columns: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    source: TableOptions
+    from_snapshot_id_exclusive: int | None = None
+    to_snapshot_id_inclusive: int | None = None
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    source: TableOptions
+    starting: StartMode
+    max_snapshots_per_trigger: int | None = None
+
+
+def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
+    values = _lowered(options, BATCH_OPTIONS, "spark.read")
+    return BatchOptions(
+        _table_options(values),
+        _snapshot_id(values, "from-snapshot"),
+        _snapshot_id(values, "to-snapshot"),
+    )
+
+
+def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
+    values = _lowered(options, STREAM_OPTIONS, "spark.readStream")
+    raw_start = values.get("starting", "earliest").strip()
+    if raw_start == "full":
+        raise ConfigError(f"option 'starting' {raw_start!r} is not one of: {', '.join(STREAM_STARTS)}")
+    try:
+        starting = parse_start(raw_start)
+    except ConfigError:
+        raise ConfigError(f"option 'starting' {raw_start!r} is not one of: {', '.join(STREAM_STARTS)}") from None
+    limit = values.get("max-snapshots-per-trigger")
+    max_snapshots = None
+    if limit is not None:
+        try:
+            max_snapshots = int(limit)
+        except ValueError:
+            max_snapshots = 0
+        if max_snapshots < 1:
+            raise ConfigError(f"option 'max-snapshots-per-trigger' must be an integer >= 1, got {limit!r}")
+    return StreamOptions(_table_options(values), starting, max_snapshots)
+
+
+def parse_any_options(options: Mapping[str, str]) -> tuple[TableOptions, int | None]:
+    """The table and to-snapshot, before Spark says whether it reads a batch or a stream."""
+    known = tuple(dict.fromkeys(BATCH_OPTIONS + STREAM_OPTIONS))
+    values = _lowered(options, known, "spark.read/readStream")
+    return _table_options(values), _snapshot_id(values, "to-snapshot")
+
+
+def _lowered(options: Mapping[str, str], known: tuple[str, ...], reader: str) -> dict[str, str]:
+    values = {str(k).lower(): str(v) for k, v in options.items() if k.lower() != "path"}
+    unknown = sorted(k for k in values if k not in known and not k.startswith(CATALOG_PROPERTY_PREFIX))
+    if unknown:
+        raise ConfigError(
+            f"unknown option {unknown[0]!r} for {reader}.format('icetail'); accepted: {', '.join(known)}, "
+            f"{CATALOG_PROPERTY_PREFIX}<pyiceberg catalog property>"
+        )
+    for required in ("catalog", "table"):
+        if not values.get(required, "").strip():
+            raise ConfigError(f"option {required!r} is required, e.g. .option({required!r}, ...)")
+    return values
+
+
+def _table_options(values: Mapping[str, str]) -> TableOptions:
+    table = values["table"].strip()
+    if "." not in table:
+        raise ConfigError(f"option 'table' {table!r} must be written as NAMESPACE.TABLE")
+    prefix = CATALOG_PROPERTY_PREFIX
+    properties = tuple(sorted((k[len(prefix) :], v) for k, v in values.items() if k.startswith(prefix)))
+    raw_ids = values.get("identifier-columns")
+    identifiers = tuple(c.strip() for c in raw_ids.split(",") if c.strip()) if raw_ids is not None else None
+    if raw_ids is not None and not identifiers:
+        raise ConfigError("option 'identifier-columns' must name columns, e.g. 'a,b'")
+    return TableOptions(values["catalog"].strip(), table, properties, identifiers)
+
+
+def _snapshot_id(values: Mapping[str, str], name: str) -> int | None:
+    raw = values.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be a snapshot id (an integer), got {raw!r}") from None

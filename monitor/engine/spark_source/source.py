@@ -1,0 +1,220 @@
+"""The `icetail` data source on Spark 4's Python Data Source API (pyspark.sql.datasource).
+
+Planning runs driver-side (in the Python workers Spark starts for `schema()`, `partitions()`
+and the stream's offsets): it loads the table through pyiceberg's catalog configuration and
+cuts the range into `ChangePartition`s. `read()` runs in executors on what the partition carries
+(file IO properties, splits), never on the catalog. Import this module through `icetail.spark`,
+which refuses Spark 3.5 with one line first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.table import Table
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from icetail.monitor.engine.api import change_arrow_schema, plan_range, schema_id_of
+from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
+from icetail.monitor.engine.spark_source.options import (
+    BatchOptions,
+    StreamOptions,
+    TableOptions,
+    parse_any_options,
+    parse_batch_options,
+    parse_stream_options,
+)
+from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, plan_partitions, read_partition
+from icetail.monitor.planning.lineage import snapshot_or_raise
+from icetail.monitor.planning.planner import Planner
+
+try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowBase
+
+    ADMISSION_CONTROL = True
+except ImportError:  # Spark 4.0/4.1: max-snapshots-per-trigger is applied by the reader alone
+    ADMISSION_CONTROL = False
+
+    class AvailableNowBase:  # type: ignore[no-redef]
+        """Spark 4.0/4.1 have no AvailableNow interface for Python sources (Spark wraps them)."""
+
+
+class ChangePartition(InputPartition):
+    """One Spark task's share of a range (a picklable `ChangePartitionSpec`)."""
+
+    def __init__(self, spec: ChangePartitionSpec) -> None:
+        super().__init__(spec)
+        self.spec = spec
+
+
+def _open_table(options: TableOptions) -> Table:
+    return load_table(open_catalog(options.catalog, dict(options.catalog_properties)), options.table)
+
+
+def _spark_schema(table: Table, schema_id: int | None) -> StructType:
+    return from_arrow_schema(change_arrow_schema(table, schema_id), prefer_timestamp_ntz=True)
+
+
+def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of a partition, cast to the Arrow types Spark expects for `schema`."""
+    if not isinstance(partition, ChangePartition):  # Spark's placeholder for an empty range
+        return
+    convert: Any = to_arrow_schema  # its `timezone` argument is Spark 4's (mypy runs against 3.5)
+    target = convert(schema, timezone="UTC")
+    for batch in read_partition(partition.spec):
+        yield pa.Table.from_batches([batch]).cast(target).combine_chunks().to_batches()[0]
+
+
+class ChangesDataSource(DataSource):
+    """`spark.read.format("icetail")` / `spark.readStream.format("icetail")`: a table's change rows.
+
+    `schema()` pins what the DataFrame reads (batch: the to-snapshot, current if omitted; stream:
+    the current schema) on the instance, which Spark pickles on to `reader()`/`streamReader()`.
+    """
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        self._pinned: tuple[int | None, int | None] | None = None  # (to-snapshot, schema id)
+
+    @classmethod
+    def name(cls) -> str:
+        return "icetail"
+
+    def schema(self) -> StructType:
+        table, _, schema_id = self._pin()
+        return _spark_schema(table, schema_id)
+
+    def _pin(self) -> tuple[Table, int | None, int | None]:
+        source, to_option = parse_any_options(self.options)
+        table = _open_table(source)
+        if to_option is not None:
+            snapshot_or_raise(table.metadata, to_option, "to-snapshot")  # fail at load(), not at the first action
+        to_snapshot = to_option if to_option is not None else table.metadata.current_snapshot_id
+        schema_id = schema_id_of(table, to_snapshot)
+        self._pinned = (to_snapshot, schema_id)
+        return table, to_snapshot, schema_id
+
+    def _pinned_values(self) -> tuple[int | None, int | None]:
+        if self._pinned is None:  # a user-given schema skipped schema()
+            self._pin()
+        assert self._pinned is not None
+        return self._pinned
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_batch_options(self.options)
+        to_snapshot, schema_id = self._pinned_values()
+        return ChangesBatchReader(options, to_snapshot, schema_id, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = parse_stream_options(self.options)
+        _, schema_id = self._pinned_values()
+        return ChangesStreamReader(options, schema_id, schema)
+
+
+class ChangesBatchReader(DataSourceReader):
+    """(from-snapshot, to-snapshot] as `icetail changes` reads it."""
+
+    def __init__(self, options: BatchOptions, to_snapshot: int | None, schema_id: int | None, schema: StructType):
+        self._options = options
+        self._to_snapshot = to_snapshot  # pinned by schema(): the option, else the current snapshot then
+        self._schema_id = schema_id
+        self._schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        table = _open_table(self._options.source)
+        if self._to_snapshot is None:  # an empty table
+            return []
+        plan = plan_range(table, self._options.from_snapshot_id_exclusive, self._to_snapshot)
+        specs = plan_partitions(
+            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+        )
+        return [ChangePartition(spec) for spec in specs]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition, self._schema)
+
+
+class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
+    """Micro-batch (start, end] reads the changes of the snapshots after `start` up to `end`.
+
+    Offsets are `StreamOffset` JSON; Spark's checkpoint holds them, this object only caches.
+    Rows are projected onto the schema pinned at `load()` (the stream's schema cannot change).
+    """
+
+    def __init__(self, options: StreamOptions, schema_id: int | None, schema: StructType) -> None:
+        self._options = options
+        self._schema_id = schema_id
+        self._schema = schema
+        self._planner: Planner | None = None
+        self._available_now_target: int | None = None  # Trigger.AvailableNow: no snapshot after it
+        # Spark < 4.2 gives latestOffset() no start: the end of the last non-empty batch planned in
+        # this run. Not the checkpoint's last batch, which a restart replays as an empty range before
+        # Spark's AvailableNow wrapper asks for its target (which must be everything available).
+        self._last_end: StreamOffset | None = None
+
+    def _table(self) -> Table:
+        table = _open_table(self._options.source)
+        if self._planner is None:
+            self._planner = Planner(table)
+        else:
+            self._planner.refresh(table)
+        return table
+
+    def initialOffset(self) -> dict[str, Any]:
+        return initial_offset(self._table().metadata, self._options.starting).to_json()
+
+    def getDefaultReadLimit(self) -> Any:
+        """max-snapshots-per-trigger travels through Spark's admission control as ReadMaxFiles(N snapshots)."""
+        limit = self._options.max_snapshots_per_trigger
+        return ReadMaxFiles(limit) if limit is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_target = self._table().metadata.current_snapshot_id
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        table = self._table()
+        if start is None:  # Spark 4.0/4.1: no start, no limit from Spark
+            return self._latest_without_start(table).to_json()
+        max_snapshots = self._options.max_snapshots_per_trigger
+        if ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable):
+            max_snapshots = None  # Spark asks for everything (e.g. Trigger.Once): the option does not apply
+        elif ADMISSION_CONTROL and isinstance(limit, ReadMaxFiles):
+            max_snapshots = limit.max_files
+        end = next_offset(
+            table.metadata,
+            StreamOffset.from_json(start),
+            max_snapshots=max_snapshots,
+            until_snapshot_id_inclusive=self._available_now_target,
+        )
+        return end.to_json()
+
+    def _latest_without_start(self, table: Table) -> StreamOffset:
+        """Without Spark's start: from the last batch planned in this run, else everything from the initial offset."""
+        if self._last_end is not None:
+            return next_offset(table.metadata, self._last_end, max_snapshots=self._options.max_snapshots_per_trigger)
+        return next_offset(table.metadata, initial_offset(table.metadata, self._options.starting))
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
+        if begin.snapshot_id == finish.snapshot_id or finish.snapshot_id is None:
+            return []
+        self._last_end = finish
+        table = self._table()
+        assert self._planner is not None
+        plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
+        specs = plan_partitions(
+            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+        )
+        return [ChangePartition(spec) for spec in specs]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition, self._schema)
+
+
+__all__ = ["ADMISSION_CONTROL", "ChangePartition", "ChangesBatchReader", "ChangesDataSource", "ChangesStreamReader"]

@@ -1,0 +1,82 @@
+"""The data source's options and offsets (pure; both Spark lines), and its import on Spark 3.5."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
+from icetail.monitor.engine.spark_source.options import parse_batch_options, parse_stream_options
+from icetail.monitor.engine.spark_version import pyspark_major
+from icetail.state.errors import ConfigError
+from tests.core.conftest import SmallTable
+
+BASE = {"catalog": "c", "table": "ns.t"}
+
+
+def test_batch_options_are_parsed_case_insensitively() -> None:
+    parsed = parse_batch_options(
+        {**BASE, "From-Snapshot": "5", "to-snapshot": "9", "identifier-columns": "a, b", "catalog.uri": "sqlite://"}
+    )
+    assert (parsed.from_snapshot_id_exclusive, parsed.to_snapshot_id_inclusive) == (5, 9)
+    assert parsed.source.identifier_columns == ("a", "b")
+    assert parsed.source.catalog_properties == (("uri", "sqlite://"),)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"table": "ns.t"}, "option 'catalog' is required"),
+        ({**BASE, "starting": "earliest"}, "unknown option 'starting' for spark.read.format('icetail')"),
+        ({**BASE, "to-snapshot": "x"}, "option 'to-snapshot' must be a snapshot id (an integer), got 'x'"),
+        ({**BASE, "identifier-columns": " , "}, "option 'identifier-columns' must name columns"),
+    ],
+)
+def test_bad_batch_options(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as raised:
+        parse_batch_options(options)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"starting": "full"}, "option 'starting' 'full' is not one of: earliest, latest, snapshot:ID, timestamp:"),
+        ({"starting": "snapshot:x"}, "option 'starting' 'snapshot:x' is not one of"),
+        ({"max-snapshots-per-trigger": "0"}, "option 'max-snapshots-per-trigger' must be an integer >= 1, got '0'"),
+        ({"from-snapshot": "1"}, "unknown option 'from-snapshot' for spark.readStream.format('icetail')"),
+    ],
+)
+def test_bad_stream_options(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_stream_options({**BASE, **extra})
+    assert message in str(raised.value)
+
+
+def test_offsets_walk_the_history_with_a_limit(small_table: SmallTable) -> None:
+    metadata = small_table.load().metadata
+    ids = small_table.snapshot_ids
+    start = initial_offset(metadata, parse_stream_options(BASE).starting)
+    assert start == StreamOffset(None, None, 0)
+    first = next_offset(metadata, start, max_snapshots=1)
+    assert (first.snapshot_id, first.next_ordinal) == (ids[0], 1)
+    rest = next_offset(metadata, first)
+    assert (rest.snapshot_id, rest.next_ordinal) == (ids[-1], len(ids))
+    assert next_offset(metadata, rest) == rest  # nothing new: the same offset
+    assert next_offset(metadata, first, until_snapshot_id_inclusive=ids[1]).snapshot_id == ids[1]
+    assert StreamOffset.from_json(rest.to_json()) == rest
+    with pytest.raises(ConfigError, match="not an icetail offset"):
+        StreamOffset.from_json({"offset": 3})
+
+
+def test_import_on_spark35_says_spark4_is_needed() -> None:
+    result = subprocess.run([sys.executable, "-c", "import icetail.spark"], capture_output=True, text=True)
+    if pyspark_major() >= 4:
+        assert result.returncode == 0, result.stderr
+        return
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1
+    assert "SparkVersionError: icetail.spark (the 'icetail' Spark data source) needs Spark >= 4.0" in last
+    assert "icetail changes" in last and "icetail.read_changes" in last
