@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +43,17 @@ class ConnectServer:
 
 
 @contextmanager
-def connect_server(workdir: Path, *, timeout: float = 180) -> Iterator[ConnectServer]:
-    """Yields the running server; stops it on exit."""
+def connect_server(
+    workdir: Path, *, env: Mapping[str, str] | None = None, timeout: float = 180
+) -> Iterator[ConnectServer]:
+    """Yields the running server (`env`: extra variables, e.g. PYICEBERG_* for catalogs it opens)."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_REMOTE", "PYSPARK_GATEWAY"))}
-    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(workdir / "scratch"))
+    server_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_REMOTE", "PYSPARK_GATEWAY"))}
+    server_env.update(
+        PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(workdir / "scratch")
+    )
+    server_env.update(env or {})
     log = workdir / "connect-server.log"
     with open(log, "w") as out:
         server = subprocess.Popen(
@@ -61,7 +66,7 @@ def connect_server(workdir: Path, *, timeout: float = 180) -> Iterator[ConnectSe
                 "--conf", "spark.ui.enabled=false",
                 "--conf", "spark.sql.session.timeZone=UTC",
             ],
-            env=env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=server_env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
         _wait_for_listener(server, port, log, timeout)
