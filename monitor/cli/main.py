@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from icetail._version import installed_version
@@ -66,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
+    # pyspark 4 warns on every start under pandas >= 3, which icetail's read path does not use:
+    # keep stderr to icetail's own one-line messages
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     sys.exit(main())
 
 
