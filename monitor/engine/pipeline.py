@@ -198,6 +198,8 @@ class Pipeline:
             from icetail.reader.sinks.factory import parse_sink_url
 
             parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
+        if self.config.protect_cursor:
+            _check_can_tag(self._load_table(), self.consumer)  # before any batch, not after the first
         checkpoint = self._store.load(self.consumer)
         if checkpoint is None:
             # the consumer must exist before it can be leased; its start is decided in run_batch
@@ -565,10 +567,32 @@ class Pipeline:
         """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need."""
         tag = f"icetail-{self.consumer}"
         table = self._load_table()
-        with table.manage_snapshots() as manage:
-            if tag in table.metadata.refs:
-                manage.remove_tag(tag)
-            manage.create_tag(snapshot_id, tag)
+        try:
+            with table.manage_snapshots() as manage:
+                if tag in table.metadata.refs:
+                    manage.remove_tag(tag)
+                manage.create_tag(snapshot_id, tag)
+        except NotImplementedError as exc:  # pyiceberg cannot write this table's metadata
+            raise ConfigError(_cannot_tag(table, self.consumer, str(exc))) from exc
+
+
+def _check_can_tag(table: Table, consumer: str) -> None:
+    """--protect-cursor writes a tag through pyiceberg, which writes table metadata itself through
+    every catalog but REST (where the server writes it), and pyiceberg 0.12 cannot write format v3
+    (apache/iceberg-python#1551): refuse at start rather than after the first delivered batch."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    if table.metadata.format_version >= 3 and not isinstance(table.catalog, RestCatalog):
+        raise ConfigError(_cannot_tag(table, consumer, "pyiceberg cannot write format-version 3 table metadata"))
+
+
+def _cannot_tag(table: Table, consumer: str, reason: str) -> str:
+    name = ".".join(table.name())
+    return (
+        f"--protect-cursor cannot keep tag icetail-{consumer} on table {name}: {reason}; run without "
+        f"--protect-cursor and keep the cursor snapshot with a tag of your own (Spark SQL: ALTER TABLE "
+        f"{name} CREATE OR REPLACE TAG ...; see docs/delivery.md), or follow the table through a REST catalog"
+    )
 
 
 # Test seam: while the file named by this variable exists, every committed chunk is followed by

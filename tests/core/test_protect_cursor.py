@@ -22,3 +22,26 @@ def test_tag_follows_the_cursor(small_table: SmallTable, spark: Any, tmp_path: A
     assert main(args) == 0
     table = small_table.load()
     assert table.metadata.refs["icetail-guarded"].snapshot_id == table.metadata.current_snapshot_id
+
+
+def test_protect_cursor_on_a_v3_table_is_refused_before_any_batch(
+    catalog: Any, monkeypatch: Any, tmp_path: Any, capsys: Any
+) -> None:
+    """pyiceberg cannot write v3 metadata through a SQL catalog, so the tag could never move:
+    refused at start with one line, before anything is delivered."""
+    catalog.set_env(monkeypatch)
+    fq = catalog.fq("v3t")
+    catalog.sql(f"CREATE TABLE {fq} (id bigint) USING iceberg TBLPROPERTIES ('format-version'='3')")
+    catalog.sql(f"INSERT INTO {fq} VALUES (1), (2)")
+    sink = tmp_path / "sink"
+    args = [
+        "run", "--catalog", catalog.name, "--table", catalog.ident("v3t"), "--state",
+        f"sqlite:///{tmp_path}/state.db", "--sink", f"parquet://{sink}", "--protect-cursor",
+    ]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "format-version 3" in err[0] and "--protect-cursor" in err[0], err
+    assert not list(sink.glob("*.parquet"))
+    assert "icetail-" not in "".join(catalog.load_table("v3t").metadata.refs)
+    assert main(args[:-1]) == 0  # without the flag the same table is followed
+    assert list(sink.glob("*.parquet"))
