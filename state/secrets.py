@@ -39,3 +39,22 @@ def redact_value(key: str, value: str) -> str:
 def redacted_items(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     """(key, printable value) pairs, in the given order."""
     return tuple((key, redact_value(key, value)) for key, value in items)
+
+
+# The REST catalog client's OAuth2 `credential` (CLIENT_ID:CLIENT_SECRET), which pyiceberg merges
+# into every table's FileIO properties; no FileIO reads it.
+_CATALOG_CLIENT_SECRETS = frozenset({"credential"})
+
+
+def fileio_items(properties: Iterable[tuple[str, object]]) -> tuple[tuple[str, str], ...]:
+    """The (key, value) pairs a FileIO on an executor is built from, sorted.
+
+    Drops what is not a string (pyiceberg's `auth.manager`: the REST client's live OAuth2
+    session) and the catalog client's secret: storage is reached with the storage credentials
+    (static or vended), never with the catalog's client secret.
+    """
+    return tuple(
+        sorted(
+            (key, value) for key, value in properties if isinstance(value, str) and key not in _CATALOG_CLIENT_SECRETS
+        )
+    )

@@ -25,6 +25,7 @@ from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 from icetail.state.errors import ConfigError
 from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
+from icetail.state.secrets import fileio_items
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:
@@ -61,7 +62,7 @@ def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask
                 fields[field_id] = key_field(path)
     mapping = table.metadata.properties.get("schema.name-mapping.default")
     return ReadContext(
-        io_properties=tuple(sorted(table.io.properties.items())),
+        io_properties=fileio_items(table.io.properties.items()),
         output_schema_json=output_schema(table, schema_id).model_dump_json(),
         equality_schema_json=Schema(*[fields[i] for i in sorted(fields)]).model_dump_json(),
         name_mapping_json=mapping,

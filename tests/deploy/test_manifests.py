@@ -326,8 +326,14 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
     def ignored(path: str) -> bool:
         return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path.split("/")[0], p) for p in patterns)
 
-    for needed in ("pyproject.toml", "README.md", "icetail/__init__.py", "state/__init__.py", "reader/spark.py",
-                   "monitor/cli/main.py"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "icetail/__init__.py",
+        "state/__init__.py",
+        "reader/spark.py",
+        "monitor/cli/main.py",
+    ):
         assert not ignored(needed), needed
     for unwanted in (".venv", ".git", "tests", "icetail.egg-info", "monitor/__pycache__"):
         assert ignored(unwanted), unwanted
@@ -530,3 +536,21 @@ def test_spark_submit_real_spark_imports_icetail_from_the_zip(tmp_path: Path) ->
     output = done.stdout + done.stderr
     assert "usage: icetail" in output, output[-3000:]
     assert "No module named" not in output, output[-3000:]
+
+
+def test_s3_rest_secrets_are_the_ones_the_pods_read(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """secret-s3-rest.yaml: the OAuth2 credential and the S3 keys land in the variables icetail reads."""
+    catalog = objects[("Secret", "icetail-catalog")]["stringData"]
+    assert catalog["credential"].count(":") == 1  # CLIENT_ID:CLIENT_SECRET, as pyiceberg splits it
+    storage = objects[("Secret", "icetail-storage")]["stringData"]
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} <= set(storage)
+    for name in ("Deployment", "CronJob"):
+        env = {
+            e["name"]: e
+            for e in container(objects[(name, "icetail" if name == "Deployment" else "icetail-batch")])["env"]
+        }
+        ref = env["PYICEBERG_CATALOG__PROD__CREDENTIAL"]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("icetail-catalog", "credential"), name
+    env_from = container(objects[("Deployment", "icetail")])["envFrom"]
+    assert {"secretRef": {"name": "icetail-storage", "optional": True}} in env_from
+    assert "secret-s3-rest.yaml" in (DEPLOY / "README.md").read_text()
