@@ -19,6 +19,7 @@ ALERTS = PROM_DIR / "alerts.yml"
 EXPECTED_ALERTS = {
     "IcetailLagHigh",
     "IcetailLagUnknown",
+    "IcetailCursorLost",
     "IcetailConsecutiveFailures",
     "IcetailNoSuccessfulBatch",
     "IcetailDown",
@@ -99,10 +100,12 @@ def test_alerts_use_metrics_icetail_exports() -> None:
     metrics = Metrics.create()
     metrics.register_consumer("db.t", "c")
     metrics.record_success("db.t", "c")
+    metrics.set_cursor_condition("db.t", "c", None)
     exported = {s.name for family in metrics.registry.collect() for s in family.samples}
     used = {name for rule in rules() for name in re.findall(r"\bicetail_\w+", rule["expr"])}
     assert used == {
         "icetail_lag_seconds",
+        "icetail_cursor_lost",
         "icetail_consecutive_failures",
         "icetail_last_success_timestamp_seconds",
     }
