@@ -15,7 +15,7 @@ from typing import Any
 
 
 class ChangeType(str, Enum):
-    """Iceberg's changelog `_change_type` values."""
+    """Row level: Iceberg's changelog `_change_type` values (compare FileChangeKind, the file level)."""
 
     INSERT = "INSERT"
     DELETE = "DELETE"
@@ -23,8 +23,12 @@ class ChangeType(str, Enum):
     UPDATE_AFTER = "UPDATE_AFTER"
 
 
-class ChangeKind(str, Enum):
-    """How a data file took part in a snapshot."""
+class FileChangeKind(str, Enum):
+    """File level: how a data file took part in a snapshot (the planner's decision, docs/semantics.md).
+
+    The reader turns it into row-level ChangeTypes; the stored value ("added", ...) is part of the
+    persisted split format and of split ids, so it never changes.
+    """
 
     ADDED = "added"  # not live at the parent, live at the snapshot: visible rows are INSERTs
     REMOVED = "removed"  # live at the parent, gone at the snapshot: rows visible at the parent are DELETEs
@@ -82,7 +86,7 @@ class ChangeTask:
     """One data file in one snapshot, with the delete files live before and after that snapshot."""
 
     data_file: DataFileRef
-    kind: ChangeKind
+    kind: FileChangeKind
     commit: CommitInfo
     deletes_before: tuple[DeleteFileRef, ...] = ()  # applicable at the parent; unused for ADDED
     deletes_after: tuple[DeleteFileRef, ...] = ()  # applicable at the snapshot; unused for REMOVED
@@ -150,7 +154,7 @@ def split_from_json_dict(raw: dict[str, Any]) -> ChangeSplit:
 
     task = ChangeTask(
         data_file=data_file,
-        kind=ChangeKind(t["kind"]),
+        kind=FileChangeKind(t["kind"]),
         commit=commit,
         deletes_before=deletes(t["deletes_before"]),
         deletes_after=deletes(t["deletes_after"]),

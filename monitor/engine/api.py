@@ -24,7 +24,7 @@ from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 from icetail.state.errors import ConfigError
-from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
+from icetail.state.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:
@@ -88,9 +88,9 @@ def snapshots_needing_reconcile(tasks: Iterable[ChangeTask]) -> set[int]:
     inserting: set[int] = set()
     for task in tasks:
         sid = task.commit.snapshot_id
-        if task.kind in (ChangeKind.REMOVED, ChangeKind.MODIFIED):
+        if task.kind in (FileChangeKind.REMOVED, FileChangeKind.MODIFIED):
             deleting.add(sid)
-        if task.kind in (ChangeKind.ADDED, ChangeKind.MODIFIED):
+        if task.kind in (FileChangeKind.ADDED, FileChangeKind.MODIFIED):
             inserting.add(sid)
     return deleting & inserting
 

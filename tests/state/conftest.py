@@ -18,13 +18,13 @@ import pytest
 
 from icetail.state.checkpoint import InflightBatch
 from icetail.state.model import (
-    ChangeKind,
     ChangeSplit,
     ChangeTask,
     CommitInfo,
     DataFileRef,
     DeleteContent,
     DeleteFileRef,
+    FileChangeKind,
 )
 from icetail.state.store import SqlCheckpointStore, open_store
 
@@ -64,7 +64,7 @@ def make_split(i: int, snapshot_id: int = 10, *, with_deletes: bool = False) -> 
             data_sequence_number=1,
             split_offsets=(4, 32768),
         ),
-        kind=ChangeKind.MODIFIED if with_deletes else ChangeKind.ADDED,
+        kind=FileChangeKind.MODIFIED if with_deletes else FileChangeKind.ADDED,
         commit=CommitInfo(snapshot_id, None, "append", 1_700_000_000_000 + snapshot_id, snapshot_id, 0),
         deletes_after=deletes,
     )
