@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -122,48 +122,3 @@ class ChangeSplit:
 
 def _stable_hash(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def to_json_dict(value: Any) -> dict[str, Any]:
-    """Plain dict of a model value (enums as their values) for the JSON codec."""
-    return json.loads(json.dumps(asdict(value), default=_default))
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
-def split_from_json_dict(raw: dict[str, Any]) -> ChangeSplit:
-    """Inverse of `to_json_dict` for a ChangeSplit."""
-    t = raw["task"]
-    df = t["data_file"]
-    data_file = DataFileRef(
-        **{**df, "split_offsets": tuple(df["split_offsets"]) if df["split_offsets"] is not None else None}
-    )
-    commit = CommitInfo(**t["commit"])
-
-    def deletes(items: list[dict[str, Any]]) -> tuple[DeleteFileRef, ...]:
-        return tuple(
-            DeleteFileRef(
-                **{**d, "content": DeleteContent(d["content"]), "equality_field_ids": tuple(d["equality_field_ids"])}
-            )
-            for d in items
-        )
-
-    task = ChangeTask(
-        data_file=data_file,
-        kind=FileChangeKind(t["kind"]),
-        commit=commit,
-        deletes_before=deletes(t["deletes_before"]),
-        deletes_after=deletes(t["deletes_after"]),
-    )
-    return ChangeSplit(
-        task=task,
-        row_group_start=raw["row_group_start"],
-        row_group_end=raw["row_group_end"],
-        estimated_rows=raw["estimated_rows"],
-        estimated_bytes=raw["estimated_bytes"],
-        split_id=raw["split_id"],
-    )

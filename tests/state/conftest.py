@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +158,25 @@ def raw_query(store_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tu
     with psycopg.connect(base, autocommit=True) as pg:
         pg.execute(f'SET search_path TO "{schema}"')
         return pg.execute(sql.replace("?", "%s"), params).fetchall()
+
+
+def raw_create(store_url: str, statements: Sequence[str | tuple[str, tuple[Any, ...]]]) -> None:
+    """Write a store directly (`?` placeholders), as an older icetail left it: the store is created, not migrated."""
+    steps = [(s, ()) if isinstance(s, str) else s for s in statements]
+    if store_url.startswith("sqlite:"):
+        import sqlite3
+
+        path = Path(store_url.removeprefix("sqlite:///"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path)
+        with conn:
+            for sql, params in steps:
+                conn.execute(sql, params)
+        conn.close()
+        return
+    base, schema = store_url.split("?schema=")
+    with psycopg.connect(base, autocommit=True) as pg:
+        pg.execute(f'CREATE SCHEMA "{schema}"')
+        pg.execute(f'SET search_path TO "{schema}"')
+        for sql, params in steps:
+            pg.execute(sql.replace("?", "%s"), params)
