@@ -10,10 +10,28 @@ from __future__ import annotations
 from typing import Any
 
 
+def error_text(exc: BaseException) -> str:
+    """`Type: first line of the message` (the type alone when there is none), for one-line error messages."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def message_line(exc: BaseException) -> str:
+    """The first line of the message alone (the type's name when there is none)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 class IcetailError(Exception):
-    """Root of every error icetail raises on purpose."""
+    """Root of every error icetail raises on purpose.
+
+    `exit_code` is the CLI's exit status for it; `stage` is where a failed service cycle broke
+    (catalog, plan, read, sink or state: the `stage` label of `icetail_failures_total`), so both
+    follow from the class, and a new error class says its own.
+    """
 
     exit_code = 1
+    stage = "read"
 
     def __init__(self, message: str, *args: Any) -> None:
         super().__init__(message, *args)
@@ -41,21 +59,31 @@ class TransientError(IcetailError):
 class ConfigError(TerminalError):
     """A bad argument, URL or configuration value."""
 
+    stage = "plan"
+
 
 class CatalogNotFoundError(TerminalError):
     """The named pyiceberg catalog is not configured."""
+
+    stage = "catalog"
 
 
 class TableNotFoundError(TerminalError):
     """The table does not exist in the catalog."""
 
+    stage = "catalog"
+
 
 class SnapshotNotFoundError(TerminalError):
     """A snapshot id is not (or no longer) in the table metadata, e.g. expired."""
 
+    stage = "plan"
+
 
 class NotAncestorError(TerminalError):
     """The from-snapshot is not an ancestor of the to-snapshot (rollback or wrong branch)."""
+
+    stage = "plan"
 
 
 class DataFileError(TerminalError):
@@ -65,21 +93,31 @@ class DataFileError(TerminalError):
 class MetadataError(TerminalError):
     """Table metadata or a manifest is corrupt or uses an unsupported feature."""
 
+    stage = "plan"
+
 
 class StateError(TerminalError):
     """The checkpoint store is unusable as it is (newer schema, bad contents)."""
+
+    stage = "state"
 
 
 class StateBusyError(TransientError):
     """Another run holds the consumer's lease."""
 
+    stage = "state"
+
 
 class SinkError(TransientError):
     """A sink write failed; the chunk was not committed and will be retried."""
 
+    stage = "sink"
+
 
 class StateUnavailableError(TransientError):
     """The checkpoint store cannot be reached or is locked right now; nothing was changed."""
+
+    stage = "state"
 
 
 class StateConflictError(TransientError):
@@ -89,17 +127,25 @@ class StateConflictError(TransientError):
     (another run finished the batch, the cursor was reset, a chunk commit was replayed).
     """
 
+    stage = "state"
+
 
 class ConsumerNotFoundError(TerminalError):
     """The checkpoint store has no consumer with that id (ensure_consumer was never called)."""
+
+    stage = "state"
 
 
 class SinkRejectedError(TerminalError):
     """The sink refuses the rows for good (incompatible schema, closed output, changed chunk)."""
 
+    stage = "sink"
+
 
 class CatalogUnavailableError(TransientError):
     """The catalog (its database or REST service) cannot be reached right now."""
+
+    stage = "catalog"
 
 
 class StorageAccessError(TerminalError):

@@ -75,6 +75,7 @@ class CursorLostError(TerminalError):
     """The committed cursor cannot be continued snapshot by snapshot (see CursorCondition)."""
 
     condition: CursorCondition | None = None
+    stage = "plan"
 
 
 class CursorExpiredError(CursorLostError):

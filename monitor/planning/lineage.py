@@ -54,10 +54,6 @@ def snapshot_or_raise(metadata: TableMetadata, snapshot_id: int, role: str) -> S
     return snapshot
 
 
-def current_snapshot_id(metadata: TableMetadata) -> int | None:
-    return metadata.current_snapshot_id
-
-
 def snapshots_between(
     metadata: TableMetadata, from_snapshot_id_exclusive: int | None, to_snapshot_id_inclusive: int
 ) -> list[Snapshot]:

@@ -8,8 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.parquet_sink import error_text
-from icetail.state.errors import IcetailError, SinkError, SinkRejectedError
+from icetail.state.errors import IcetailError, SinkError, SinkRejectedError, error_text
 
 ChunkCallback = Callable[[ChunkKey, pa.Table], Any]
 

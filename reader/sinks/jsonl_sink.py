@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.parquet_sink import error_text, fsync_dir
-from icetail.state.errors import ConfigError, SinkError, SinkRejectedError
+from icetail.reader.sinks.parquet_sink import fsync_dir
+from icetail.state.errors import ConfigError, SinkError, SinkRejectedError, error_text
 
 Fixer = Callable[[Any], Any]
 
