@@ -22,9 +22,9 @@ from icetail._version import installed_version
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from icetail.kernel.errors import IcetailError, TerminalError, TransientError
     from icetail.monitor.engine.api import changes_batch_reader, read_changes
     from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
-    from icetail.state.errors import IcetailError, TerminalError, TransientError
 
 __version__ = installed_version()
 
@@ -34,9 +34,9 @@ _EXPORTS = {
     "BatchOutcome": "icetail.monitor.engine.pipeline",
     "Pipeline": "icetail.monitor.engine.pipeline",
     "PipelineConfig": "icetail.monitor.engine.pipeline",
-    "IcetailError": "icetail.state.errors",
-    "TerminalError": "icetail.state.errors",
-    "TransientError": "icetail.state.errors",
+    "IcetailError": "icetail.kernel.errors",
+    "TerminalError": "icetail.kernel.errors",
+    "TransientError": "icetail.kernel.errors",
 }
 
 

@@ -20,6 +20,9 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
+from icetail.kernel.errors import MetadataError
+from icetail.kernel.model import ChangeSplit, ChangeType, DeleteContent, DeleteFileRef, FileChangeKind
+from icetail.kernel.storage_errors import storage_error
 from icetail.reader.context import ReadContext
 from icetail.reader.deletes import deleted_positions, equality_delete_rows
 from icetail.reader.equality import DeleteKeySet
@@ -27,9 +30,6 @@ from icetail.reader.fileio import file_io_for
 from icetail.reader.lru import LRU
 from icetail.reader.metadata_columns import change_schema, with_metadata
 from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
-from icetail.reader.storage_errors import storage_error
-from icetail.state.errors import MetadataError
-from icetail.state.model import ChangeSplit, ChangeType, DeleteContent, DeleteFileRef, FileChangeKind
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from icetail.state.model import ChangeSplit
+from icetail.kernel.model import ChangeSplit
 
 
 @dataclass(frozen=True)

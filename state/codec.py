@@ -19,8 +19,8 @@ from dataclasses import asdict
 from enum import Enum
 from typing import Any
 
-from icetail.state.errors import StateError
-from icetail.state.model import (
+from icetail.kernel.errors import StateError
+from icetail.kernel.model import (
     ChangeSplit,
     ChangeTask,
     CommitInfo,

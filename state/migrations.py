@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from icetail.state.errors import StateError
+from icetail.kernel.errors import StateError
 
 META_TABLE = "icetail_meta"
 SCHEMA_VERSION_KEY = "schema_version"

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from icetail.state.errors import ConfigError, IcetailError, StateError, StateUnavailableError, message_line
+from icetail.kernel.errors import ConfigError, IcetailError, StateError, StateUnavailableError, message_line
 from icetail.state.urls import PostgresLocation
 
 if TYPE_CHECKING:

@@ -27,6 +27,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from icetail.kernel.errors import (
+    ConfigError,
+    ConsumerNotFoundError,
+    StateBusyError,
+    StateConflictError,
+    StateError,
+)
 from icetail.state.checkpoint import (
     BatchShape,
     Checkpoint,
@@ -40,13 +47,6 @@ from icetail.state.checkpoint import (
     SplitProgress,
 )
 from icetail.state.codec import decode_split, encode_split
-from icetail.state.errors import (
-    ConfigError,
-    ConsumerNotFoundError,
-    StateBusyError,
-    StateConflictError,
-    StateError,
-)
 from icetail.state.migrations import (
     META_DDL,
     META_TABLE,

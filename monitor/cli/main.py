@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 
 from icetail._version import installed_version
+from icetail.kernel.errors import IcetailError
 from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
-from icetail.state.errors import IcetailError
 
 COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
 

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from icetail.kernel.errors import ConfigError, ConsumerNotFoundError, IcetailError
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.progress import Progress, describe
 from icetail.monitor.engine.catalog import load_table, open_catalog
@@ -22,9 +23,8 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.service.config import run_config
-from icetail.reader.sinks.factory import normalize_sink_url
+from icetail.sinks.factory import normalize_sink_url
 from icetail.state.checkpoint import Checkpoint, HistoryEntry
-from icetail.state.errors import ConfigError, ConsumerNotFoundError, IcetailError
 from icetail.state.store import CheckpointStore, open_store
 
 

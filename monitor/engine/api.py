@@ -15,6 +15,8 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.context import ReadContext
@@ -23,8 +25,6 @@ from icetail.reader.projection import arrow_schema, check_readable, key_field, s
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
-from icetail.state.errors import ConfigError
-from icetail.state.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:

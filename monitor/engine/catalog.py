@@ -12,8 +12,7 @@ from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
-from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     CatalogNotFoundError,
     CatalogUnavailableError,
     ConfigError,
@@ -22,6 +21,7 @@ from icetail.state.errors import (
     error_text,
     message_line,
 )
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 
 
 def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catalog:

@@ -25,6 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.model import ChangeSplit
+from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
     change_arrow_schema,
     identifier_names,
@@ -47,13 +50,10 @@ from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
-from icetail.reader.sinks.base import ChunkKey, Sink, StagingSink
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
+from icetail.sinks.base import ChunkKey, Sink, StagingSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
-from icetail.state.errors import ConfigError
-from icetail.state.model import ChangeSplit
-from icetail.state.processes import host_name, process_is_running
 from icetail.state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
@@ -195,7 +195,7 @@ class Pipeline:
         it to expire.
         """
         if self._sink is None:
-            from icetail.reader.sinks.factory import parse_sink_url
+            from icetail.sinks.factory import parse_sink_url
 
             parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
         checkpoint = self._store.load(self.consumer)
@@ -255,7 +255,7 @@ class Pipeline:
     @property
     def sink_identity(self) -> str:
         """The sink as recorded per consumer: the normalized URL (as given, for an injected sink)."""
-        from icetail.reader.sinks.factory import normalize_sink_url
+        from icetail.sinks.factory import normalize_sink_url
 
         try:
             return normalize_sink_url(self.config.sink_url)
@@ -267,7 +267,7 @@ class Pipeline:
     @property
     def sink(self) -> Sink:
         if self._sink is None:
-            from icetail.reader.sinks.factory import open_sink
+            from icetail.sinks.factory import open_sink
 
             self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
         return self._sink

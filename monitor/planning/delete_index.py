@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from pyiceberg.table.metadata import TableMetadata
 
-from icetail.state.model import DataFileRef, DeleteContent, DeleteFileRef
+from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
 
 PathResolver = Callable[[DeleteFileRef], frozenset[str]]
 """Data file paths a position delete file references (read from the file when not in metadata)."""

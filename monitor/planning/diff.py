@@ -16,10 +16,10 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.model import ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef, FileChangeKind
 from icetail.monitor.planning.delete_index import DeleteIndex, PathResolver, delete_identity, global_spec_ids
 from icetail.monitor.planning.lineage import snapshot_by_id
 from icetail.monitor.planning.manifests import FileEntry, ManifestReader
-from icetail.state.model import ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef, FileChangeKind
 
 REPLACE = "replace"
 COLLAPSED = "collapsed"  # the operation of a direct diff's one commit: the history between was collapsed

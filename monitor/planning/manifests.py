@@ -22,11 +22,11 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.errors import IcetailError, MetadataError
+from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.lru import LRU
 from icetail.reader.pyiceberg_compat import open_manifest_list, optional_data_file_field, read_manifest_entries
-from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.state.errors import IcetailError, MetadataError
-from icetail.state.model import DataFileRef, DeleteContent, DeleteFileRef
 
 
 def partition_text(partition: Any) -> str:

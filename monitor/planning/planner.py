@@ -12,13 +12,13 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
 from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
 from icetail.monitor.planning.diff import COLLAPSED, REPLACE, SnapshotDiffer, commit_info, operation_of
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader
 from icetail.reader.deletes import referenced_data_files
 from icetail.reader.fileio import file_io_for
-from icetail.state.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
 
 DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from icetail.kernel.errors import ConfigError, message_line
 from icetail.monitor.engine.pipeline import PipelineConfig
-from icetail.state.errors import ConfigError, message_line
 
 PIPELINE_KEYS = {
     "catalog": "catalog",

@@ -39,7 +39,7 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
-from icetail.state.model import ChangeType
+from icetail.kernel.model import ChangeType
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",

@@ -19,6 +19,13 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
+from icetail.kernel.errors import (
+    CatalogNotFoundError,
+    ConfigError,
+    IcetailError,
+    StateBusyError,
+    TerminalError,
+)
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import cursor_problem
@@ -27,13 +34,6 @@ from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import (
-    CatalogNotFoundError,
-    ConfigError,
-    IcetailError,
-    StateBusyError,
-    TerminalError,
-)
 
 log = logging.getLogger("icetail.serve")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from icetail.kernel.errors import TerminalError
 from icetail.monitor.engine.startup import (
     CursorChainExpiredError,
     CursorExpiredError,
@@ -13,7 +14,6 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.planning.lineage import CursorCondition, cursor_condition
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import TerminalError
 from tests.core.conftest import SmallTable
 
 

@@ -15,6 +15,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
+from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
 from icetail.monitor.planning.delete_index import (
     DeleteIndex,
     delete_identity,
@@ -22,7 +23,6 @@ from icetail.monitor.planning.delete_index import (
     global_spec_ids,
     position_delete_applies,
 )
-from icetail.state.model import DataFileRef, DeleteContent, DeleteFileRef
 
 PARTITIONED_SPEC = 1
 UNPARTITIONED_SPEC = 0

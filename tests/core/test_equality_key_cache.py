@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.schema import Schema
 
+from icetail.kernel.model import DeleteContent, DeleteFileRef
 from icetail.monitor.engine.api import read_context
 from icetail.reader.fileio import file_io_for
 from icetail.reader.projection import key_field
 from icetail.reader.split_reader import _delete_state
-from icetail.state.model import DeleteContent, DeleteFileRef
 from tests.core.conftest import SmallTable
 
 

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from pyiceberg.table.snapshots import Operation, Summary
 
+from icetail.kernel.model import ChangeTask, CommitInfo, DataFileRef, FileChangeKind
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader, changed_file_counts
 from icetail.monitor.planning.planner import Planner, split_task
-from icetail.state.model import ChangeTask, CommitInfo, DataFileRef, FileChangeKind
 from tests.core.conftest import SCHEMA, SmallTable
 from tests.support.workloads import COW, MIXED, Workload
 

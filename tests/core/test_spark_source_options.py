@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import parse_batch_options, parse_stream_options
 from icetail.monitor.engine.spark_version import pyspark_major
-from icetail.state.errors import ConfigError
 from tests.core.conftest import SmallTable
 
 BASE = {"catalog": "c", "table": "ns.t"}

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, FileChangeKind
+from icetail.kernel.processes import host_tag
 from icetail.monitor.engine.api import read_context
 from icetail.monitor.planning.planner import Planner
 from icetail.reader.spark import (
@@ -21,8 +23,6 @@ from icetail.reader.spark import (
     remove_orphaned_handoffs,
     run_splits,
 )
-from icetail.state.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, FileChangeKind
-from icetail.state.processes import host_tag
 from tests.core.conftest import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)

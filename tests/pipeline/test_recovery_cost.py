@@ -36,7 +36,7 @@ from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.checkpoint import Checkpoint
 from icetail.state.store import open_store
 from tests.pipeline.conftest import (

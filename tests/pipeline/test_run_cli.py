@@ -29,11 +29,11 @@ import pytest
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
-from icetail.state.errors import ConfigError
+from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.store import open_store
 from tests.pipeline.conftest import (
     BASE_SCHEMA,

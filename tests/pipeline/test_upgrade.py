@@ -20,7 +20,7 @@ import pytest
 
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.checkpoint import BatchShape
 from icetail.state.codec import VERSION_KEY
 from icetail.state.migrations import META_DDL, MIGRATIONS

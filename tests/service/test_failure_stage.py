@@ -6,11 +6,8 @@ import inspect
 
 import pytest
 
-from icetail.monitor.engine.startup import CursorExpiredError, CursorLostError
-from icetail.monitor.service.metrics import FailureStage
-from icetail.monitor.service.scheduler import failure_stage
-from icetail.state import errors
-from icetail.state.errors import (
+from icetail.kernel import errors
+from icetail.kernel.errors import (
     CatalogUnavailableError,
     ConfigError,
     DataFileError,
@@ -19,6 +16,9 @@ from icetail.state.errors import (
     StateConflictError,
     StorageUnavailableError,
 )
+from icetail.monitor.engine.startup import CursorExpiredError, CursorLostError
+from icetail.monitor.service.metrics import FailureStage
+from icetail.monitor.service.scheduler import failure_stage
 
 
 def test_every_error_class_names_a_known_stage() -> None:

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.model import ChangeType
 from icetail.monitor.planning.lineage import age_seconds
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import (
@@ -22,7 +23,6 @@ from icetail.monitor.service.metrics import (
     Metrics,
     build_versions,
 )
-from icetail.state.model import ChangeType
 
 T, C = "db.events", "audit"
 LABELS = {"table": T, "consumer": C}

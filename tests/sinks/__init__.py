@@ -6,9 +6,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from icetail.kernel.model import ChangeType, CommitInfo
 from icetail.reader.metadata_columns import with_metadata
-from icetail.reader.sinks.base import ChunkKey
-from icetail.state.model import ChangeType, CommitInfo
+from icetail.sinks.base import ChunkKey
 
 CONSUMER = "orders-cdc"
 

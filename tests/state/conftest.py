@@ -16,8 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from icetail.state.checkpoint import InflightBatch
-from icetail.state.model import (
+from icetail.kernel.model import (
     ChangeSplit,
     ChangeTask,
     CommitInfo,
@@ -26,6 +25,7 @@ from icetail.state.model import (
     DeleteFileRef,
     FileChangeKind,
 )
+from icetail.state.checkpoint import InflightBatch
 from icetail.state.store import SqlCheckpointStore, open_store
 
 PG_URL = os.environ.get("ICETAIL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")

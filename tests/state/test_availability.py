@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from icetail.kernel.errors import StateError, StateUnavailableError
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import StateError, StateUnavailableError
 from icetail.state.sqlite_store import SqliteBackend
 from icetail.state.store import SqlCheckpointStore, open_store
 from icetail.state.urls import SqliteLocation, parse_store_url

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from icetail.kernel.errors import StateError
 from icetail.state.codec import (
     SPLIT_FORMAT_VERSION,
     SUPPORTED_SPLIT_FORMAT_VERSIONS,
@@ -13,7 +14,6 @@ from icetail.state.codec import (
     decode_split,
     encode_split,
 )
-from icetail.state.errors import StateError
 from tests.state.conftest import make_split
 
 

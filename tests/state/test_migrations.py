@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
+from icetail.kernel.errors import StateError
+from icetail.kernel.model import ChangeSplit
 from icetail.state.checkpoint import BatchShape, ChunkCommit, Cursor
 from icetail.state.codec import VERSION_KEY, encode_split
-from icetail.state.errors import StateError
 from icetail.state.migrations import LATEST_VERSION, META_DDL, MIGRATIONS, SUPPORTED_VERSIONS, pending_migrations
-from icetail.state.model import ChangeSplit
 from icetail.state.store import SqlCheckpointStore, open_store
 from tests.state.conftest import make_split, raw_create, raw_query
 

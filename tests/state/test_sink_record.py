@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from icetail.kernel.errors import ConfigError, StateBusyError, StateConflictError
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import ConfigError, StateBusyError, StateConflictError
 from icetail.state.migrations import _V1, LATEST_VERSION
 from icetail.state.store import SqlCheckpointStore, open_store
 from tests.state.conftest import PG_URL, make_batch, pg_url_for, raw_create, raw_query

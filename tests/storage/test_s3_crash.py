@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 from pyarrow import fs
 
 from icetail.monitor.engine.api import read_changes
-from icetail.reader.sinks.object_parquet_sink import COMMITTED_DIR
+from icetail.sinks.object_parquet_sink import COMMITTED_DIR
 from tests.pipeline.conftest import (
     Attempt,
     build_mixed_table,

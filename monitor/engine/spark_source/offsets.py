@@ -14,10 +14,10 @@ from typing import Any
 
 from pyiceberg.table.metadata import TableMetadata
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, initial_cursor
 from icetail.monitor.planning.diff import REPLACE, operation_of
 from icetail.monitor.planning.lineage import snapshots_between
-from icetail.state.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-from icetail.reader.sinks.base import ChunkKey, file_safe
-from icetail.reader.storage_errors import StorageErrorKind, storage_error_kind
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     ConfigError,
     IcetailError,
     SinkError,
@@ -45,6 +43,8 @@ from icetail.state.errors import (
     StorageAccessError,
     error_text,
 )
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error_kind
+from icetail.sinks.base import ChunkKey, file_safe
 
 SCHEMES = ("s3", "gs", "abfs")
 COMMITTED_DIR = "_committed"

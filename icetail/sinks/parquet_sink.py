@@ -22,8 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icetail.reader.sinks.base import ChunkKey, file_safe
-from icetail.state.errors import ConfigError, SinkError, SinkRejectedError, error_text
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, error_text
+from icetail.sinks.base import ChunkKey, file_safe
 
 TMP_DIR = "_tmp"
 SUFFIX = ".parquet"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     DataFileError,
     IcetailError,
     StorageAccessError,

@@ -56,8 +56,7 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.utils.config import Config
 
-from icetail.reader.sinks.base import ChunkKey, file_safe
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     CatalogNotFoundError,
     ConfigError,
     IcetailError,
@@ -65,7 +64,8 @@ from icetail.state.errors import (
     SinkRejectedError,
     error_text,
 )
-from icetail.state.secrets import redacted_items
+from icetail.kernel.secrets import redacted_items
+from icetail.sinks.base import ChunkKey, file_safe
 
 _T = TypeVar("_T")
 
