@@ -7,8 +7,9 @@ snapshot, read on Spark with merge-on-read deletes applied. Two ways in:
   record batches for ranges too large for memory), by snapshot id or by commit time;
 * a table followed exactly once into a sink, resumable to the row: `Pipeline(PipelineConfig(...))`.
 
-Everything below `icetail.monitor`, `icetail.reader` and `icetail.state` is internal and may
-change between releases; what is named in `__all__` is the public API. The names load on first
+Everything below `icetail.monitor`, `icetail.reader`, `icetail.state`, `icetail.sinks` and
+`icetail.kernel` is internal and may change between releases (docs/sinks.md documents the sink
+contract for writing your own); what is named in `__all__` is the public API. The names load on first
 use, so a Spark worker importing `icetail.reader` does not pay for the control plane.
 """
 
