@@ -34,8 +34,8 @@ from icetail.monitor.engine.startup import (
     cursor_problem,
 )
 from icetail.monitor.planning.lineage import CursorCondition
-from tests.pipeline.conftest import read_parquet_sink
 from tests.support.oracle import DELETE_TYPES, INSERT_TYPES, canonical_rows, rows_at
+from tests.support.sinks import read_parquet_sink
 from tests.support.workloads import COW, MIXED, MOR, Workload
 
 CONFIGS = [

@@ -28,17 +28,12 @@ import pyarrow.compute as pc
 import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from tests.pipeline.conftest import (
-    Attempt,
-    child_env,
-    crash_loop,
-    icetail_command,
-    is_submultiset,
-    kill_schedule,
-    make_sink,
-    view_state,
-)
+from tests.support.compare import is_submultiset
+from tests.support.crash import Attempt, crash_loop, kill_schedule
 from tests.support.oracle import DELETE_TYPES, canonical_rows, rows_at
+from tests.support.processes import child_env, icetail_command
+from tests.support.sinks import make_sink
+from tests.support.stores import view_state
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))

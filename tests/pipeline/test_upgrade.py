@@ -25,15 +25,10 @@ from icetail.state.checkpoint import BatchShape
 from icetail.state.codec import VERSION_KEY
 from icetail.state.migrations import META_DDL, MIGRATIONS
 from icetail.state.store import open_store
-from tests.pipeline.conftest import (
-    BASE_SCHEMA,
-    CrashingSink,
-    SimulatedCrash,
-    diff_report,
-    make_rows,
-    new_catalog,
-    row_multiset,
-)
+from tests.support.catalogs import new_catalog
+from tests.support.compare import diff_report, row_multiset
+from tests.support.sinks import CrashingSink, SimulatedCrash
+from tests.support.tables import BASE_SCHEMA, make_rows
 
 TABLE = "ns.up"
 ROWS, ROW_GROUP_ROWS, CHUNK_ROWS = 20_000, 2_000, 800  # chunks of 800, 800, 400 per row group
