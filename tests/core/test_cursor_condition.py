@@ -14,7 +14,7 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.planning.lineage import CursorCondition, cursor_condition
 from icetail.state.checkpoint import Cursor
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 
 def _cursor(small_table: SmallTable, snapshot_id: int) -> Cursor:

@@ -14,7 +14,7 @@ from icetail.monitor.engine.api import read_context
 from icetail.reader.fileio import file_io_for
 from icetail.reader.projection import key_field
 from icetail.reader.split_reader import _delete_state
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 
 def _equality_delete(tmp_path: Path, name: str, ids: list[int]) -> DeleteFileRef:

@@ -12,7 +12,7 @@ from icetail.kernel.model import ChangeTask, CommitInfo, DataFileRef, FileChange
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader, changed_file_counts
 from icetail.monitor.planning.planner import Planner, split_task
-from tests.core.conftest import SCHEMA, SmallTable
+from tests.support.small_table import SCHEMA, SmallTable
 from tests.support.workloads import COW, MIXED, Workload
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)

@@ -16,7 +16,7 @@ from icetail.reader.pyiceberg_compat import (
     optional_data_file_field,
     read_manifest_entries,
 )
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 DV_MAGIC = bytes([0xD1, 0xD3, 0x39, 0x64])
 

@@ -11,7 +11,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import parse_batch_options, parse_stream_options
 from icetail.monitor.engine.spark_version import pyspark_major
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 BASE = {"catalog": "c", "table": "ns.t"}
 

@@ -23,7 +23,7 @@ from icetail.reader.spark import (
     remove_orphaned_handoffs,
     run_splits,
 )
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
 

@@ -11,6 +11,7 @@ from icetail.reader.metadata_columns import with_metadata
 from icetail.sinks.base import ChunkKey
 
 CONSUMER = "orders-cdc"
+CATALOG = "sinkcat"  # lowercase letters and digits: pyiceberg mangles `_` in variable names
 
 
 def key(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-CATALOG = "sinkcat"  # lowercase letters and digits: pyiceberg mangles `_` in variable names
+from tests.sinks import CATALOG
 
 
 @pytest.fixture

@@ -16,8 +16,7 @@ from icetail.sinks.iceberg_sink import (
     CONSUMER_PROPERTY,
     IcebergTableSink,
 )
-from tests.sinks import CONSUMER, change_rows, key
-from tests.sinks.conftest import CATALOG
+from tests.sinks import CATALOG, CONSUMER, change_rows, key
 
 URL = f"iceberg://{CATALOG}/cdc.orders_changes"
 

@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 import icetail
-from tests.spark4.conftest import SourceTable
 from tests.spark4.support import row_counter
+from tests.support.source_table import SourceTable
 
 
 def run_available_now(spark: Any, options: dict[str, str], root: Path, source: str = "icetail") -> None:

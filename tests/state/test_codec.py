@@ -14,7 +14,7 @@ from icetail.state.codec import (
     decode_split,
     encode_split,
 )
-from tests.state.conftest import make_split
+from tests.support.checkpoints import make_split
 
 
 def test_round_trip_with_delete_files() -> None:

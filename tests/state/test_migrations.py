@@ -14,7 +14,7 @@ from icetail.state.checkpoint import BatchShape, ChunkCommit, Cursor
 from icetail.state.codec import VERSION_KEY, encode_split
 from icetail.state.migrations import LATEST_VERSION, META_DDL, MIGRATIONS, SUPPORTED_VERSIONS, pending_migrations
 from icetail.state.store import SqlCheckpointStore, open_store
-from tests.state.conftest import make_split, raw_create, raw_query
+from tests.support.checkpoints import make_split, raw_create, raw_query
 
 
 def test_empty_database_is_migrated_on_open(store: SqlCheckpointStore, store_url: str) -> None:

@@ -20,7 +20,8 @@ from icetail.kernel.errors import ConfigError, StateBusyError, StateConflictErro
 from icetail.state.checkpoint import Cursor
 from icetail.state.migrations import _V1, LATEST_VERSION
 from icetail.state.store import SqlCheckpointStore, open_store
-from tests.state.conftest import PG_URL, make_batch, pg_url_for, raw_create, raw_query
+from tests.support.checkpoints import make_batch, pg_url_for, raw_create, raw_query
+from tests.support.stores import PG_URL
 
 START = Cursor.before_first_snapshot()
 
