@@ -33,6 +33,12 @@ class IcetailError(Exception):
     exit_code = 1
     stage = "read"
 
+    def __init_subclass__(cls, *, stage: str | None = None, **kwargs: Any) -> None:
+        """`class SinkError(TransientError, stage="sink")`: a subclass names its stage where it is declared."""
+        super().__init_subclass__(**kwargs)
+        if stage is not None:
+            cls.stage = stage
+
     def __init__(self, message: str, *args: Any) -> None:
         super().__init__(message, *args)
         self.message = message
@@ -56,96 +62,68 @@ class TransientError(IcetailError):
     exit_code = 1
 
 
-class ConfigError(TerminalError):
+class ConfigError(TerminalError, stage="plan"):
     """A bad argument, URL or configuration value."""
 
-    stage = "plan"
 
-
-class CatalogNotFoundError(TerminalError):
+class CatalogNotFoundError(TerminalError, stage="catalog"):
     """The named pyiceberg catalog is not configured."""
 
-    stage = "catalog"
 
-
-class TableNotFoundError(TerminalError):
+class TableNotFoundError(TerminalError, stage="catalog"):
     """The table does not exist in the catalog."""
 
-    stage = "catalog"
 
-
-class SnapshotNotFoundError(TerminalError):
+class SnapshotNotFoundError(TerminalError, stage="plan"):
     """A snapshot id is not (or no longer) in the table metadata, e.g. expired."""
 
-    stage = "plan"
 
-
-class NotAncestorError(TerminalError):
+class NotAncestorError(TerminalError, stage="plan"):
     """The from-snapshot is not an ancestor of the to-snapshot (rollback or wrong branch)."""
-
-    stage = "plan"
 
 
 class DataFileError(TerminalError):
     """A data or delete file is missing or unreadable."""
 
 
-class MetadataError(TerminalError):
+class MetadataError(TerminalError, stage="plan"):
     """Table metadata or a manifest is corrupt or uses an unsupported feature."""
 
-    stage = "plan"
 
-
-class StateError(TerminalError):
+class StateError(TerminalError, stage="state"):
     """The checkpoint store is unusable as it is (newer schema, bad contents)."""
 
-    stage = "state"
 
-
-class StateBusyError(TransientError):
+class StateBusyError(TransientError, stage="state"):
     """Another run holds the consumer's lease."""
 
-    stage = "state"
 
-
-class SinkError(TransientError):
+class SinkError(TransientError, stage="sink"):
     """A sink write failed; the chunk was not committed and will be retried."""
 
-    stage = "sink"
 
-
-class StateUnavailableError(TransientError):
+class StateUnavailableError(TransientError, stage="state"):
     """The checkpoint store cannot be reached or is locked right now; nothing was changed."""
 
-    stage = "state"
 
-
-class StateConflictError(TransientError):
+class StateConflictError(TransientError, stage="state"):
     """A compare-and-swap was refused: the stored state is not what the caller expected.
 
     Transient because the cure is to reload the checkpoint and carry on from what is stored
     (another run finished the batch, the cursor was reset, a chunk commit was replayed).
     """
 
-    stage = "state"
 
-
-class ConsumerNotFoundError(TerminalError):
+class ConsumerNotFoundError(TerminalError, stage="state"):
     """The checkpoint store has no consumer with that id (ensure_consumer was never called)."""
 
-    stage = "state"
 
-
-class SinkRejectedError(TerminalError):
+class SinkRejectedError(TerminalError, stage="sink"):
     """The sink refuses the rows for good (incompatible schema, closed output, changed chunk)."""
 
-    stage = "sink"
 
-
-class CatalogUnavailableError(TransientError):
+class CatalogUnavailableError(TransientError, stage="catalog"):
     """The catalog (its database or REST service) cannot be reached right now."""
-
-    stage = "catalog"
 
 
 class StorageAccessError(TerminalError):

@@ -71,11 +71,10 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
     return Cursor(found.snapshot_id, found.timestamp_ms) if found else Cursor.before_first_snapshot()
 
 
-class CursorLostError(TerminalError):
+class CursorLostError(TerminalError, stage="plan"):
     """The committed cursor cannot be continued snapshot by snapshot (see CursorCondition)."""
 
     condition: CursorCondition | None = None
-    stage = "plan"
 
 
 class CursorExpiredError(CursorLostError):

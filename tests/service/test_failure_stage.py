@@ -8,12 +8,16 @@ import pytest
 
 from icetail.kernel import errors
 from icetail.kernel.errors import (
+    CatalogNotFoundError,
     CatalogUnavailableError,
     ConfigError,
     DataFileError,
     IcetailError,
+    MetadataError,
+    SinkError,
     SinkRejectedError,
     StateConflictError,
+    StateError,
     StorageUnavailableError,
 )
 from icetail.monitor.engine.startup import CursorExpiredError, CursorLostError
@@ -33,6 +37,10 @@ def test_every_error_class_names_a_known_stage() -> None:
     [
         (CatalogUnavailableError("x"), FailureStage.CATALOG),
         (ConfigError("x"), FailureStage.PLAN),
+        (MetadataError("x"), FailureStage.PLAN),
+        (CatalogNotFoundError("x"), FailureStage.CATALOG),
+        (StateError("x"), FailureStage.STATE),
+        (SinkError("x"), FailureStage.SINK),
         (CursorExpiredError("x"), FailureStage.PLAN),
         (StateConflictError("x"), FailureStage.STATE),
         (SinkRejectedError("x"), FailureStage.SINK),
