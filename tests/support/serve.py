@@ -30,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
+from tests.support.catalogs import new_catalog
+
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -69,29 +71,29 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 @dataclass
 class Warehouse:
-    """A pyiceberg SqlCatalog on SQLite under `root`, the same one the children open by name."""
+    """The service tests' catalog (a LocalCatalog under `root`) with namespace `ns`, the same one the children
+    open by name."""
 
     root: Path
     name: str = CATALOG_NAME
     catalog: SqlCatalog = field(init=False)
 
     def __post_init__(self) -> None:
-        (self.root / "warehouse").mkdir(parents=True, exist_ok=True)
-        self.catalog = SqlCatalog(self.name, uri=self.uri, warehouse=self.warehouse)
+        self.local = new_catalog(self.root, self.name)
+        self.catalog = self.local.catalog()
         self.catalog.create_namespace_if_not_exists(NAMESPACE)
 
     @property
     def uri(self) -> str:
-        return f"sqlite:///{self.root / 'catalog.db'}"
+        return self.local.uri
 
     @property
     def warehouse(self) -> str:
-        return f"file://{self.root / 'warehouse'}"
+        return f"file://{self.local.warehouse_path}"
 
     def env(self) -> dict[str, str]:
-        key = f"PYICEBERG_CATALOG__{self.name.upper()}__"
         # PYICEBERG_HOME: a directory without .pyiceberg.yaml, so only these variables count
-        return {key + "URI": self.uri, key + "WAREHOUSE": self.warehouse, "PYICEBERG_HOME": str(self.root)}
+        return {**self.local.env(), "PYICEBERG_HOME": str(self.root)}
 
     def create_table(self, name: str, schema: pa.Schema, properties: Mapping[str, str] | None = None) -> Table:
         return self.catalog.create_table(f"{NAMESPACE}.{name}", schema=schema, properties=dict(properties or {}))
