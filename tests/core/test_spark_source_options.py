@@ -71,6 +71,19 @@ def test_offsets_walk_the_history_with_a_limit(small_table: SmallTable) -> None:
         StreamOffset.from_json({"offset": 3})
 
 
+def test_offsets_of_every_format_version_are_read_and_newer_ones_refused() -> None:
+    offset = StreamOffset(42, 1_700_000_000_000, 7)
+    assert offset.to_json() == {"snapshot_id": 42, "timestamp_ms": 1_700_000_000_000, "next_ordinal": 7, "version": 2}
+    # version 1: what the data source wrote before offsets carried a version
+    assert StreamOffset.from_json({"snapshot_id": 42, "timestamp_ms": 1_700_000_000_000, "next_ordinal": 7}) == offset
+    assert StreamOffset.from_json(offset.to_json()) == offset
+    assert StreamOffset.from_json({"snapshot_id": None, "timestamp_ms": None, "next_ordinal": 0}) == StreamOffset(
+        None, None, 0
+    )
+    with pytest.raises(ConfigError, match=r"format version 3, but this icetail reads offset format versions 1, 2;"):
+        StreamOffset.from_json({**offset.to_json(), "version": 3})
+
+
 def test_import_on_spark35_says_spark4_is_needed() -> None:
     result = subprocess.run([sys.executable, "-c", "import icetail.spark"], capture_output=True, text=True)
     if pyspark_major() >= 4:

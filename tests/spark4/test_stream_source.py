@@ -55,6 +55,30 @@ def test_restart_adds_exactly_the_new_changes(registered: Any, source_table: Sou
     assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected)
 
 
+def test_a_checkpoint_of_the_previous_offset_format_continues_exactly(
+    registered: Any, source_table: SourceTable, tmp_path: Path
+) -> None:
+    """Offsets written before they carried a version (format 1) are continued after an upgrade."""
+    import json
+
+    for action in ("append", "append", "delete"):
+        source_table.commit(action)
+    options = source_table.options(starting="earliest")
+    run_available_now(registered, options, tmp_path)
+    logs = [p for p in (tmp_path / "checkpoint" / "offsets").iterdir() if p.name.isdigit()]
+    assert logs
+    for path in logs:  # rewrite the checkpoint as the previous release left it
+        *head, source_offset = path.read_text().splitlines()
+        raw = json.loads(source_offset)
+        assert raw.pop("version") == 2
+        path.write_text("\n".join([*head, json.dumps(raw)]))
+    for action in ("upsert", "append"):
+        source_table.commit(action)
+    run_available_now(registered, options, tmp_path)
+    expected = icetail.read_changes(source_table.load(), spark=registered)
+    assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected)
+
+
 def test_max_snapshots_per_trigger_cuts_batches(registered: Any, source_table: SourceTable, tmp_path: Path) -> None:
     for _ in range(5):
         source_table.commit("append")
