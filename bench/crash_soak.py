@@ -40,24 +40,13 @@ if str(REPO_ROOT) not in sys.path:
 
 import pyarrow as pa  # noqa: E402
 
-from tests.pipeline.conftest import (  # noqa: E402
-    Attempt,
-    build_mixed_table,
-    child_env,
-    crash_loop,
-    diff_report,
-    drop_state,
-    icetail_command,
-    is_submultiset,
-    kill_schedule,
-    make_rows,
-    make_sink,
-    new_catalog,
-    new_state_url,
-    pg_unavailable,
-    row_multiset,
-    view_state,
-)
+from tests.support.catalogs import new_catalog  # noqa: E402
+from tests.support.compare import diff_report, is_submultiset, row_multiset  # noqa: E402
+from tests.support.crash import Attempt, crash_loop, kill_schedule  # noqa: E402
+from tests.support.processes import child_env, icetail_command  # noqa: E402
+from tests.support.sinks import make_sink  # noqa: E402
+from tests.support.stores import drop_state, new_state_url, pg_unavailable, view_state  # noqa: E402
+from tests.support.tables import build_mixed_table, make_rows  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -309,8 +309,8 @@ def _timed_plan(table: Any, from_id: int | None, to_id: int, read: Callable[[Any
 def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
     """Run `plan` on Spark with a stager that drops every chunk's rows; the change rows counted."""
     from icetail.monitor.engine.api import read_context
-    from icetail.reader.sinks.discard import DiscardStager
     from icetail.reader.spark import SplitRequest, run_splits
+    from icetail.sinks.discard import DiscardStager
 
     context = read_context(table, plan.schema_id, plan.tasks)
     requests = [SplitRequest(split, 0, ("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
@@ -746,8 +746,8 @@ class _FailingSink:
 
 
 def case_recovery(ctx: Context) -> CaseResult:
+    from icetail.kernel.errors import IcetailError
     from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-    from icetail.state.errors import IcetailError
 
     result = CaseResult("recovery")
     cat, scale = ctx.catalog, ctx.scale

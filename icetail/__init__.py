@@ -7,8 +7,9 @@ snapshot, read on Spark with merge-on-read deletes applied. Two ways in:
   record batches for ranges too large for memory), by snapshot id or by commit time;
 * a table followed exactly once into a sink, resumable to the row: `Pipeline(PipelineConfig(...))`.
 
-Everything below `icetail.monitor`, `icetail.reader` and `icetail.state` is internal and may
-change between releases; what is named in `__all__` is the public API. The names load on first
+Everything below `icetail.monitor`, `icetail.reader`, `icetail.state`, `icetail.sinks` and
+`icetail.kernel` is internal and may change between releases (docs/sinks.md documents the sink
+contract for writing your own); what is named in `__all__` is the public API. The names load on first
 use, so a Spark worker importing `icetail.reader` does not pay for the control plane.
 """
 
@@ -22,9 +23,9 @@ from icetail._version import installed_version
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from icetail.kernel.errors import IcetailError, TerminalError, TransientError
     from icetail.monitor.engine.api import changes_batch_reader, read_changes
     from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
-    from icetail.state.errors import IcetailError, TerminalError, TransientError
 
 __version__ = installed_version()
 
@@ -34,9 +35,9 @@ _EXPORTS = {
     "BatchOutcome": "icetail.monitor.engine.pipeline",
     "Pipeline": "icetail.monitor.engine.pipeline",
     "PipelineConfig": "icetail.monitor.engine.pipeline",
-    "IcetailError": "icetail.state.errors",
-    "TerminalError": "icetail.state.errors",
-    "TransientError": "icetail.state.errors",
+    "IcetailError": "icetail.kernel.errors",
+    "TerminalError": "icetail.kernel.errors",
+    "TransientError": "icetail.kernel.errors",
 }
 
 

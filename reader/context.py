@@ -9,8 +9,8 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
+from icetail.kernel.secrets import redacted_items
 from icetail.reader.projection import arrow_schema
-from icetail.state.secrets import redacted_items
 
 
 @dataclass(frozen=True)

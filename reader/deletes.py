@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
 from pyiceberg.table.puffin import PuffinFile
 
+from icetail.kernel.errors import MetadataError
+from icetail.kernel.model import DeleteContent, DeleteFileRef
+from icetail.kernel.storage_errors import storage_error
 from icetail.reader.lru import LRU
-from icetail.reader.storage_errors import storage_error
-from icetail.state.errors import MetadataError
-from icetail.state.model import DeleteContent, DeleteFileRef
+from icetail.reader.pyiceberg_compat import deletion_vector_positions
 
 FILE_PATH_COLUMN = "file_path"
 POS_COLUMN = "pos"
@@ -76,9 +76,7 @@ def _read_deletion_vector(io: FileIO, delete: DeleteFileRef, data_path: str) -> 
     with _open(io, delete.path) as stream:
         if delete.content_offset is not None and delete.content_size_in_bytes is not None:
             stream.seek(delete.content_offset)
-            blob = stream.read(delete.content_size_in_bytes)
-            bitmaps = DeletionVector._deserialize_bitmap(_extract_vector_payload(blob))
-            vector = DeletionVector(data_path, bitmaps).to_vector()
+            found = deletion_vector_positions(stream.read(delete.content_size_in_bytes))
         else:
             from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
 
@@ -87,8 +85,8 @@ def _read_deletion_vector(io: FileIO, delete: DeleteFileRef, data_path: str) -> 
             }
             if data_path not in vectors:
                 return _EMPTY
-            vector = vectors[data_path].to_vector()
-    positions = np.sort(np.asarray(vector.to_numpy(), dtype=np.int64))
+            found = np.asarray(vectors[data_path].to_vector().to_numpy(), dtype=np.int64)
+    positions = np.sort(found)
     _position_cache.put(key, positions)
     return positions
 

@@ -6,7 +6,7 @@ import functools
 
 import pyarrow as pa
 
-from icetail.state.model import ChangeType, CommitInfo
+from icetail.kernel.model import ChangeType, CommitInfo
 
 CHANGE_TYPE = "_change_type"
 CHANGE_ORDINAL = "_change_ordinal"

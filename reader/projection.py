@@ -25,7 +25,7 @@ from pyiceberg.types import (
     StructType,
 )
 
-from icetail.state.errors import MetadataError
+from icetail.kernel.errors import MetadataError
 
 
 def file_schema(physical: pa.Schema, name_mapping: NameMapping | None, format_version: int) -> Schema:

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icetail.kernel.model import ChangeType
 from icetail.reader.equality import row_codes
 from icetail.reader.metadata_columns import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS
-from icetail.state.model import ChangeType
 
 HIDDEN_PREFIX = "__icetail_"  # bookkeeping columns a caller may carry through; never compared
 

@@ -24,13 +24,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from icetail.kernel.errors import ConfigError, DataFileError, IcetailError
+from icetail.kernel.model import ChangeSplit
+from icetail.kernel.processes import host_tag, process_is_running
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
-from icetail.reader.sinks.base import ChunkKey, ChunkStager
 from icetail.reader.split_reader import Chunk, read_split
-from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.state.errors import ConfigError, DataFileError, IcetailError
-from icetail.state.model import ChangeSplit
-from icetail.state.processes import host_tag, process_is_running
+from icetail.sinks.base import ChunkKey, ChunkStager
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 

@@ -20,6 +20,9 @@ from pyiceberg.io import FileIO
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
+from icetail.kernel.errors import MetadataError
+from icetail.kernel.model import ChangeSplit, ChangeType, DeleteContent, DeleteFileRef, FileChangeKind
+from icetail.kernel.storage_errors import storage_error
 from icetail.reader.context import ReadContext
 from icetail.reader.deletes import deleted_positions, equality_delete_rows
 from icetail.reader.equality import DeleteKeySet
@@ -27,9 +30,6 @@ from icetail.reader.fileio import file_io_for
 from icetail.reader.lru import LRU
 from icetail.reader.metadata_columns import change_schema, with_metadata
 from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
-from icetail.reader.storage_errors import storage_error
-from icetail.state.errors import MetadataError
-from icetail.state.model import ChangeKind, ChangeSplit, ChangeType, DeleteContent, DeleteFileRef
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,9 @@ def read_split(
         raise MetadataError(
             f"data file {data_file.path} is {data_file.file_format}; icetail reads parquet data files only"
         )
-    before = _delete_state(io, context, data_file.path, task.deletes_before) if task.kind != ChangeKind.ADDED else None
-    after = _delete_state(io, context, data_file.path, task.deletes_after) if task.kind != ChangeKind.REMOVED else None
+    reads_before, reads_after = task.kind != FileChangeKind.ADDED, task.kind != FileChangeKind.REMOVED
+    before = _delete_state(io, context, data_file.path, task.deletes_before) if reads_before else None
+    after = _delete_state(io, context, data_file.path, task.deletes_after) if reads_after else None
     equality_ids = {
         field_id
         for delete in (task.deletes_before if before else ()) + (task.deletes_after if after else ())
@@ -203,8 +204,10 @@ def _take_rows(
     return rows, decoded_at, decoded
 
 
-def _may_change(before: _DeleteState | None, after: _DeleteState | None, lo: int, hi: int, kind: ChangeKind) -> bool:
-    if kind != ChangeKind.MODIFIED:
+def _may_change(
+    before: _DeleteState | None, after: _DeleteState | None, lo: int, hi: int, kind: FileChangeKind
+) -> bool:
+    if kind != FileChangeKind.MODIFIED:
         return True
     assert before is not None and after is not None
     vb, va = before.visible(lo, hi, None), after.visible(lo, hi, None)
@@ -217,7 +220,7 @@ def _changes(
     hi: int,
     before: _DeleteState | None,
     after: _DeleteState | None,
-    kind: ChangeKind,
+    kind: FileChangeKind,
     schema_of_file: Schema,
     output_schema: Schema,
     output_arrow: pa.Schema,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from icetail.state.model import ChangeSplit
+from icetail.kernel.model import ChangeSplit
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,32 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class BatchShape:
+    """How a batch was planned, stored in typed columns beside it and kept in its history entry.
+
+    `chunk_rows`: rows per chunk the batch started with (None: one row group per chunk); a
+    resumed batch cuts exactly the same chunks whatever the restart is configured with.
+    `first_ordinal`: the `_change_ordinal` of its first snapshot; `snapshot_count`: how many
+    snapshots (commits) it holds, so the next batch's ordinals follow. `collapsed`: a repair
+    batch whose one commit is the net change of a collapsed history (a direct diff).
+    """
+
+    chunk_rows: int | None = None
+    first_ordinal: int = 0
+    snapshot_count: int = 0
+    collapsed: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:
+            raise ValueError(f"invalid batch shape: {self!r}")
+
+    @property
+    def next_ordinal(self) -> int:
+        """The `_change_ordinal` of the snapshot after this batch's last one."""
+        return self.first_ordinal + self.snapshot_count
+
+
+@dataclass(frozen=True)
 class InflightBatch:
     """The write-ahead record of one batch: snapshots (from, to] split into ordered splits.
 
@@ -57,6 +83,7 @@ class InflightBatch:
     to_snapshot_inclusive: int
     to_timestamp_ms: int
     splits: tuple[ChangeSplit, ...]
+    shape: BatchShape = BatchShape()
 
     def __post_init__(self) -> None:
         if not self.batch_id:
@@ -173,3 +200,4 @@ class HistoryEntry:
     split_count: int
     started_at_ms: int
     finished_at_ms: int
+    shape: BatchShape = BatchShape()

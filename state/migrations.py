@@ -8,9 +8,11 @@ To change the schema, append a Migration; never edit one that has shipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from icetail.state.errors import StateError
+from icetail.kernel.errors import StateError
 
 META_TABLE = "icetail_meta"
 SCHEMA_VERSION_KEY = "schema_version"
@@ -19,11 +21,22 @@ SCHEMA_VERSION_KEY = "schema_version"
 META_DDL = f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 
+class MigrationTx(Protocol):
+    """The part of a store transaction a data migration uses (`?` placeholders on both databases)."""
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int: ...
+
+
 @dataclass(frozen=True)
 class Migration:
+    """DDL `statements`, then `backfill` (rewriting existing rows in Python), in the same transaction."""
+
     version: int
     summary: str
     statements: tuple[str, ...]
+    backfill: Callable[[MigrationTx], None] | None = None
 
 
 _V1 = (
@@ -90,9 +103,53 @@ _V1 = (
 # this version, whose next run records it (see Pipeline.open).
 _V2 = ("ALTER TABLE icetail_consumers ADD COLUMN sink_url TEXT",)
 
+# How each batch was planned, in typed columns (BatchShape) rather than parsed out of its id.
+_SHAPE_COLUMNS = (
+    "chunk_rows BIGINT",  # NULL: one row group per chunk
+    "first_ordinal BIGINT NOT NULL DEFAULT 0",
+    "snapshot_count INTEGER NOT NULL DEFAULT 0",
+    "collapsed BOOLEAN NOT NULL DEFAULT FALSE",
+)
+_V3 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN {column}"
+    for table in ("icetail_inflight_batches", "icetail_history")
+    for column in _SHAPE_COLUMNS
+)
+
+
+def _shape_of_v2_batch_id(batch_id: str) -> tuple[int | None, int, int, bool]:
+    """(chunk_rows, first_ordinal, snapshot_count, collapsed) as icetail before schema 3 wrote them into batch ids.
+
+    Those ids read `b<generation>-<hex>-c<chunk rows, 0 for none>-o<first ordinal>-n<snapshots>[-d1]`;
+    a field that is missing reads as the code of that time read it (0, or not collapsed).
+    """
+    fields: dict[str, int] = {}
+    for part in batch_id.split("-")[2:]:
+        if part[:1] and part[1:].isdigit():
+            fields.setdefault(part[0], int(part[1:]))
+    return fields.get("c") or None, fields.get("o", 0), fields.get("n", 0), fields.get("d") == 1
+
+
+def _backfill_v3(tx: MigrationTx) -> None:
+    """Batches in flight and in the history written before schema 3 get their shape from their ids."""
+    for consumer, batch_id in tx.query("SELECT consumer, batch_id FROM icetail_inflight_batches"):
+        tx.execute(
+            "UPDATE icetail_inflight_batches SET chunk_rows = ?, first_ordinal = ?, snapshot_count = ?, collapsed = ? "
+            "WHERE consumer = ? AND batch_id = ?",
+            (*_shape_of_v2_batch_id(batch_id), consumer, batch_id),
+        )
+    for consumer, seq, batch_id in tx.query("SELECT consumer, seq, batch_id FROM icetail_history"):
+        tx.execute(
+            "UPDATE icetail_history SET chunk_rows = ?, first_ordinal = ?, snapshot_count = ?, collapsed = ? "
+            "WHERE consumer = ? AND seq = ?",
+            (*_shape_of_v2_batch_id(batch_id), consumer, seq),
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
+    Migration(3, "each batch's chunk size, ordinals and collapsed marker in typed columns", _V3, _backfill_v3),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

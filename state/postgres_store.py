@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from icetail.state.errors import ConfigError, IcetailError, StateError, StateUnavailableError
+from icetail.kernel.errors import ConfigError, IcetailError, StateError, StateUnavailableError, message_line
 from icetail.state.urls import PostgresLocation
 
 if TYPE_CHECKING:
@@ -100,11 +100,11 @@ class PostgresBackend:
             conn = psycopg.connect(self._location.conninfo, autocommit=True, **extra)
         except psycopg.OperationalError as exc:
             raise StateUnavailableError(
-                f"cannot reach checkpoint store {self.display}: {_first_line(exc)}; "
+                f"cannot reach checkpoint store {self.display}: {message_line(exc)}; "
                 "check that PostgreSQL is running and the URL's host, port, user and database are right"
             ) from exc
         except psycopg.ProgrammingError as exc:
-            raise ConfigError(f"bad checkpoint store URL {self.display!r}: {_first_line(exc)}") from exc
+            raise ConfigError(f"bad checkpoint store URL {self.display!r}: {message_line(exc)}") from exc
         try:
             if self._location.schema is not None:
                 # The name matched a lower-case identifier pattern in urls.py, so quoting it is safe.
@@ -162,13 +162,8 @@ class PostgresBackend:
         import psycopg
 
         if isinstance(exc, psycopg.OperationalError):
-            return StateUnavailableError(f"checkpoint store {self.display} is unavailable: {_first_line(exc)}; retry")
-        return StateError(f"checkpoint store {self.display} failed: {_first_line(exc)}")
+            return StateUnavailableError(f"checkpoint store {self.display} is unavailable: {message_line(exc)}; retry")
+        return StateError(f"checkpoint store {self.display} failed: {message_line(exc)}")
 
     def close(self) -> None:
         self._conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from icetail.state.errors import ConfigError, IcetailError, StateError, StateUnavailableError
+from icetail.kernel.errors import ConfigError, IcetailError, StateError, StateUnavailableError
 from icetail.state.migrations import META_TABLE, no_icetail_state
 from icetail.state.urls import SqliteLocation
 

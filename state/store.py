@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from icetail.kernel.errors import (
+    ConfigError,
+    ConsumerNotFoundError,
+    StateBusyError,
+    StateConflictError,
+    StateError,
+)
 from icetail.state.checkpoint import (
+    BatchShape,
     Checkpoint,
     ChunkCommit,
     ConsumerSummary,
@@ -39,13 +47,6 @@ from icetail.state.checkpoint import (
     SplitProgress,
 )
 from icetail.state.codec import decode_split, encode_split
-from icetail.state.errors import (
-    ConfigError,
-    ConsumerNotFoundError,
-    StateBusyError,
-    StateConflictError,
-    StateError,
-)
 from icetail.state.migrations import (
     META_DDL,
     META_TABLE,
@@ -260,15 +261,21 @@ class _BatchHeader:
     to_timestamp_ms: int
     split_count: int
     created_at_ms: int
+    shape: BatchShape
 
 
 _CONSUMER_COLUMNS = (
     "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
     "sink_url"
 )
-_BATCH_COLUMNS = "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms"
+_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed"  # BatchShape, schema 3
+_BATCH_COLUMNS = (
+    "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
+    + _SHAPE_COLUMNS
+)
 _HISTORY_COLUMNS = (
-    "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, row_count, split_count, started_at_ms, finished_at_ms"
+    "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, row_count, split_count, started_at_ms, finished_at_ms, "
+    + _SHAPE_COLUMNS
 )
 
 
@@ -321,6 +328,8 @@ class SqlCheckpointStore:
             for migration in pending:
                 for statement in migration.statements:
                     tx.execute(statement)
+                if migration.backfill is not None:
+                    migration.backfill(tx)
             if pending:
                 tx.execute(
                     f"INSERT INTO {META_TABLE} (key, value) VALUES (?, ?) "
@@ -389,6 +398,7 @@ class SqlCheckpointStore:
             to_snapshot_inclusive=header.to_snapshot_inclusive,
             to_timestamp_ms=header.to_timestamp_ms,
             splits=splits,
+            shape=header.shape,
         )
         return Inflight(batch=batch, created_at_ms=header.created_at_ms, progress=progress)
 
@@ -559,7 +569,8 @@ class SqlCheckpointStore:
                     f"starts after snapshot {batch.from_snapshot_exclusive}; reload and replan"
                 )
             tx.execute(
-                f"INSERT INTO icetail_inflight_batches (consumer, {_BATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO icetail_inflight_batches (consumer, {_BATCH_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     consumer,
                     batch.batch_id,
@@ -568,6 +579,7 @@ class SqlCheckpointStore:
                     batch.to_timestamp_ms,
                     len(batch.splits),
                     row.now_ms,
+                    *_shape_values(batch.shape),
                 ),
             )
             tx.execute_many(
@@ -589,12 +601,14 @@ class SqlCheckpointStore:
             header.to_snapshot_inclusive,
             header.to_timestamp_ms,
             header.split_count,
+            header.shape,
         ) != (
             batch.batch_id,
             batch.from_snapshot_exclusive,
             batch.to_snapshot_inclusive,
             batch.to_timestamp_ms,
             len(batch.splits),
+            batch.shape,
         ):
             return False
         rows = tx.query(
@@ -710,6 +724,7 @@ class SqlCheckpointStore:
                 split_count=header.split_count,
                 started_at_ms=header.created_at_ms,
                 finished_at_ms=row.now_ms,
+                shape=header.shape,
             )
             generation = row.generation + 1
             tx.execute(
@@ -718,7 +733,8 @@ class SqlCheckpointStore:
                 (header.to_snapshot_inclusive, header.to_timestamp_ms, generation, row.now_ms, consumer),
             )
             tx.execute(
-                f"INSERT INTO icetail_history (consumer, seq, {_HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO icetail_history (consumer, seq, {_HISTORY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     consumer,
                     generation,
@@ -729,6 +745,7 @@ class SqlCheckpointStore:
                     entry.split_count,
                     entry.started_at_ms,
                     entry.finished_at_ms,
+                    *_shape_values(entry.shape),
                 ),
             )
             self._delete_batch(tx, consumer, batch_id)
@@ -805,8 +822,8 @@ class SqlCheckpointStore:
         rows = tx.query(f"SELECT {_BATCH_COLUMNS} FROM icetail_inflight_batches WHERE consumer = ?", (consumer,))
         if not rows:
             return None
-        bid, frm, to, to_ts, count, created = rows[0]
-        return _BatchHeader(bid, frm, to, int(to_ts), int(count), int(created))
+        bid, frm, to, to_ts, count, created, *shape = rows[0]
+        return _BatchHeader(bid, frm, to, int(to_ts), int(count), int(created), _shape(shape))
 
     def _require_inflight(self, tx: Tx, consumer: str, batch_id: str) -> _BatchHeader:
         header = self._batch_header(tx, consumer)
@@ -829,7 +846,23 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
         split_count=int(r[4]),
         started_at_ms=int(r[5]),
         finished_at_ms=int(r[6]),
+        shape=_shape(r[7:11]),
     )
+
+
+def _shape(columns: Sequence[Any]) -> BatchShape:
+    """BatchShape from its typed columns (SQLite returns booleans as 0/1)."""
+    chunk_rows, first_ordinal, snapshot_count, collapsed = columns
+    return BatchShape(
+        chunk_rows=None if chunk_rows is None else int(chunk_rows),
+        first_ordinal=int(first_ordinal),
+        snapshot_count=int(snapshot_count),
+        collapsed=bool(collapsed),
+    )
+
+
+def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool]:
+    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed)
 
 
 def _ttl_ms(ttl_seconds: float) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from icetail.state.errors import ConfigError
+from icetail.kernel.errors import ConfigError
 
 ACCEPTED_FORMS = (
     "sqlite:///relative/path/state.db",

@@ -41,8 +41,8 @@ if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
     split_reader.with_metadata = _with_metadata  # the name split_reader imported
 
 if os.environ.get("ICETAIL_BENCH_FAST_INSERTS") == "1":
+    from icetail.kernel.model import ChangeType
     from icetail.reader import split_reader as _sr
-    from icetail.state.model import ChangeType
 
     _original_changes = _sr._changes
     # newer readers return (batch, rows hidden by deletes): keep whichever shape the reader has

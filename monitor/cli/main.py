@@ -12,10 +12,10 @@ import warnings
 from collections.abc import Sequence
 
 from icetail._version import installed_version
-from icetail.monitor.cli import changes_cmd
-from icetail.state.errors import IcetailError, TerminalError
+from icetail.kernel.errors import IcetailError
+from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
 
-COMMAND_MODULES = [changes_cmd]
+COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,34 +24,16 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(subparsers)
-    _register_optional(subparsers)
     return parser
-
-
-def _register_optional(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Commands of the pipeline and the service, registered when their modules are present."""
-    import importlib
-
-    for name in ("icetail.monitor.cli.run_cmd", "icetail.monitor.cli.serve_cmd", "icetail.monitor.cli.demo"):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.register(subparsers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except TerminalError as exc:
-        print(f"icetail: error: {exc}", file=sys.stderr)
-        return 2
     except IcetailError as exc:
         print(f"icetail: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code  # 2 for a TerminalError (fix the input), 1 for a TransientError
     except BrokenPipeError:
         # the reader of stdout went away (e.g. `| head`): not an error of ours
         import os

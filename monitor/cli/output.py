@@ -15,9 +15,9 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icetail.reader.sinks.factory import remote_scheme
-from icetail.reader.sinks.jsonl_sink import encode_lines
-from icetail.state.errors import ConfigError
+from icetail.kernel.errors import ConfigError
+from icetail.sinks.factory import remote_scheme
+from icetail.sinks.jsonl_sink import encode_lines
 
 
 def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:

@@ -9,10 +9,11 @@ import sys
 import time
 from typing import Any
 
+from icetail.kernel.errors import ConfigError, ConsumerNotFoundError, IcetailError
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.progress import Progress, describe
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.pipeline import Pipeline, is_collapsed_batch
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.startup import (
     MISSING_CURSOR_POLICIES,
     StartMode,
@@ -22,9 +23,8 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.service.config import run_config
-from icetail.reader.sinks.factory import normalize_sink_url
+from icetail.sinks.factory import normalize_sink_url
 from icetail.state.checkpoint import Checkpoint, HistoryEntry
-from icetail.state.errors import ConfigError, ConsumerNotFoundError, IcetailError
 from icetail.state.store import CheckpointStore, open_store
 
 
@@ -90,7 +90,7 @@ def status_of(
             "splits_done": sum(1 for p in inflight.progress if p.done),
             "splits": len(inflight.progress),
             "rows_emitted": inflight.rows_emitted,
-            "collapsed": is_collapsed_batch(inflight.batch.batch_id),
+            "collapsed": inflight.batch.shape.collapsed,
         }
     if last_batch is not None:
         report["last_batch"] = {
@@ -99,7 +99,7 @@ def status_of(
             "to_snapshot_inclusive": last_batch.to_snapshot_inclusive,
             "rows": last_batch.rows,
             "finished_at": _iso(last_batch.finished_at_ms),
-            "collapsed": is_collapsed_batch(last_batch.batch_id),
+            "collapsed": last_batch.shape.collapsed,
         }
     if with_table:
         report.update(lag_of(checkpoint))

@@ -15,6 +15,9 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
+from icetail.kernel.secrets import fileio_items
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.context import ReadContext
@@ -23,9 +26,6 @@ from icetail.reader.projection import arrow_schema, check_readable, key_field, s
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
-from icetail.state.errors import ConfigError
-from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, DeleteContent
-from icetail.state.secrets import fileio_items
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:
@@ -89,9 +89,9 @@ def snapshots_needing_reconcile(tasks: Iterable[ChangeTask]) -> set[int]:
     inserting: set[int] = set()
     for task in tasks:
         sid = task.commit.snapshot_id
-        if task.kind in (ChangeKind.REMOVED, ChangeKind.MODIFIED):
+        if task.kind in (FileChangeKind.REMOVED, FileChangeKind.MODIFIED):
             deleting.add(sid)
-        if task.kind in (ChangeKind.ADDED, ChangeKind.MODIFIED):
+        if task.kind in (FileChangeKind.ADDED, FileChangeKind.MODIFIED):
             inserting.add(sid)
     return deleting & inserting
 

@@ -12,14 +12,16 @@ from pyiceberg.exceptions import ValidationError as PyIcebergValidationError
 from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
-from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     CatalogNotFoundError,
     CatalogUnavailableError,
     ConfigError,
     MetadataError,
     TableNotFoundError,
+    error_text,
+    message_line,
 )
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 
 
 def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catalog:
@@ -46,8 +48,8 @@ def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catal
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types (sqlalchemy, requests)
         setup = _AWS_SETUP_ERRORS.get(type(exc).__name__)
         if setup is not None:  # botocore's: a retry cannot heal a missing region or credentials
-            raise ConfigError(f"catalog {name!r} cannot start: {setup} ({_first_line(exc)})") from exc
-        raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {_first_line(exc)}") from exc
+            raise ConfigError(f"catalog {name!r} cannot start: {setup} ({error_text(exc)})") from exc
+        raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {error_text(exc)}") from exc
 
 
 # botocore exception names (matched by name: botocore is only there with the glue extra) -> the fix
@@ -85,7 +87,7 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         ) from exc
     except Exception as exc:  # noqa: BLE001 - catalog backends raise their own connection errors
         raise CatalogUnavailableError(
-            f"catalog {catalog.name!r} failed loading {identifier!r}: {_first_line(exc)}"
+            f"catalog {catalog.name!r} failed loading {identifier!r}: {error_text(exc)}"
         ) from exc
 
 
@@ -96,15 +98,9 @@ def _validation_problem(exc: PyIcebergValidationError) -> str:
         first = cause.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         return f"{first['msg'].removeprefix('Value error, ')} at {where}"
-    return _first_line(exc)
+    return error_text(exc)
 
 
 def _pyiceberg_reason(exc: BaseException) -> str:
     """pyiceberg's reason without its advice about a `--uri` flag, which is pyiceberg's CLI, not ours."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text.split(", please provide")[0]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    return message_line(exc).split(", please provide")[0]

@@ -25,6 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.model import ChangeSplit
+from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
     change_arrow_schema,
     identifier_names,
@@ -47,13 +50,10 @@ from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
-from icetail.reader.sinks.base import ChunkKey, Sink, StagingSink
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
-from icetail.state.checkpoint import Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
-from icetail.state.errors import ConfigError
-from icetail.state.model import ChangeSplit
-from icetail.state.processes import host_name, process_is_running
+from icetail.sinks.base import ChunkKey, Sink, StagingSink
+from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
@@ -195,7 +195,7 @@ class Pipeline:
         it to expire.
         """
         if self._sink is None:
-            from icetail.reader.sinks.factory import parse_sink_url
+            from icetail.sinks.factory import parse_sink_url
 
             parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
         if self.config.protect_cursor:
@@ -257,7 +257,7 @@ class Pipeline:
     @property
     def sink_identity(self) -> str:
         """The sink as recorded per consumer: the normalized URL (as given, for an injected sink)."""
-        from icetail.reader.sinks.factory import normalize_sink_url
+        from icetail.sinks.factory import normalize_sink_url
 
         try:
             return normalize_sink_url(self.config.sink_url)
@@ -269,7 +269,7 @@ class Pipeline:
     @property
     def sink(self) -> Sink:
         if self._sink is None:
-            from icetail.reader.sinks.factory import open_sink
+            from icetail.sinks.factory import open_sink
 
             self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
         return self._sink
@@ -307,6 +307,7 @@ class Pipeline:
                 to_snapshot_inclusive=plan.to_snapshot_id_inclusive,  # type: ignore[arg-type]
                 to_timestamp_ms=to_snapshot.timestamp_ms if to_snapshot else 0,
                 splits=plan.splits,
+                shape=self._shape_of(checkpoint, plan),
             )
             self._store.begin_batch(self.consumer, batch, owner=self._owner)
             loaded = self._store.load(self.consumer)
@@ -339,7 +340,7 @@ class Pipeline:
             batch_seconds=time.monotonic() - started,
             resumed=resumed,
             completed=completed,
-            collapsed=is_collapsed_batch(batch.batch_id),
+            collapsed=batch.shape.collapsed,
         )
         if self._on_batch is not None:
             self._on_batch(outcome)
@@ -394,13 +395,13 @@ class Pipeline:
     def _next_ordinal(self, cursor: Cursor) -> int:
         """`_change_ordinal` of the next snapshot: ordinals count from the consumer's (re)start.
 
-        The newest finished batch records its first ordinal and snapshot count in its id; after
+        The newest finished batch records its first ordinal and snapshot count (BatchShape); after
         a reset (the cursor is not where that batch ended) the count starts again at 0.
         """
         history = self._store.history(self.consumer, 1)
         if not history or history[0].to_snapshot_inclusive != cursor.snapshot_id:
             return 0
-        return _ordinal_after(history[0].batch_id)
+        return history[0].shape.next_ordinal
 
     def _recover_cursor(self, table: Table, problem: CursorProblem, policy: str) -> Cursor:
         if policy == "fail":
@@ -414,15 +415,22 @@ class Pipeline:
         self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
         return cursor
 
-    def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
-        # the chunk size is part of the id: a resumed batch must cut chunks exactly as before;
-        # so are its first ordinal and snapshot count, from which the next batch's ordinals follow
+    def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:
+        """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
-        # a repair batch (direct diff) says so in its id, which the history keeps: `d1`
+        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed)
+
+    def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
+        """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
+
+        It repeats the shape (`-c<chunk rows>-o<first ordinal>-n<snapshots>`, `-d1` for a repair
+        batch) so that sink files and logs show it (docs/delivery.md).
+        """
+        shape = self._shape_of(checkpoint, plan)
         return (
             f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}"
-            f"-c{self.config.chunk_rows or 0}-o{first}-n{len(plan.commits)}"
-            + (f"-{COLLAPSED_FIELD}1" if plan.collapsed else "")
+            f"-c{shape.chunk_rows or 0}-o{shape.first_ordinal}-n{shape.snapshot_count}"
+            + ("-d1" if shape.collapsed else "")
         )
 
     # delivery --------------------------------------------------------------------------
@@ -459,7 +467,7 @@ class Pipeline:
             return True
         context = read_context(table, schema_id, tasks)
         spark = self._spark or spark_session()
-        chunk_rows = _chunk_rows_of(batch.batch_id)
+        chunk_rows = batch.shape.chunk_rows
         held: list[tuple[int, Chunk]] = []
         held_snapshot: int | None = None
         for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows, stager=stager):
@@ -627,28 +635,3 @@ def _holder_is_dead(owner: str) -> bool:
     if int(parts[1]) == os.getpid():
         return True  # our own pid with another token: a previous run of this container (pid 1)
     return not process_is_running(int(parts[1]))
-
-
-def _batch_id_field(batch_id: str, letter: str) -> int | None:
-    for part in batch_id.split("-")[2:]:
-        if part.startswith(letter) and part[1:].isdigit():
-            return int(part[1:])
-    return None
-
-
-COLLAPSED_FIELD = "d"
-
-
-def is_collapsed_batch(batch_id: str) -> bool:
-    """True for a repair batch: its one commit is the net change of a collapsed history (a direct diff)."""
-    return _batch_id_field(batch_id, COLLAPSED_FIELD) == 1
-
-
-def _chunk_rows_of(batch_id: str) -> int | None:
-    """The chunk size a batch was started with (encoded in its id), so replays cut the same chunks."""
-    return _batch_id_field(batch_id, "c") or None
-
-
-def _ordinal_after(batch_id: str) -> int:
-    """The ordinal following the last snapshot of a finished batch."""
-    return (_batch_id_field(batch_id, "o") or 0) + (_batch_id_field(batch_id, "n") or 0)

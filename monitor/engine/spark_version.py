@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from icetail.state.errors import TerminalError
+from icetail.kernel.errors import TerminalError
 
 
 class SparkVersionError(TerminalError, ImportError):

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
 
+from icetail.kernel.errors import ConfigError, TerminalError
 from icetail.monitor.planning.lineage import CursorCondition, cursor_condition, snapshot_as_of, snapshot_or_raise
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import ConfigError, TerminalError
 
 START_MODES = ("earliest", "latest", "full", "snapshot:ID", "timestamp:ISO8601")
 MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full", "diff")
@@ -71,7 +71,7 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
     return Cursor(found.snapshot_id, found.timestamp_ms) if found else Cursor.before_first_snapshot()
 
 
-class CursorLostError(TerminalError):
+class CursorLostError(TerminalError, stage="plan"):
     """The committed cursor cannot be continued snapshot by snapshot (see CursorCondition)."""
 
     condition: CursorCondition | None = None

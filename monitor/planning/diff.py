@@ -10,60 +10,19 @@ delete files changed; the manifest cache makes repeated reads free.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.model import ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef, FileChangeKind
+from icetail.monitor.planning.delete_index import DeleteIndex, PathResolver, delete_identity, global_spec_ids
 from icetail.monitor.planning.lineage import snapshot_by_id
 from icetail.monitor.planning.manifests import FileEntry, ManifestReader
-from icetail.state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef
 
 REPLACE = "replace"
 COLLAPSED = "collapsed"  # the operation of a direct diff's one commit: the history between was collapsed
-
-PathResolver = Callable[[DeleteFileRef], frozenset[str]]
-"""Data file paths a position delete file references (read from the file when not in metadata)."""
-
-
-def global_spec_ids(metadata: TableMetadata) -> frozenset[int]:
-    """Unpartitioned specs: their equality deletes apply to every partition."""
-    return frozenset(spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned())
-
-
-class DeleteIndex:
-    """Delete files live at one snapshot, answering which apply to a data file (spec sequence rules)."""
-
-    def __init__(self, deletes: Iterable[DeleteFileRef], resolve_paths: PathResolver, global_spec_ids: frozenset[int]):
-        self._by_path: dict[str, list[DeleteFileRef]] = defaultdict(list)
-        self._equality: list[DeleteFileRef] = []
-        self._global_spec_ids = global_spec_ids
-        for delete in deletes:
-            if delete.content == DeleteContent.EQUALITY:
-                self._equality.append(delete)
-            else:
-                for path in resolve_paths(delete):
-                    self._by_path[path].append(delete)
-
-    def for_file(self, data_file: DataFileRef) -> tuple[DeleteFileRef, ...]:
-        seq = data_file.data_sequence_number
-        # position deletes and DVs apply to data of the same or older sequence number
-        found = [d for d in self._by_path.get(data_file.path, ()) if d.data_sequence_number >= seq]
-        # equality deletes apply only to strictly older data, in the same partition unless global
-        found.extend(
-            d
-            for d in self._equality
-            if d.data_sequence_number > seq
-            and (
-                d.spec_id in self._global_spec_ids
-                or (d.spec_id == data_file.spec_id and d.partition == data_file.partition)
-            )
-        )
-        return tuple(sorted(set(found), key=lambda d: (d.path, d.content_offset or -1)))
-
 
 @dataclass(frozen=True)
 class SnapshotDiff:
@@ -109,7 +68,7 @@ class SnapshotDiffer:
 
         if not (data_removed or deletes_added or deletes_removed):
             # pure append: nothing older than S can delete rows of files added in S
-            return SnapshotDiff(commit, tuple(ChangeTask(f, ChangeKind.ADDED, commit) for f in data_added))
+            return SnapshotDiff(commit, tuple(ChangeTask(f, FileChangeKind.ADDED, commit) for f in data_added))
 
         parent = self._parent(snapshot)
         live_before = (
@@ -118,13 +77,15 @@ class SnapshotDiffer:
             else []
         )
         # a Puffin file holds the DVs of many data files: identify a delete by file AND blob offset
-        removed = {_delete_identity(d) for d in deletes_removed}
-        live_after = [d for d in live_before if _delete_identity(d) not in removed] + deletes_added
+        removed = {delete_identity(d) for d in deletes_removed}
+        live_after = [d for d in live_before if delete_identity(d) not in removed] + deletes_added
         before = DeleteIndex(live_before, self._resolve_paths, self._global_spec_ids)
         after = DeleteIndex(live_after, self._resolve_paths, self._global_spec_ids)
 
-        tasks = [ChangeTask(f, ChangeKind.ADDED, commit, deletes_after=after.for_file(f)) for f in data_added]
-        tasks += [ChangeTask(f, ChangeKind.REMOVED, commit, deletes_before=before.for_file(f)) for f in data_removed]
+        tasks = [ChangeTask(f, FileChangeKind.ADDED, commit, deletes_after=after.for_file(f)) for f in data_added]
+        tasks += [
+            ChangeTask(f, FileChangeKind.REMOVED, commit, deletes_before=before.for_file(f)) for f in data_removed
+        ]
         tasks += self._modified(snapshot, commit, deletes_added + deletes_removed, data_added, before, after)
         return SnapshotDiff(commit, tuple(tasks))
 
@@ -163,17 +124,13 @@ class SnapshotDiffer:
             data_file = candidates[path]
             deletes_before, deletes_after = before.for_file(data_file), after.for_file(data_file)
             if deletes_before != deletes_after:
-                tasks.append(ChangeTask(data_file, ChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+                tasks.append(ChangeTask(data_file, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
         return tasks
 
     def _parent(self, snapshot: Snapshot) -> Snapshot | None:
         if snapshot.parent_snapshot_id is None:
             return None
         return snapshot_by_id(self._metadata, snapshot.parent_snapshot_id)
-
-
-def _delete_identity(delete: DeleteFileRef) -> tuple[str, int | None]:
-    return (delete.path, delete.content_offset)
 
 
 def _files(entries: list[FileEntry], kind: type, status: ManifestEntryStatus) -> list:  # type: ignore[type-arg]

@@ -13,7 +13,7 @@ from enum import Enum
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from icetail.state.errors import NotAncestorError, SnapshotNotFoundError
+from icetail.kernel.errors import NotAncestorError, SnapshotNotFoundError
 
 # snapshots by id, one index per TableMetadata object, dropped with it
 _indexes: dict[int, tuple[weakref.ref[TableMetadata], int, dict[int, Snapshot]]] = {}
@@ -52,10 +52,6 @@ def snapshot_or_raise(metadata: TableMetadata, snapshot_id: int, role: str) -> S
             "pick a snapshot listed by `icetail plan` or another start"
         )
     return snapshot
-
-
-def current_snapshot_id(metadata: TableMetadata) -> int | None:
-    return metadata.current_snapshot_id
 
 
 def snapshots_between(

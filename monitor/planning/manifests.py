@@ -12,41 +12,21 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
-    DATA_FILE_TYPE,
-    DEFAULT_READ_VERSION,
-    MANIFEST_ENTRY_SCHEMAS,
-    MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
     DataFileContent,
-    FileFormat,
     ManifestContent,
-    ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    PartitionFieldSummary,
-    _inherit_from_manifest,
 )
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.errors import IcetailError, MetadataError
+from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.lru import LRU
-from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.state.errors import IcetailError, MetadataError
-from icetail.state.model import DataFileRef, DeleteContent, DeleteFileRef
-
-# pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
-# need (referenced_data_file, content_offset, content_size_in_bytes); read with v3, a superset.
-_READ_VERSION = 3
-_DATA_FILE_FIELDS = [f.name for f in DATA_FILE_TYPE[_READ_VERSION].fields]
-
-
-def _optional_field(data_file: DataFile, name: str) -> Any:
-    if name not in _DATA_FILE_FIELDS:
-        return None
-    index = _DATA_FILE_FIELDS.index(name)
-    return data_file[index] if index < len(data_file) else None
+from icetail.reader.pyiceberg_compat import open_manifest_list, optional_data_file_field, read_manifest_entries
 
 
 def partition_text(partition: Any) -> str:
@@ -96,9 +76,9 @@ def _to_ref(data_file: DataFile, data_sequence_number: int) -> DataFileRef | Del
         partition=partition,
         data_sequence_number=data_sequence_number,
         equality_field_ids=tuple(data_file.equality_ids or ()),
-        referenced_data_file=_optional_field(data_file, "referenced_data_file"),
-        content_offset=_optional_field(data_file, "content_offset"),
-        content_size_in_bytes=_optional_field(data_file, "content_size_in_bytes"),
+        referenced_data_file=optional_data_file_field(data_file, "referenced_data_file"),
+        content_offset=optional_data_file_field(data_file, "content_offset"),
+        content_size_in_bytes=optional_data_file_field(data_file, "content_size_in_bytes"),
     )
 
 
@@ -129,27 +109,6 @@ def changed_file_counts(snapshot: Snapshot) -> tuple[int, int] | None:
     if min(data, deletes) < 0 or duplicates != 0 or data + deletes == 0:
         return None
     return data, deletes
-
-
-def _open_manifest_list(io: FileIO, path: str) -> AvroFile[ManifestFile]:
-    """The manifest list as pyiceberg's `read_manifest_list` decodes it, one record at a time."""
-    return AvroFile[ManifestFile](
-        io.new_input(path),
-        MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
-        read_types={-1: ManifestFile, 508: PartitionFieldSummary},
-        read_enums={517: ManifestContent},
-    )
-
-
-def _read_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
-    """Every entry of a manifest, read with the v3 entry schema, sequence numbers inherited."""
-    with AvroFile[ManifestEntry](
-        io.new_input(manifest.manifest_path),
-        MANIFEST_ENTRY_SCHEMAS[_READ_VERSION],
-        read_types={-1: ManifestEntry, 2: DataFile},
-        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-    ) as reader:
-        return [_inherit_from_manifest(entry, manifest) for entry in reader]
 
 
 class ManifestReader:
@@ -223,7 +182,7 @@ class ManifestReader:
         own: list[ManifestFile] = []
         data = deletes = 0
         try:
-            with _open_manifest_list(self._io, key) as reader:
+            with open_manifest_list(self._io, key) as reader:
                 version = reader.header.meta.get("format-version", "")
                 can_stop = version.isdigit() and int(version) >= 2
                 for manifest in reader:
@@ -255,7 +214,7 @@ class ManifestReader:
         if cached is not None:
             return cached
         try:
-            raw = _read_entries(self._io, manifest)
+            raw = read_manifest_entries(self._io, manifest)
         except FileNotFoundError as exc:
             raise MetadataError(f"manifest {key} is missing; the table metadata is damaged") from exc
         except OSError as exc:

@@ -6,8 +6,8 @@ import datetime
 from collections import Counter
 from typing import Any
 
+from icetail.kernel.model import DeleteContent
 from icetail.monitor.planning.planner import ChangePlan
-from icetail.state.model import DeleteContent
 
 
 def plan_summary(plan: ChangePlan) -> dict[str, Any]:

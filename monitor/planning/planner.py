@@ -12,20 +12,13 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from icetail.monitor.planning.diff import (
-    COLLAPSED,
-    REPLACE,
-    DeleteIndex,
-    SnapshotDiffer,
-    commit_info,
-    global_spec_ids,
-    operation_of,
-)
+from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
+from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
+from icetail.monitor.planning.diff import COLLAPSED, REPLACE, SnapshotDiffer, commit_info, operation_of
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader
 from icetail.reader.deletes import referenced_data_files
 from icetail.reader.fileio import file_io_for
-from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef
 
 DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024
 
@@ -134,7 +127,7 @@ class Planner:
         ]
         index = DeleteIndex(deletes, self._resolve_paths, global_spec_ids(metadata))
         tasks = tuple(
-            ChangeTask(e.file, ChangeKind.ADDED, commit, deletes_after=index.for_file(e.file))
+            ChangeTask(e.file, FileChangeKind.ADDED, commit, deletes_after=index.for_file(e.file))
             for e in self._manifests.live(snapshot, ManifestContent.DATA)
             if isinstance(e.file, DataFileRef)
         )
@@ -175,13 +168,13 @@ class Planner:
             old, new = data_before.get(path), data_after.get(path)
             if new is None:
                 assert old is not None
-                tasks.append(ChangeTask(old, ChangeKind.REMOVED, commit, deletes_before=index_before.for_file(old)))
+                tasks.append(ChangeTask(old, FileChangeKind.REMOVED, commit, deletes_before=index_before.for_file(old)))
             elif old is None:
-                tasks.append(ChangeTask(new, ChangeKind.ADDED, commit, deletes_after=index_after.for_file(new)))
+                tasks.append(ChangeTask(new, FileChangeKind.ADDED, commit, deletes_after=index_after.for_file(new)))
             else:
                 deletes_before, deletes_after = index_before.for_file(old), index_after.for_file(new)
                 if deletes_before != deletes_after:
-                    tasks.append(ChangeTask(new, ChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+                    tasks.append(ChangeTask(new, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
         return ChangePlan(
             table=name,
             from_snapshot_id_exclusive=start.snapshot_id,

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from icetail.kernel.errors import ConfigError, message_line
 from icetail.monitor.engine.pipeline import PipelineConfig
-from icetail.state.errors import ConfigError
 
 PIPELINE_KEYS = {
     "catalog": "catalog",
@@ -138,7 +138,7 @@ def load_file(path: str | None) -> dict[str, Any]:
     except IsADirectoryError as exc:
         raise ConfigError(f"--config {path} is a directory; name a YAML file") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise ConfigError(f"--config {path} is not valid YAML: {message_line(exc)}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of keys")
     return _coerce_all(_normalize(raw, path), lambda key: path)

@@ -13,7 +13,7 @@ Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
   a quiet table must not look stuck.
 * `icetail_consecutive_failures` counts failures since the last success and drops to 0 on one.
 * `icetail_lag_seconds` is the age of the oldest committed-but-undelivered snapshot, 0 when
-  caught up (`compute_lag_seconds()` computes it from commit timestamps).
+  caught up (`lineage.age_seconds()` computes it from commit timestamps).
 * `icetail_lag_snapshots` and `icetail_lag_seconds` are NaN while the lag is unknown: from
   start until the consumer's first look at the table, and while its cursor is lost (expired
   or rolled back). NaN, not 0 (which reads as "caught up") and not absent (which hides the
@@ -39,7 +39,7 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
-from icetail.state.model import ChangeType
+from icetail.kernel.model import ChangeType
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",
@@ -48,7 +48,6 @@ __all__ = [
     "FailureStage",
     "Metrics",
     "build_versions",
-    "compute_lag_seconds",
 ]
 
 CONSUMER_LABELS = ("table", "consumer")
@@ -136,14 +135,6 @@ class BatchReport:
     @property
     def rows(self) -> int:
         return sum(self.rows_by_change_type.values())
-
-
-def compute_lag_seconds(oldest_undelivered_commit_ms: int | None, now_seconds: float | None = None) -> float:
-    """Age of the oldest committed-but-undelivered snapshot; 0.0 when caught up (None)."""
-    if oldest_undelivered_commit_ms is None:
-        return 0.0
-    now = time.time() if now_seconds is None else now_seconds
-    return max(0.0, now - oldest_undelivered_commit_ms / 1000.0)
 
 
 def build_versions() -> dict[str, str]:

@@ -19,32 +19,21 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
+from icetail.kernel.errors import (
+    CatalogNotFoundError,
+    ConfigError,
+    IcetailError,
+    StateBusyError,
+    TerminalError,
+)
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
-from icetail.monitor.engine.startup import CursorLostError, cursor_problem
+from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import (
-    CatalogNotFoundError,
-    CatalogUnavailableError,
-    ConfigError,
-    ConsumerNotFoundError,
-    IcetailError,
-    MetadataError,
-    NotAncestorError,
-    SinkError,
-    SinkRejectedError,
-    SnapshotNotFoundError,
-    StateBusyError,
-    StateConflictError,
-    StateError,
-    StateUnavailableError,
-    TableNotFoundError,
-    TerminalError,
-)
 
 log = logging.getLogger("icetail.serve")
 
@@ -54,23 +43,10 @@ MAX_BACKOFF_SECONDS = 300.0
 SETUP_ERRORS: tuple[type[IcetailError], ...] = (ConfigError, CatalogNotFoundError)
 
 
-STAGE_OF_ERROR: tuple[tuple[tuple[type[BaseException], ...], FailureStage], ...] = (
-    ((CatalogNotFoundError, TableNotFoundError, CatalogUnavailableError), FailureStage.CATALOG),
-    (
-        (StateError, StateBusyError, StateConflictError, StateUnavailableError, ConsumerNotFoundError),
-        FailureStage.STATE,
-    ),
-    ((SinkError, SinkRejectedError), FailureStage.SINK),
-    ((MetadataError, CursorLostError, SnapshotNotFoundError, NotAncestorError, ConfigError), FailureStage.PLAN),
-)
-
-
 def failure_stage(exc: BaseException) -> FailureStage:
-    """Which stage a failure belongs to, for `icetail_failures_total{stage}`; reading by default."""
-    for kinds, stage in STAGE_OF_ERROR:
-        if isinstance(exc, kinds):
-            return stage
-    return FailureStage.READ
+    """Which stage a failure belongs to, for `icetail_failures_total{stage}`: the error class says
+    (`IcetailError.stage`); anything else broke while reading."""
+    return FailureStage(exc.stage) if isinstance(exc, IcetailError) else FailureStage.READ
 
 
 @dataclass

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
-
-
-@dataclass(frozen=True)
-class SmallTable:
-    name: str
-    catalog: SqlCatalog
-    snapshot_ids: tuple[int, ...]
-
-    def load(self) -> Any:
-        return self.catalog.load_table("ns.t")
+from tests.support.catalogs import new_catalog
+from tests.support.small_table import SCHEMA, SmallTable
 
 
 @pytest.fixture
 def small_table(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> SmallTable:
-    warehouse = tmp_path / "warehouse"
-    warehouse.mkdir()
-    props = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{warehouse}"}
-    monkeypatch.setenv("PYICEBERG_CATALOG__CORE__URI", props["uri"])
-    monkeypatch.setenv("PYICEBERG_CATALOG__CORE__WAREHOUSE", props["warehouse"])
-    catalog = SqlCatalog("core", **props)
+    local = new_catalog(tmp_path, "core")
+    for key, value in local.env().items():
+        monkeypatch.setenv(key, value)
+    catalog = local.catalog()
     catalog.create_namespace("ns")
     table = catalog.create_table("ns.t", schema=SCHEMA)
     table.append(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, SCHEMA))

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icetail.monitor.cli.main import main
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

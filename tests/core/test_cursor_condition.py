@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from icetail.kernel.errors import TerminalError
 from icetail.monitor.engine.startup import (
     CursorChainExpiredError,
     CursorExpiredError,
@@ -13,8 +14,7 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.planning.lineage import CursorCondition, cursor_condition
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import TerminalError
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 
 def _cursor(small_table: SmallTable, snapshot_id: int) -> Cursor:

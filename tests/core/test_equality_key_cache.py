@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.schema import Schema
 
+from icetail.kernel.model import DeleteContent, DeleteFileRef
 from icetail.monitor.engine.api import read_context
 from icetail.reader.fileio import file_io_for
 from icetail.reader.projection import key_field
 from icetail.reader.split_reader import _delete_state
-from icetail.state.model import DeleteContent, DeleteFileRef
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 
 def _equality_delete(tmp_path: Path, name: str, ids: list[int]) -> DeleteFileRef:

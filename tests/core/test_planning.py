@@ -8,18 +8,19 @@ import pyarrow as pa
 import pytest
 from pyiceberg.table.snapshots import Operation, Summary
 
+from icetail.kernel.model import ChangeTask, CommitInfo, DataFileRef, FileChangeKind
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader, changed_file_counts
 from icetail.monitor.planning.planner import Planner, split_task
-from icetail.state.model import ChangeKind, ChangeTask, CommitInfo, DataFileRef
-from tests.core.conftest import SCHEMA, SmallTable
+from tests.support.small_table import SCHEMA, SmallTable
 from tests.support.workloads import COW, MIXED, Workload
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
 
 
 def _task(size: int, offsets: tuple[int, ...] | None) -> ChangeTask:
-    return ChangeTask(DataFileRef("f.parquet", "PARQUET", 1000, size, 0, "()", 1, offsets), ChangeKind.ADDED, COMMIT)
+    data_file = DataFileRef("f.parquet", "PARQUET", 1000, size, 0, "()", 1, offsets)
+    return ChangeTask(data_file, FileChangeKind.ADDED, COMMIT)
 
 
 def test_splits_follow_row_groups_and_cover_the_file() -> None:
@@ -48,12 +49,12 @@ def test_planning_reads_only_new_manifests_with_a_warm_cache(small_table: SmallT
     plan = planner.plan(small_table.snapshot_ids[-1], None)
     assert [c.operation for c in plan.commits] == ["append"]
     assert plan.manifests_read == 1  # only the manifest the new snapshot wrote
-    assert [t.kind for t in plan.tasks] == [ChangeKind.ADDED]
+    assert [t.kind for t in plan.tasks] == [FileChangeKind.ADDED]
 
 
 def test_full_plan_reads_live_files(small_table: SmallTable) -> None:
     plan = Planner(small_table.load()).plan_full()
-    assert {t.kind for t in plan.tasks} == {ChangeKind.ADDED}
+    assert {t.kind for t in plan.tasks} == {FileChangeKind.ADDED}
     assert sum(t.data_file.record_count for t in plan.tasks) == 4
 
 

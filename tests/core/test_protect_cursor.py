@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.monitor.cli.main import main
-from tests.core.conftest import SCHEMA, SmallTable
+from tests.support.small_table import SCHEMA, SmallTable
 
 
 def test_tag_follows_the_cursor(small_table: SmallTable, spark: Any, tmp_path: Any) -> None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import icetail
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 
 def test_public_names_are_exported() -> None:

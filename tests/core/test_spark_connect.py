@@ -15,17 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from icetail.monitor.engine.api import read_changes
-from tests.pipeline.conftest import (
-    LocalCatalog,
-    build_mixed_table,
-    child_env,
-    diff_report,
-    new_catalog,
-    read_parquet_sink,
-    row_multiset,
-    run_icetail,
-)
+from tests.support.catalogs import LocalCatalog, new_catalog
+from tests.support.compare import diff_report, row_multiset
 from tests.support.connect_server import ConnectServer, connect_server
+from tests.support.processes import child_env, run_icetail
+from tests.support.sinks import read_parquet_sink
+from tests.support.tables import build_mixed_table
 
 pytestmark = pytest.mark.spark4
 

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import parse_batch_options, parse_stream_options
 from icetail.monitor.engine.spark_version import pyspark_major
-from icetail.state.errors import ConfigError
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 BASE = {"catalog": "c", "table": "ns.t"}
 
@@ -69,6 +69,19 @@ def test_offsets_walk_the_history_with_a_limit(small_table: SmallTable) -> None:
     assert StreamOffset.from_json(rest.to_json()) == rest
     with pytest.raises(ConfigError, match="not an icetail offset"):
         StreamOffset.from_json({"offset": 3})
+
+
+def test_offsets_of_every_format_version_are_read_and_newer_ones_refused() -> None:
+    offset = StreamOffset(42, 1_700_000_000_000, 7)
+    assert offset.to_json() == {"snapshot_id": 42, "timestamp_ms": 1_700_000_000_000, "next_ordinal": 7, "version": 2}
+    # version 1: what the data source wrote before offsets carried a version
+    assert StreamOffset.from_json({"snapshot_id": 42, "timestamp_ms": 1_700_000_000_000, "next_ordinal": 7}) == offset
+    assert StreamOffset.from_json(offset.to_json()) == offset
+    assert StreamOffset.from_json({"snapshot_id": None, "timestamp_ms": None, "next_ordinal": 0}) == StreamOffset(
+        None, None, 0
+    )
+    with pytest.raises(ConfigError, match=r"format version 3, but this icetail reads offset format versions 1, 2;"):
+        StreamOffset.from_json({**offset.to_json(), "version": 3})
 
 
 def test_import_on_spark35_says_spark4_is_needed() -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, FileChangeKind
+from icetail.kernel.processes import host_tag
 from icetail.monitor.engine.api import read_context
 from icetail.monitor.planning.planner import Planner
 from icetail.reader.spark import (
@@ -21,16 +23,14 @@ from icetail.reader.spark import (
     remove_orphaned_handoffs,
     run_splits,
 )
-from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
-from icetail.state.processes import host_tag
-from tests.core.conftest import SmallTable
+from tests.support.small_table import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
 
 
 def _wave(sizes: list[int]) -> list[SplitRequest]:
     data_file = DataFileRef("file:///t/data/a.parquet", "PARQUET", 10 * len(sizes), sum(sizes), 0, "()", 1)
-    task = ChangeTask(data_file, ChangeKind.ADDED, COMMIT)
+    task = ChangeTask(data_file, FileChangeKind.ADDED, COMMIT)
     return [SplitRequest(ChangeSplit(task, i, i + 1, 10, size)) for i, size in enumerate(sizes)]
 
 

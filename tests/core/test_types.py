@@ -37,11 +37,11 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from icetail.kernel.errors import MetadataError
 from icetail.monitor.cli.main import main
 from icetail.reader.equality import row_codes
 from icetail.reader.projection import check_readable, columns_to_read, key_columns, key_field, project, struct_path
-from icetail.reader.sinks.jsonl_sink import encode_lines
-from icetail.state.errors import MetadataError
+from icetail.sinks.jsonl_sink import encode_lines
 
 # file schema: struct s {a int, b string, m map<string, list<int>>}, list<struct<x int>>, map<string, struct<q double>>
 FILE_SCHEMA = Schema(

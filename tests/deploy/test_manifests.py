@@ -236,7 +236,7 @@ def test_configmap_passes_the_loader_of_run_and_serve(
     """The shipped icetail.yaml read as `serve --config` reads it: typed values, every sink usable."""
     cli = pytest.importorskip("icetail.monitor.cli.main")
     from icetail.monitor.service.config import build_service_config
-    from icetail.reader.sinks.factory import normalize_sink_url
+    from icetail.sinks.factory import normalize_sink_url
 
     path = tmp_path / "icetail.yaml"
     path.write_text(objects[("ConfigMap", "icetail-config")]["data"]["icetail.yaml"])
@@ -482,8 +482,9 @@ def test_spark_submit_ships_the_packages_and_passes_args_through(tmp_path: Path)
     for module in (
         "icetail/__init__.py",
         "icetail/state/__init__.py",
-        "icetail/state/model.py",
+        "icetail/kernel/model.py",
         "icetail/reader/__init__.py",
+        "icetail/sinks/base.py",
         "icetail/monitor/__init__.py",
         "icetail/monitor/cli/main.py",
     ):

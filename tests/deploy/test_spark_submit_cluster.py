@@ -23,7 +23,7 @@ from pyiceberg.expressions import EqualTo, LessThan
 
 from icetail.monitor.engine.api import read_changes
 from icetail.reader.spark import TASKS_PER_CORE
-from tests.service.conftest import (
+from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
     Child,

@@ -33,22 +33,13 @@ import pytest
 from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
-from tests.pipeline.conftest import (
-    Attempt,
-    LocalCatalog,
-    build_mixed_table,
-    child_env,
-    crash_loop,
-    data_file_layout,
-    diff_report,
-    icetail_command,
-    is_submultiset,
-    kill_schedule,
-    make_sink,
-    new_catalog,
-    row_multiset,
-    view_state,
-)
+from tests.support.catalogs import LocalCatalog, new_catalog
+from tests.support.compare import diff_report, is_submultiset, row_multiset
+from tests.support.crash import Attempt, crash_loop, kill_schedule
+from tests.support.processes import child_env, icetail_command
+from tests.support.sinks import make_sink
+from tests.support.stores import view_state
+from tests.support.tables import build_mixed_table, data_file_layout
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))

@@ -36,23 +36,16 @@ from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.checkpoint import Checkpoint
 from icetail.state.store import open_store
-from tests.pipeline.conftest import (
-    CrashingSink,
-    LocalCatalog,
-    SimulatedCrash,
-    build_big_file_table,
-    child_env,
-    data_file_layout,
-    diff_report,
-    expire_dead_lease,
-    icetail_command,
-    kill_group,
-    new_catalog,
-    row_multiset,
-)
+from tests.support.catalogs import LocalCatalog, new_catalog
+from tests.support.compare import diff_report, row_multiset
+from tests.support.crash import kill_group
+from tests.support.processes import child_env, icetail_command
+from tests.support.sinks import CrashingSink, SimulatedCrash
+from tests.support.stores import expire_dead_lease
+from tests.support.tables import build_big_file_table, data_file_layout
 
 ROWS = 200_000
 ROW_GROUP_ROWS = 10_000

@@ -27,19 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig, is_collapsed_batch
+from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
-from tests.pipeline.conftest import (
-    Attempt,
-    child_env,
-    crash_loop,
-    icetail_command,
-    is_submultiset,
-    kill_schedule,
-    make_sink,
-    view_state,
-)
+from tests.support.compare import is_submultiset
+from tests.support.crash import Attempt, crash_loop, kill_schedule
 from tests.support.oracle import DELETE_TYPES, canonical_rows, rows_at
+from tests.support.processes import child_env, icetail_command
+from tests.support.sinks import make_sink
+from tests.support.stores import view_state
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))
@@ -82,7 +77,7 @@ def _kill_until_done(
     assert state.cursor == current_id and state.inflight_batch is None, state
     with open_store(state_url, create=False) as store:
         last = store.history(consumer, 1)[0]
-    assert last.to_snapshot_inclusive == current_id and is_collapsed_batch(last.batch_id), last
+    assert last.to_snapshot_inclusive == current_id and last.shape.collapsed, last
 
 
 @pytest.mark.parametrize("shape", ["appends", "mixed"])

@@ -29,32 +29,19 @@ import pytest
 from pyiceberg.expressions import LessThan
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
-from icetail.state.errors import ConfigError
+from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.store import open_store
-from tests.pipeline.conftest import (
-    BASE_SCHEMA,
-    PG_URL,
-    CrashingSink,
-    LocalCatalog,
-    SimulatedCrash,
-    catalogs_in_process,
-    child_env,
-    diff_report,
-    drop_state,
-    icetail_command,
-    kill_group,
-    make_rows,
-    new_catalog,
-    new_state_url,
-    pg_unavailable,
-    read_parquet_sink,
-    row_multiset,
-    run_icetail,
-)
+from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
+from tests.support.compare import diff_report, row_multiset
+from tests.support.crash import kill_group
+from tests.support.processes import child_env, icetail_command, run_icetail
+from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
+from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
+from tests.support.tables import BASE_SCHEMA, make_rows
 
 CATALOG = "clisrc"
 SHARED = "ns.shared"

@@ -12,16 +12,17 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.model import ChangeType
+from icetail.monitor.planning.lineage import age_seconds
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import (
     BatchReport,
     FailureStage,
     Metrics,
     build_versions,
-    compute_lag_seconds,
 )
-from icetail.state.model import ChangeType
 
 T, C = "db.events", "audit"
 LABELS = {"table": T, "consumer": C}
@@ -174,12 +175,16 @@ def test_register_consumer_creates_zero_series_and_unknown_lag(metrics: Metrics,
     assert v("icetail_last_success_timestamp_seconds", LABELS) is None  # only a real success sets it
 
 
+def _snapshot(*, timestamp_ms: int) -> Snapshot:
+    return Snapshot(snapshot_id=1, timestamp_ms=timestamp_ms, manifest_list="unused")
+
+
 def test_lag_and_gauges(metrics: Metrics, registry: CollectorRegistry) -> None:
     metrics.set_lag(
         T,
         C,
         snapshots=4,
-        seconds=compute_lag_seconds(1_000_000, now_seconds=1_090.5),
+        seconds=age_seconds([_snapshot(timestamp_ms=1_000_000)], now_seconds=1_090.5),
         cursor_commit_timestamp_seconds=990.0,
     )
     metrics.record_discovered(T, C, 4)
@@ -190,10 +195,11 @@ def test_lag_and_gauges(metrics: Metrics, registry: CollectorRegistry) -> None:
     assert v("icetail_cursor_commit_timestamp_seconds", LABELS) == 990.0
     assert v("icetail_snapshots_discovered_total", LABELS) == 4
     assert v("icetail_inflight_chunks", LABELS) == 2
-    metrics.set_lag(T, C, snapshots=0, seconds=compute_lag_seconds(None))
+    metrics.set_lag(T, C, snapshots=0, seconds=age_seconds([], now_seconds=1_090.5))
     assert v("icetail_lag_seconds", LABELS) == 0
     assert v("icetail_cursor_commit_timestamp_seconds", LABELS) == 990.0  # unchanged when not given
-    assert compute_lag_seconds(2_000_000, now_seconds=1_000.0) == 0.0  # clock skew never goes negative
+    # clock skew never goes negative
+    assert age_seconds([_snapshot(timestamp_ms=2_000_000)], now_seconds=1_000.0) == 0.0
     with pytest.raises(ValueError):
         metrics.set_lag(T, C, snapshots=-1, seconds=0)
 

@@ -32,11 +32,11 @@ import pytest
 from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 from pyiceberg.table import Table
 
+from icetail.kernel.model import ChangeType
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV
 from icetail.monitor.service.metrics import FailureStage
-from icetail.state.model import ChangeType
-from tests.service.conftest import (
+from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
     Child,

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from tests.service.conftest import (
+from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
     Child,

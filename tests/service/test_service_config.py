@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import build_parser
 from icetail.monitor.service.config import ServiceConfig, build_service_config, parse_duration, run_config
-from icetail.state.errors import ConfigError
-from tests.service.conftest import ICETAIL, child_env, free_port
+from tests.support.serve import ICETAIL, child_env, free_port
 
 BASE = {
     "catalog": "prod",

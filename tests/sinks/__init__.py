@@ -6,11 +6,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from icetail.kernel.model import ChangeType, CommitInfo
 from icetail.reader.metadata_columns import with_metadata
-from icetail.reader.sinks.base import ChunkKey
-from icetail.state.model import ChangeType, CommitInfo
+from icetail.sinks.base import ChunkKey
 
 CONSUMER = "orders-cdc"
+CATALOG = "sinkcat"  # lowercase letters and digits: pyiceberg mangles `_` in variable names
 
 
 def key(

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-CATALOG = "sinkcat"  # lowercase letters and digits: pyiceberg mangles `_` in variable names
+from tests.sinks import CATALOG
+from tests.support.catalogs import new_catalog
 
 
 @pytest.fixture
 def sql_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SqlCatalog:
     """The catalog configured only through PYICEBERG_* variables, plus a direct handle to check it."""
-    uri = f"sqlite:///{tmp_path}/catalog.db"
-    warehouse = f"file://{tmp_path}/warehouse"
-    monkeypatch.setenv(f"PYICEBERG_CATALOG__{CATALOG.upper()}__URI", uri)
-    monkeypatch.setenv(f"PYICEBERG_CATALOG__{CATALOG.upper()}__WAREHOUSE", warehouse)
-    return SqlCatalog(CATALOG, uri=uri, warehouse=warehouse)
+    local = new_catalog(tmp_path, CATALOG)
+    for key, value in local.env().items():
+        monkeypatch.setenv(key, value)
+    return local.catalog()

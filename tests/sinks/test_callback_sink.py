@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from icetail.reader.sinks.base import ChunkKey, Sink
-from icetail.reader.sinks.callback_sink import CallbackSink
-from icetail.state.errors import SinkError, TerminalError
+from icetail.kernel.errors import SinkError, TerminalError
+from icetail.sinks.base import ChunkKey, Sink
+from icetail.sinks.callback_sink import CallbackSink
 from tests.sinks import change_rows, key
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.dataframe_sink import DataFrameCallbackSink
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.dataframe_sink import DataFrameCallbackSink
 
 
 def test_chunk_arrives_as_a_dataframe(spark: Any) -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from icetail.reader.sinks.factory import ACCEPTED_FORMS, normalize_sink_url, open_sink
-from icetail.reader.sinks.jsonl_sink import JsonlFileSink
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
-from icetail.state.errors import ConfigError
+from icetail.kernel.errors import ConfigError
+from icetail.sinks.factory import ACCEPTED_FORMS, normalize_sink_url, open_sink
+from icetail.sinks.jsonl_sink import JsonlFileSink
+from icetail.sinks.parquet_sink import ParquetDirSink
 from tests.sinks import CONSUMER
 
 

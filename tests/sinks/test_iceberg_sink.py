@@ -7,17 +7,16 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from icetail.reader.sinks.base import Sink
-from icetail.reader.sinks.factory import open_sink
-from icetail.reader.sinks.iceberg_sink import (
+from icetail.kernel.errors import CatalogNotFoundError, SinkRejectedError
+from icetail.sinks.base import Sink
+from icetail.sinks.factory import open_sink
+from icetail.sinks.iceberg_sink import (
     CHUNK_ID_PROPERTY,
     CHUNK_ROWS_PROPERTY,
     CONSUMER_PROPERTY,
     IcebergTableSink,
 )
-from icetail.state.errors import CatalogNotFoundError, SinkRejectedError
-from tests.sinks import CONSUMER, change_rows, key
-from tests.sinks.conftest import CATALOG
+from tests.sinks import CATALOG, CONSUMER, change_rows, key
 
 URL = f"iceberg://{CATALOG}/cdc.orders_changes"
 

@@ -14,10 +14,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from icetail.reader.sinks.base import StagingSink
-from icetail.reader.sinks.factory import open_sink
-from icetail.reader.sinks.iceberg_sink import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, IcebergStager, IcebergTableSink
-from icetail.state.errors import SinkRejectedError
+from icetail.kernel.errors import SinkRejectedError
+from icetail.sinks.base import StagingSink
+from icetail.sinks.factory import open_sink
+from icetail.sinks.iceberg_sink import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, IcebergStager, IcebergTableSink
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 

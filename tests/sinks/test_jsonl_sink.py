@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from icetail.reader.sinks.base import Sink
-from icetail.reader.sinks.factory import open_sink
-from icetail.reader.sinks.jsonl_sink import JsonlFileSink, StdoutSink, encode_lines
-from icetail.state.errors import SinkRejectedError
+from icetail.kernel.errors import SinkRejectedError
+from icetail.sinks.base import Sink
+from icetail.sinks.factory import open_sink
+from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink, encode_lines
 from tests.sinks import CONSUMER, change_rows, key
 
 

@@ -9,10 +9,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from icetail.reader.sinks.base import Sink
-from icetail.reader.sinks.factory import open_sink
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
-from icetail.state.errors import ConfigError, SinkRejectedError
+from icetail.kernel.errors import ConfigError, SinkRejectedError
+from icetail.sinks.base import Sink
+from icetail.sinks.factory import open_sink
+from icetail.sinks.parquet_sink import ParquetDirSink
 from tests.sinks import CONSUMER, change_rows, key
 
 

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import icetail
-from tests.spark4.conftest import SourceTable
 from tests.spark4.support import data_columns, load_df, row_counter
+from tests.support.source_table import SourceTable
 
 ACTIONS = ("append", "append", "delete", "upsert", "overwrite", "append", "evolve", "delete", "append")
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import icetail
-from tests.spark4.conftest import SourceTable, new_source_table
 from tests.spark4.support import row_counter
 from tests.support.connect_server import connect_server as start_connect_server
+from tests.support.source_table import SourceTable, new_source_table
 
 
 @pytest.fixture

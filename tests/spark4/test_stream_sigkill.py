@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import icetail
-from tests.spark4.conftest import SourceTable
 from tests.spark4.support import row_counter
 from tests.spark4.test_stream_source import batches_committed, sink_rows
+from tests.support.source_table import SourceTable
 
 ROOT = Path(__file__).resolve().parents[2]
 PAUSE_LIMIT_S = 300  # a safety net: a healthy run reaches the seam long before

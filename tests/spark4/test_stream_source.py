@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 import icetail
-from tests.spark4.conftest import SourceTable
 from tests.spark4.support import row_counter
+from tests.support.source_table import SourceTable
 
 
 def run_available_now(spark: Any, options: dict[str, str], root: Path, source: str = "icetail") -> None:
@@ -51,6 +51,30 @@ def test_restart_adds_exactly_the_new_changes(registered: Any, source_table: Sou
         source_table.commit(action)
     run_available_now(registered, options, tmp_path)
     # the whole stream equals `icetail changes` over the whole history, _change_ordinal included
+    expected = icetail.read_changes(source_table.load(), spark=registered)
+    assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected)
+
+
+def test_a_checkpoint_of_the_previous_offset_format_continues_exactly(
+    registered: Any, source_table: SourceTable, tmp_path: Path
+) -> None:
+    """Offsets written before they carried a version (format 1) are continued after an upgrade."""
+    import json
+
+    for action in ("append", "append", "delete"):
+        source_table.commit(action)
+    options = source_table.options(starting="earliest")
+    run_available_now(registered, options, tmp_path)
+    logs = [p for p in (tmp_path / "checkpoint" / "offsets").iterdir() if p.name.isdigit()]
+    assert logs
+    for path in logs:  # rewrite the checkpoint as the previous release left it
+        *head, source_offset = path.read_text().splitlines()
+        raw = json.loads(source_offset)
+        assert raw.pop("version") == 2
+        path.write_text("\n".join([*head, json.dumps(raw)]))
+    for action in ("upsert", "append"):
+        source_table.commit(action)
+    run_available_now(registered, options, tmp_path)
     expected = icetail.read_changes(source_table.load(), spark=registered)
     assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected)
 

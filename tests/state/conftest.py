@@ -7,7 +7,6 @@ reachable the PostgreSQL cases are skipped with the reason, never faked.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,79 +15,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from icetail.state.checkpoint import InflightBatch
-from icetail.state.model import (
-    ChangeKind,
-    ChangeSplit,
-    ChangeTask,
-    CommitInfo,
-    DataFileRef,
-    DeleteContent,
-    DeleteFileRef,
-)
 from icetail.state.store import SqlCheckpointStore, open_store
-
-PG_URL = os.environ.get("ICETAIL_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def make_split(i: int, snapshot_id: int = 10, *, with_deletes: bool = False) -> ChangeSplit:
-    """A realistic split of data file number i in the given snapshot."""
-    deletes = (
-        (
-            DeleteFileRef(
-                path=f"s3://bucket/t/data/del-{i}.puffin",
-                file_format="puffin",
-                content=DeleteContent.DELETION_VECTOR,
-                record_count=3,
-                file_size_in_bytes=512,
-                spec_id=0,
-                partition="(day=2026-01-01)",
-                data_sequence_number=2,
-                referenced_data_file=f"s3://bucket/t/data/f-{i}.parquet",
-                content_offset=4,
-                content_size_in_bytes=40,
-            ),
-        )
-        if with_deletes
-        else ()
-    )
-    task = ChangeTask(
-        data_file=DataFileRef(
-            path=f"s3://bucket/t/data/f-{i}.parquet",
-            file_format="parquet",
-            record_count=1000,
-            file_size_in_bytes=65536,
-            spec_id=0,
-            partition="(day=2026-01-01)",
-            data_sequence_number=1,
-            split_offsets=(4, 32768),
-        ),
-        kind=ChangeKind.MODIFIED if with_deletes else ChangeKind.ADDED,
-        commit=CommitInfo(snapshot_id, None, "append", 1_700_000_000_000 + snapshot_id, snapshot_id, 0),
-        deletes_after=deletes,
-    )
-    return ChangeSplit(task=task, row_group_start=i % 2, row_group_end=(i % 2) + 1, estimated_rows=500)
-
-
-def make_batch(batch_id: str, from_snapshot: int | None, to_snapshot: int, n_splits: int) -> InflightBatch:
-    return InflightBatch(
-        batch_id=batch_id,
-        from_snapshot_exclusive=from_snapshot,
-        to_snapshot_inclusive=to_snapshot,
-        to_timestamp_ms=1_700_000_000_000 + to_snapshot,
-        splits=tuple(make_split(i, to_snapshot, with_deletes=i % 3 == 0) for i in range(n_splits)),
-    )
+from tests.support.checkpoints import PG_URL, pg_url_for
+from tests.support.stores import pg_unavailable
 
 
 @pytest.fixture(scope="session")
 def pg_available() -> str | None:
     """Why PostgreSQL cannot be used, or None if it can."""
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            return None
-    except psycopg.Error as exc:
-        return f"PostgreSQL at {PG_URL} unreachable: {exc}"
+    return pg_unavailable()
 
 
 @pytest.fixture
@@ -107,8 +42,6 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/nested/dir/state.db"  # tmp_path is absolute: four slashes in all
 
 
-def pg_url_for(schema: str) -> str:
-    return f"{PG_URL}?schema={schema}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -144,17 +77,5 @@ def store(open_test_store: Callable[..., SqlCheckpointStore]) -> SqlCheckpointSt
     return open_test_store()
 
 
-def raw_query(store_url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Read the store's tables directly, bypassing the store (to check what is really on disk)."""
-    if store_url.startswith("sqlite:"):
-        import sqlite3
 
-        conn = sqlite3.connect(store_url.removeprefix("sqlite:///"))
-        try:
-            return conn.execute(sql, params).fetchall()
-        finally:
-            conn.close()
-    base, schema = store_url.split("?schema=")
-    with psycopg.connect(base, autocommit=True) as pg:
-        pg.execute(f'SET search_path TO "{schema}"')
-        return pg.execute(sql.replace("?", "%s"), params).fetchall()
+

@@ -9,12 +9,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from icetail.kernel.errors import StateError, StateUnavailableError
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import StateError, StateUnavailableError
 from icetail.state.sqlite_store import SqliteBackend
 from icetail.state.store import SqlCheckpointStore, open_store
 from icetail.state.urls import SqliteLocation, parse_store_url
-from tests.state.conftest import PG_URL
+from tests.support.stores import PG_URL
 
 
 def test_sqlite_locked_by_another_writer_is_transient(sqlite_url: str) -> None:

@@ -1,12 +1,20 @@
-"""Split encoding for the write-ahead record."""
+"""Split encoding for the write-ahead record: every format version decodes, unknown versions are refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from icetail.state.codec import decode_split, encode_split
-from icetail.state.errors import StateError
-from tests.state.conftest import make_split
+from icetail.kernel.errors import StateError
+from icetail.state.codec import (
+    SPLIT_FORMAT_VERSION,
+    SUPPORTED_SPLIT_FORMAT_VERSIONS,
+    VERSION_KEY,
+    decode_split,
+    encode_split,
+)
+from tests.support.checkpoints import make_split
 
 
 def test_round_trip_with_delete_files() -> None:
@@ -25,3 +33,42 @@ def test_damaged_text_is_a_state_error(text: str) -> None:
 def test_text_of_another_split_is_refused() -> None:
     with pytest.raises(StateError, match="decodes to split id"):
         decode_split(encode_split(make_split(1)), expected_split_id=make_split(2).split_id)
+
+
+# Written by icetail before split texts carried a version (format 1), for make_split(3, 42, with_deletes=True).
+V1_TEXT = (
+    '{"estimated_bytes":0,"estimated_rows":500,"row_group_end":2,"row_group_start":1,'
+    '"split_id":"8155ac40db7f7f4b3245c89a","task":{"commit":{"operation":"append","ordinal":0,"parent_id":null,'
+    '"sequence_number":42,"snapshot_id":42,"timestamp_ms":1700000000042},"data_file":{"data_sequence_number":1,'
+    '"file_format":"parquet","file_size_in_bytes":65536,"partition":"(day=2026-01-01)",'
+    '"path":"s3://bucket/t/data/f-3.parquet","record_count":1000,"spec_id":0,"split_offsets":[4,32768]},'
+    '"deletes_after":[{"content":"deletion_vector","content_offset":4,"content_size_in_bytes":40,'
+    '"data_sequence_number":2,"equality_field_ids":[],"file_format":"puffin","file_size_in_bytes":512,'
+    '"partition":"(day=2026-01-01)","path":"s3://bucket/t/data/del-3.puffin","record_count":3,'
+    '"referenced_data_file":"s3://bucket/t/data/f-3.parquet","spec_id":0}],"deletes_before":[],"kind":"modified"}}'
+)
+
+
+def test_every_supported_version_decodes_to_the_same_split() -> None:
+    split = make_split(3, 42, with_deletes=True)
+    v2 = encode_split(split)
+    assert json.loads(v2)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 2
+    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2)
+    for text in (V1_TEXT, v2):
+        assert decode_split(text, expected_split_id=split.split_id) == split
+    # a version-1 text is re-encoded as the current version, and only the version key differs
+    assert json.loads(encode_split(decode_split(V1_TEXT, expected_split_id=split.split_id))) == {
+        **json.loads(V1_TEXT),
+        VERSION_KEY: SPLIT_FORMAT_VERSION,
+    }
+
+
+@pytest.mark.parametrize("version", [3, 0, "2", None])
+def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object) -> None:
+    split = make_split(1)
+    raw = {**json.loads(encode_split(split)), VERSION_KEY: version}
+    with pytest.raises(StateError) as info:
+        decode_split(json.dumps(raw), expected_split_id=split.split_id)
+    message = str(info.value)
+    assert f"format version {version!r}" in message
+    assert "split format versions 1, 2;" in message and "release that started it" in message

@@ -23,13 +23,15 @@ import pytest
 
 from icetail.state.checkpoint import Checkpoint, Cursor
 from icetail.state.store import open_store
-from tests.state.conftest import PG_URL, REPO_ROOT, make_batch, raw_query
+from tests.support.checkpoints import make_batch, raw_query
+from tests.support.processes import REPO_ROOT
+from tests.support.stores import PG_URL
 
 CHILD = r"""
 import sys, time
 from icetail.state.store import SqlCheckpointStore, open_store
 from icetail.state.urls import parse_store_url
-from tests.state.conftest import make_batch
+from tests.support.checkpoints import make_batch
 
 url, operation, pause_prefix, pause_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 seen = 0

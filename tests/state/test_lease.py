@@ -9,10 +9,10 @@ from multiprocessing.synchronize import Event
 
 import pytest
 
+from icetail.kernel.errors import StateBusyError, TransientError
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import StateBusyError, TransientError
 from icetail.state.store import SqlCheckpointStore, open_store
-from tests.state.conftest import make_batch
+from tests.support.checkpoints import make_batch
 
 START = Cursor.before_first_snapshot()
 

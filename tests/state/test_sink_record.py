@@ -16,11 +16,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from icetail.kernel.errors import ConfigError, StateBusyError, StateConflictError
 from icetail.state.checkpoint import Cursor
-from icetail.state.errors import ConfigError, StateBusyError, StateConflictError
 from icetail.state.migrations import _V1, LATEST_VERSION
 from icetail.state.store import SqlCheckpointStore, open_store
-from tests.state.conftest import PG_URL, make_batch, pg_url_for, raw_query
+from tests.support.checkpoints import make_batch, pg_url_for, raw_create, raw_query
+from tests.support.stores import PG_URL
 
 START = Cursor.before_first_snapshot()
 
@@ -67,20 +68,7 @@ def test_a_version_1_store_is_migrated_and_its_consumers_keep_no_sink(store_url:
         "INSERT INTO icetail_meta VALUES ('schema_version', '1')",
         "INSERT INTO icetail_consumers VALUES ('old', 'cat', 'db.t', 5, 1005, 3, NULL, NULL, 1, 1)",
     ]
-    if store_url.startswith("sqlite:"):
-        path = Path(store_url.removeprefix("sqlite:///"))
-        path.parent.mkdir(parents=True)
-        with sqlite3.connect(path) as conn:
-            for statement in statements:
-                conn.execute(statement)
-        conn.close()
-    else:
-        base, schema = store_url.split("?schema=")
-        with psycopg.connect(base, autocommit=True) as pg:
-            pg.execute(f'CREATE SCHEMA "{schema}"')
-            pg.execute(f'SET search_path TO "{schema}"')
-            for statement in statements:
-                pg.execute(statement)
+    raw_create(store_url, statements)
     with open_store(store_url, create=False) as store:  # status/reset migrate icetail's own store forward
         checkpoint = store.load("old")
         assert checkpoint is not None and checkpoint.cursor == Cursor(5, 1005) and checkpoint.sink is None

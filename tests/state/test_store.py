@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from icetail.kernel.errors import ConfigError, ConsumerNotFoundError, StateConflictError, StateError
 from icetail.state.checkpoint import ChunkCommit, Cursor
-from icetail.state.errors import ConfigError, ConsumerNotFoundError, StateConflictError, StateError
 from icetail.state.store import SqlCheckpointStore
-from tests.state.conftest import make_batch, raw_query
+from tests.support.checkpoints import make_batch, raw_query
 
 START = Cursor.before_first_snapshot()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from icetail.state.errors import ConfigError, StateUnavailableError, TransientError
+from icetail.kernel.errors import ConfigError, StateUnavailableError, TransientError
 from icetail.state.store import open_store
 from icetail.state.urls import PostgresLocation, SqliteLocation, parse_store_url
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import catalogs_in_process
+from tests.support.catalogs import catalogs_in_process
 from tests.support.rest_catalog import CheckingS3, RestCatalogFixture, new_rest_catalog
 from tests.support.s3 import MotoServer, S3Catalog, moto_server, new_s3_catalog
 

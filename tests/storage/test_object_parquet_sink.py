@@ -18,13 +18,14 @@ import pyarrow.dataset as ds
 import pytest
 from pyarrow import fs
 
+from icetail.kernel.errors import ConfigError, SinkError, StorageAccessError
 from icetail.monitor.engine.api import read_changes
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.factory import open_sink
-from icetail.reader.sinks.object_parquet_sink import ObjectParquetSink, committed_objects
-from icetail.state.errors import ConfigError, SinkError, StorageAccessError
-from tests.pipeline.conftest import build_mixed_table, child_env, run_icetail
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.factory import open_sink
+from icetail.sinks.object_parquet_sink import ObjectParquetSink, committed_objects
+from tests.support.processes import child_env, run_icetail
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog, moto_server
+from tests.support.tables import build_mixed_table
 
 BATCH = "b000001-0123abcd-c0-o0-n1"
 

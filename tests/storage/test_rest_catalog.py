@@ -21,10 +21,13 @@ import pytest
 
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_context
-from tests.pipeline.conftest import build_mixed_table, catalogs_in_process, child_env, read_parquet_sink, run_icetail
-from tests.service.conftest import Serve, free_port, wait_until
 from tests.storage.test_s3_reading import _apply, _ordered, _rows
+from tests.support.catalogs import catalogs_in_process
+from tests.support.processes import child_env, run_icetail
 from tests.support.rest_catalog import CheckingS3, RestCatalogFixture, iter_secrets_in, new_rest_catalog
+from tests.support.serve import Serve, free_port, wait_until
+from tests.support.sinks import read_parquet_sink
+from tests.support.tables import build_mixed_table
 
 IDENT = "ns.mixed"
 

@@ -22,20 +22,13 @@ import pyarrow.dataset as ds
 from pyarrow import fs
 
 from icetail.monitor.engine.api import read_changes
-from icetail.reader.sinks.object_parquet_sink import COMMITTED_DIR
-from tests.pipeline.conftest import (
-    Attempt,
-    build_mixed_table,
-    child_env,
-    crash_loop,
-    diff_report,
-    icetail_command,
-    is_submultiset,
-    kill_schedule,
-    row_multiset,
-    view_state,
-)
+from icetail.sinks.object_parquet_sink import COMMITTED_DIR
+from tests.support.compare import diff_report, is_submultiset, row_multiset
+from tests.support.crash import Attempt, crash_loop, kill_schedule
+from tests.support.processes import child_env, icetail_command
 from tests.support.s3 import MotoServer, S3Catalog
+from tests.support.stores import view_state
+from tests.support.tables import build_mixed_table
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))

@@ -21,21 +21,14 @@ from pyarrow import fs
 
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
-from tests.pipeline.conftest import (
-    Attempt,
-    build_mixed_table,
-    catalogs_in_process,
-    child_env,
-    crash_loop,
-    diff_report,
-    icetail_command,
-    is_submultiset,
-    kill_schedule,
-    row_multiset,
-    view_state,
-)
 from tests.storage.test_s3_reading import _ordered
+from tests.support.catalogs import catalogs_in_process
+from tests.support.compare import diff_report, is_submultiset, row_multiset
+from tests.support.crash import Attempt, crash_loop, kill_schedule
+from tests.support.processes import child_env, icetail_command
 from tests.support.s3 import MotoServer, S3Catalog, new_s3_catalog
+from tests.support.stores import view_state
+from tests.support.tables import build_mixed_table
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))

@@ -4,7 +4,7 @@ The invariant checked, snapshot by snapshot: the rows of the previous snapshot (
 scan) plus the change rows of (previous, next] (INSERTs added, DELETEs removed) are exactly the
 rows of the next snapshot, as multisets of full rows. The table has appends of several
 multi-row-group files, copy-on-write deletes, an overwrite and a schema change
-(`tests.pipeline.conftest.build_mixed_table`). The executors read with the catalog's `s3.*`
+(`tests.support.tables.build_mixed_table`). The executors read with the catalog's `s3.*`
 FileIO properties, which travel in the ReadContext.
 """
 
@@ -20,8 +20,9 @@ import pytest
 
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
-from tests.pipeline.conftest import build_mixed_table, read_parquet_sink
 from tests.support.s3 import SECRET_ACCESS_KEY, S3Catalog
+from tests.support.sinks import read_parquet_sink
+from tests.support.tables import build_mixed_table
 
 IDENT = "ns.mixed"
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from icetail.kernel.secrets import REDACTED, redact_value, redacted_items
 from icetail.monitor.engine.api import read_context
-from icetail.reader.sinks.iceberg_sink import IcebergStager
-from icetail.state.secrets import REDACTED, redact_value, redacted_items
-from tests.pipeline.conftest import child_env, run_icetail
+from icetail.sinks.iceberg_sink import IcebergStager
+from tests.support.processes import child_env, run_icetail
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog
 
 IDENT = "ns.t"

@@ -20,11 +20,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 
-from icetail.monitor.cli.main import main as cli_main
-from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.catalog import load_table
-from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     DataFileError,
     MetadataError,
     StorageAccessError,
@@ -32,6 +28,10 @@ from icetail.state.errors import (
     TerminalError,
     TransientError,
 )
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
+from icetail.monitor.cli.main import main as cli_main
+from icetail.monitor.engine.api import read_changes
+from icetail.monitor.engine.catalog import load_table
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog, moto_server
 
 IDENT = "ns.t"

@@ -5,6 +5,10 @@ that ends there, start-exclusive for the next one): micro-batch (start, end] hol
 changes `icetail changes --from-snapshot start --to-snapshot end` reads. `next_ordinal` carries
 the `_change_ordinal` count across batches, so the stream numbers snapshots from its start the
 way `icetail run` does. Spark's checkpoint is the only state: offsets hold everything needed.
+
+Offsets are a persisted format (Spark keeps them in the query's checkpoint), so each carries its
+format version and every version ever written is read: 1, the three fields without a version
+key; 2, the same fields and `"version": 2`. A newer version is refused with one line.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from typing import Any
 
 from pyiceberg.table.metadata import TableMetadata
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, initial_cursor
 from icetail.monitor.planning.diff import REPLACE, operation_of
 from icetail.monitor.planning.lineage import snapshots_between
-from icetail.state.errors import ConfigError
+
+OFFSET_FORMAT_VERSION = 2
+SUPPORTED_OFFSET_FORMAT_VERSIONS = (1, 2)  # 1: before offsets carried a version; same fields
 
 
 @dataclass(frozen=True)
@@ -34,10 +41,23 @@ class StreamOffset:
 
     def to_json(self) -> dict[str, Any]:
         """Spark compares offsets by their JSON text: the key order is fixed here."""
-        return {"snapshot_id": self.snapshot_id, "timestamp_ms": self.timestamp_ms, "next_ordinal": self.next_ordinal}
+        return {
+            "snapshot_id": self.snapshot_id,
+            "timestamp_ms": self.timestamp_ms,
+            "next_ordinal": self.next_ordinal,
+            "version": OFFSET_FORMAT_VERSION,
+        }
 
     @classmethod
     def from_json(cls, raw: Any) -> StreamOffset:
+        """Every supported format version (the fields are the same in 1 and 2)."""
+        version = raw.get("version", 1) if isinstance(raw, dict) else None
+        if isinstance(raw, dict) and version not in SUPPORTED_OFFSET_FORMAT_VERSIONS:
+            supported = ", ".join(str(v) for v in SUPPORTED_OFFSET_FORMAT_VERSIONS)
+            raise ConfigError(
+                f"offset {raw!r} in the checkpoint has format version {version!r}, but this icetail reads offset "
+                f"format versions {supported}; continue the query with the icetail release that wrote it"
+            )
         try:
             snapshot_id, timestamp_ms, ordinal = raw["snapshot_id"], raw["timestamp_ms"], raw["next_ordinal"]
             if snapshot_id is not None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, parse_start
-from icetail.state.errors import ConfigError
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
 BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns")

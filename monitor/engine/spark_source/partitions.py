@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import DataFileError, IcetailError
+from icetail.kernel.model import ChangeSplit
 from icetail.monitor.engine.api import identifier_names, read_context, snapshots_needing_reconcile
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.split_reader import read_split
-from icetail.state.errors import DataFileError, IcetailError
-from icetail.state.model import ChangeSplit
 
 DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024  # estimated parquet bytes of packed (unreconciled) splits
 MAX_SPLITS_PER_PARTITION = 64

@@ -35,10 +35,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.parquet_sink import safe_consumer
-from icetail.reader.storage_errors import StorageErrorKind, first_line, storage_error_kind
-from icetail.state.errors import ConfigError, IcetailError, SinkError, SinkRejectedError, StorageAccessError
+from icetail.kernel.errors import (
+    ConfigError,
+    IcetailError,
+    SinkError,
+    SinkRejectedError,
+    StorageAccessError,
+    error_text,
+)
+from icetail.kernel.storage_errors import StorageErrorKind, storage_error_kind
+from icetail.sinks.base import ChunkKey, file_safe
 
 SCHEMES = ("s3", "gs", "abfs")
 COMMITTED_DIR = "_committed"
@@ -74,8 +80,8 @@ def object_filesystem(scheme: str) -> fs.FileSystem:
 def _raise_for(exc: OSError, action: str, where: str) -> IcetailError:
     kind = storage_error_kind(exc, where)
     if kind is StorageErrorKind.DENIED:
-        return StorageAccessError(f"{action} {where}: access denied ({first_line(exc)}); check the credentials")
-    return SinkError(f"{action} {where} failed: {first_line(exc)}")
+        return StorageAccessError(f"{action} {where}: access denied ({error_text(exc)}); check the credentials")
+    return SinkError(f"{action} {where} failed: {error_text(exc)}")
 
 
 class ObjectParquetSink:
@@ -163,7 +169,7 @@ class ObjectParquetSink:
 
     def _remove_leftovers(self, min_age_s: float) -> int:
         """Delete this consumer's data objects that have no commit record and are older than `min_age_s`."""
-        mine = re.compile(rf"^{re.escape(safe_consumer(self.consumer))}-b\d{{6}}-[0-9a-f]{{8}}-.*{re.escape(SUFFIX)}$")
+        mine = re.compile(rf"^{re.escape(file_safe(self.consumer))}-b\d{{6}}-[0-9a-f]{{8}}-.*{re.escape(SUFFIX)}$")
         try:
             objects = {
                 os.path.basename(i.path): i
@@ -207,7 +213,7 @@ class ObjectParquetStager:
         except OSError as exc:
             raise _raise_for(exc, "parquet sink: writing", f"{self.scheme}://{path}") from exc
         except pa.ArrowException as exc:
-            raise SinkRejectedError(f"parquet sink: chunk {key.name} cannot be written: {first_line(exc)}") from exc
+            raise SinkRejectedError(f"parquet sink: chunk {key.name} cannot be written: {error_text(exc)}") from exc
         return path
 
 

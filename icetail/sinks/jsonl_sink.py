@@ -31,9 +31,9 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.parquet_sink import error_text, fsync_dir
-from icetail.state.errors import ConfigError, SinkError, SinkRejectedError
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, error_text
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.parquet_sink import fsync_dir
 
 Fixer = Callable[[Any], Any]
 

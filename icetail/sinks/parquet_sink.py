@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.state.errors import ConfigError, SinkError, SinkRejectedError
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, error_text
+from icetail.sinks.base import ChunkKey, file_safe
 
 TMP_DIR = "_tmp"
 SUFFIX = ".parquet"
-
-
-def safe_consumer(consumer: str) -> str:
-    """The consumer as it appears in file names (the same mangling as `ChunkKey.name`)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", consumer)
 
 
 class ParquetDirSink:
@@ -44,7 +38,7 @@ class ParquetDirSink:
         self.directory = Path(os.path.abspath(directory))
         self.consumer = consumer
         self._where = str(self.directory)
-        self._tmp = self.directory / TMP_DIR / safe_consumer(consumer)
+        self._tmp = self.directory / TMP_DIR / file_safe(consumer)
         self._closed = False
         try:
             self._tmp.mkdir(parents=True, exist_ok=True)
@@ -160,9 +154,3 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def error_text(exc: BaseException) -> str:
-    """`Type: first line of the message`, for one-line error messages."""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -10,10 +10,34 @@ from __future__ import annotations
 from typing import Any
 
 
+def error_text(exc: BaseException) -> str:
+    """`Type: first line of the message` (the type alone when there is none), for one-line error messages."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def message_line(exc: BaseException) -> str:
+    """The first line of the message alone (the type's name when there is none)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 class IcetailError(Exception):
-    """Root of every error icetail raises on purpose."""
+    """Root of every error icetail raises on purpose.
+
+    `exit_code` is the CLI's exit status for it; `stage` is where a failed service cycle broke
+    (catalog, plan, read, sink or state: the `stage` label of `icetail_failures_total`), so both
+    follow from the class, and a new error class says its own.
+    """
 
     exit_code = 1
+    stage = "read"
+
+    def __init_subclass__(cls, *, stage: str | None = None, **kwargs: Any) -> None:
+        """`class SinkError(TransientError, stage="sink")`: a subclass names its stage where it is declared."""
+        super().__init_subclass__(**kwargs)
+        if stage is not None:
+            cls.stage = stage
 
     def __init__(self, message: str, *args: Any) -> None:
         super().__init__(message, *args)
@@ -38,23 +62,23 @@ class TransientError(IcetailError):
     exit_code = 1
 
 
-class ConfigError(TerminalError):
+class ConfigError(TerminalError, stage="plan"):
     """A bad argument, URL or configuration value."""
 
 
-class CatalogNotFoundError(TerminalError):
+class CatalogNotFoundError(TerminalError, stage="catalog"):
     """The named pyiceberg catalog is not configured."""
 
 
-class TableNotFoundError(TerminalError):
+class TableNotFoundError(TerminalError, stage="catalog"):
     """The table does not exist in the catalog."""
 
 
-class SnapshotNotFoundError(TerminalError):
+class SnapshotNotFoundError(TerminalError, stage="plan"):
     """A snapshot id is not (or no longer) in the table metadata, e.g. expired."""
 
 
-class NotAncestorError(TerminalError):
+class NotAncestorError(TerminalError, stage="plan"):
     """The from-snapshot is not an ancestor of the to-snapshot (rollback or wrong branch)."""
 
 
@@ -62,27 +86,27 @@ class DataFileError(TerminalError):
     """A data or delete file is missing or unreadable."""
 
 
-class MetadataError(TerminalError):
+class MetadataError(TerminalError, stage="plan"):
     """Table metadata or a manifest is corrupt or uses an unsupported feature."""
 
 
-class StateError(TerminalError):
+class StateError(TerminalError, stage="state"):
     """The checkpoint store is unusable as it is (newer schema, bad contents)."""
 
 
-class StateBusyError(TransientError):
+class StateBusyError(TransientError, stage="state"):
     """Another run holds the consumer's lease."""
 
 
-class SinkError(TransientError):
+class SinkError(TransientError, stage="sink"):
     """A sink write failed; the chunk was not committed and will be retried."""
 
 
-class StateUnavailableError(TransientError):
+class StateUnavailableError(TransientError, stage="state"):
     """The checkpoint store cannot be reached or is locked right now; nothing was changed."""
 
 
-class StateConflictError(TransientError):
+class StateConflictError(TransientError, stage="state"):
     """A compare-and-swap was refused: the stored state is not what the caller expected.
 
     Transient because the cure is to reload the checkpoint and carry on from what is stored
@@ -90,15 +114,15 @@ class StateConflictError(TransientError):
     """
 
 
-class ConsumerNotFoundError(TerminalError):
+class ConsumerNotFoundError(TerminalError, stage="state"):
     """The checkpoint store has no consumer with that id (ensure_consumer was never called)."""
 
 
-class SinkRejectedError(TerminalError):
+class SinkRejectedError(TerminalError, stage="sink"):
     """The sink refuses the rows for good (incompatible schema, closed output, changed chunk)."""
 
 
-class CatalogUnavailableError(TransientError):
+class CatalogUnavailableError(TransientError, stage="catalog"):
     """The catalog (its database or REST service) cannot be reached right now."""
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from icetail.state.errors import (
+from icetail.kernel.errors import (
     DataFileError,
     IcetailError,
     StorageAccessError,
     StorageUnavailableError,
     TerminalError,
+    error_text,
 )
 
 
@@ -75,7 +76,7 @@ def storage_error(
 
     `hint` replaces the default advice for a missing object.
     """
-    detail = first_line(exc)
+    detail = error_text(exc)
     kind = storage_error_kind(exc, path)
     if kind is StorageErrorKind.DENIED:
         return StorageAccessError(
@@ -86,9 +87,3 @@ def storage_error(
     if kind is StorageErrorKind.MISSING:
         return missing(f"{what} {path} is missing{'; ' + hint if hint else f' ({detail})'}")
     return missing(f"{what} {path} cannot be read ({detail})")
-
-
-def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from icetail.reader.sinks.base import Sink
-from icetail.reader.sinks.iceberg_sink import IcebergTableSink
-from icetail.reader.sinks.jsonl_sink import JsonlFileSink, StdoutSink
-from icetail.reader.sinks.object_parquet_sink import SCHEMES as OBJECT_SCHEMES
-from icetail.reader.sinks.object_parquet_sink import ObjectParquetSink
-from icetail.reader.sinks.parquet_sink import ParquetDirSink
-from icetail.state.errors import ConfigError
+from icetail.kernel.errors import ConfigError
+from icetail.sinks.base import Sink
+from icetail.sinks.iceberg_sink import IcebergTableSink
+from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink
+from icetail.sinks.object_parquet_sink import SCHEMES as OBJECT_SCHEMES
+from icetail.sinks.object_parquet_sink import ObjectParquetSink
+from icetail.sinks.parquet_sink import ParquetDirSink
 
 ACCEPTED_FORMS = (
     "parquet:///abs/dir",

@@ -7,9 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.parquet_sink import error_text
-from icetail.state.errors import IcetailError, SinkError, SinkRejectedError
+from icetail.kernel.errors import IcetailError, SinkError, SinkRejectedError, error_text
+from icetail.sinks.base import ChunkKey
 
 ChunkCallback = Callable[[ChunkKey, pa.Table], Any]
 
@@ -25,7 +24,7 @@ class CallbackSink:
 
     If `fn` returns a string it is stored with the committed offset as the sink token. An
     exception from `fn` is a failed write: icetail errors pass through unchanged (raise a
-    `icetail.state.errors.TerminalError` to stop the run), any other exception becomes a transient
+    `icetail.kernel.errors.TerminalError` to stop the run), any other exception becomes a transient
     `SinkError` and the chunk is retried.
     """
 

@@ -15,6 +15,11 @@ from typing import Protocol, runtime_checkable
 import pyarrow as pa
 
 
+def file_safe(text: str) -> str:
+    """`text` as it may appear in a file or object name: anything but letters, digits, `_.-` becomes `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
 @dataclass(frozen=True)
 class ChunkKey:
     """Identity of one delivered chunk; equal keys always carry identical rows.
@@ -31,8 +36,7 @@ class ChunkKey:
     @property
     def name(self) -> str:
         """A file-name-safe id, unique per consumer, sorting in delivery order."""
-        consumer = re.sub(r"[^A-Za-z0-9_.-]", "_", self.consumer)
-        return f"{consumer}-{self.batch_id}-{self.split_index:06d}-{self.row_start_inclusive:012d}"
+        return f"{file_safe(self.consumer)}-{self.batch_id}-{self.split_index:06d}-{self.row_start_inclusive:012d}"
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from icetail.reader.sinks.base import ChunkKey
+from icetail.sinks.base import ChunkKey
 
 
 @dataclass(frozen=True)

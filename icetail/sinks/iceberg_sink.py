@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,10 +56,16 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.utils.config import Config
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.parquet_sink import error_text
-from icetail.state.errors import CatalogNotFoundError, ConfigError, IcetailError, SinkError, SinkRejectedError
-from icetail.state.secrets import redacted_items
+from icetail.kernel.errors import (
+    CatalogNotFoundError,
+    ConfigError,
+    IcetailError,
+    SinkError,
+    SinkRejectedError,
+    error_text,
+)
+from icetail.kernel.secrets import fileio_items, redacted_items
+from icetail.sinks.base import ChunkKey, file_safe
 
 _T = TypeVar("_T")
 
@@ -182,7 +187,7 @@ class IcebergTableSink:
         layout = table.metadata.model_copy(
             update={"snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}, "current_snapshot_id": None}
         )
-        return IcebergStager(layout.model_dump_json(), tuple(sorted(table.io.properties.items())))
+        return IcebergStager(layout.model_dump_json(), fileio_items(table.io.properties.items()))
 
     def _prepared(self, schema: pa.Schema) -> Table:
         table = self._refreshed(schema)
@@ -410,7 +415,7 @@ class _ChunkWriteTask(WriteTask):
 
 
 def _file_prefix(key: ChunkKey) -> str:
-    return "icetail-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key.name)
+    return "icetail-" + file_safe(key.name)
 
 
 def _staged_name(path: str) -> str:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.sinks.base import ChunkKey
-from icetail.reader.sinks.callback_sink import CallbackSink
-from icetail.state.errors import ConfigError
+from icetail.kernel.errors import ConfigError
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.callback_sink import CallbackSink
 
 DataFrameCallback = Callable[[ChunkKey, Any], Any]
 

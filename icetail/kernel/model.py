@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 
 class ChangeType(str, Enum):
-    """Iceberg's changelog `_change_type` values."""
+    """Row level: Iceberg's changelog `_change_type` values (compare FileChangeKind, the file level)."""
 
     INSERT = "INSERT"
     DELETE = "DELETE"
@@ -23,8 +23,12 @@ class ChangeType(str, Enum):
     UPDATE_AFTER = "UPDATE_AFTER"
 
 
-class ChangeKind(str, Enum):
-    """How a data file took part in a snapshot."""
+class FileChangeKind(str, Enum):
+    """File level: how a data file took part in a snapshot (the planner's decision, docs/semantics.md).
+
+    The reader turns it into row-level ChangeTypes; the stored value ("added", ...) is part of the
+    persisted split format and of split ids, so it never changes.
+    """
 
     ADDED = "added"  # not live at the parent, live at the snapshot: visible rows are INSERTs
     REMOVED = "removed"  # live at the parent, gone at the snapshot: rows visible at the parent are DELETEs
@@ -82,7 +86,7 @@ class ChangeTask:
     """One data file in one snapshot, with the delete files live before and after that snapshot."""
 
     data_file: DataFileRef
-    kind: ChangeKind
+    kind: FileChangeKind
     commit: CommitInfo
     deletes_before: tuple[DeleteFileRef, ...] = ()  # applicable at the parent; unused for ADDED
     deletes_after: tuple[DeleteFileRef, ...] = ()  # applicable at the snapshot; unused for REMOVED
@@ -118,48 +122,3 @@ class ChangeSplit:
 
 def _stable_hash(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def to_json_dict(value: Any) -> dict[str, Any]:
-    """Plain dict of a model value (enums as their values) for the JSON codec."""
-    return json.loads(json.dumps(asdict(value), default=_default))
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
-def split_from_json_dict(raw: dict[str, Any]) -> ChangeSplit:
-    """Inverse of `to_json_dict` for a ChangeSplit."""
-    t = raw["task"]
-    df = t["data_file"]
-    data_file = DataFileRef(
-        **{**df, "split_offsets": tuple(df["split_offsets"]) if df["split_offsets"] is not None else None}
-    )
-    commit = CommitInfo(**t["commit"])
-
-    def deletes(items: list[dict[str, Any]]) -> tuple[DeleteFileRef, ...]:
-        return tuple(
-            DeleteFileRef(
-                **{**d, "content": DeleteContent(d["content"]), "equality_field_ids": tuple(d["equality_field_ids"])}
-            )
-            for d in items
-        )
-
-    task = ChangeTask(
-        data_file=data_file,
-        kind=ChangeKind(t["kind"]),
-        commit=commit,
-        deletes_before=deletes(t["deletes_before"]),
-        deletes_after=deletes(t["deletes_after"]),
-    )
-    return ChangeSplit(
-        task=task,
-        row_group_start=raw["row_group_start"],
-        row_group_end=raw["row_group_end"],
-        estimated_rows=raw["estimated_rows"],
-        estimated_bytes=raw["estimated_bytes"],
-        split_id=raw["split_id"],
-    )

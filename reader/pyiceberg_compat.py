@@ -1,0 +1,78 @@
+"""Every pyiceberg internal icetail relies on, in one file: a pyiceberg upgrade touches only this one.
+
+pyiceberg (pinned >=0.12,<0.13) has no public API for these; each function below names what
+it stands for, says which internal it uses and why, and is tested directly against the
+installed pyiceberg in tests/core/test_pyiceberg_compat.py, so an upgrade that changes one
+fails there by name rather than deep inside planning or reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pyiceberg.avro.file import AvroFile
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    DEFAULT_READ_VERSION,
+    MANIFEST_ENTRY_SCHEMAS,
+    MANIFEST_LIST_FILE_SCHEMAS,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    PartitionFieldSummary,
+    _inherit_from_manifest,
+)
+from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
+
+# pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
+# need (referenced_data_file, content_offset, content_size_in_bytes); read with v3, a superset.
+MANIFEST_READ_VERSION = 3
+_DATA_FILE_FIELDS = [f.name for f in DATA_FILE_TYPE[MANIFEST_READ_VERSION].fields]
+
+
+def open_manifest_list(io: FileIO, path: str) -> AvroFile[ManifestFile]:
+    """The manifest list as pyiceberg's `read_manifest_list` decodes it, one record at a time (so a
+    reader can stop early), where pyiceberg only offers the whole list."""
+    return AvroFile[ManifestFile](
+        io.new_input(path),
+        MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+        read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+        read_enums={517: ManifestContent},
+    )
+
+
+def read_manifest_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+    """Every entry of a manifest, DELETED ones included, read with the v3 entry schema and with the
+    snapshot id and sequence numbers inherited from the manifest (`_inherit_from_manifest`)."""
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[MANIFEST_READ_VERSION],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        return [_inherit_from_manifest(entry, manifest) for entry in reader]
+
+
+def optional_data_file_field(data_file: DataFile, name: str) -> Any:
+    """A v3 field of a data file read by `read_manifest_entries` (None when the file predates it):
+    pyiceberg's DataFile names only the v2 fields, so v3 ones are read by position."""
+    if name not in _DATA_FILE_FIELDS:
+        return None
+    index = _DATA_FILE_FIELDS.index(name)
+    return data_file[index] if index < len(data_file) else None
+
+
+def deletion_vector_positions(blob: bytes) -> np.ndarray:
+    """The deleted positions of one deletion-vector blob (a Puffin blob read at its offset), in no set order.
+
+    pyiceberg decodes DVs only from a whole Puffin file; reading one blob at its offset needs its
+    framing and bitmap decoders.
+    """
+    bitmaps = DeletionVector._deserialize_bitmap(_extract_vector_payload(blob))
+    return np.asarray(DeletionVector("", bitmaps).to_vector().to_numpy(), dtype=np.int64)
