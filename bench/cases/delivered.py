@@ -43,6 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import generate as gen  # noqa: E402
+from bench.run import cpu_by_kind  # noqa: E402
 
 CATALOG = "icebench"
 # cli_jsonl is left out by default: JSON encoding costs ~20x the decode (ask for it with --readers)
@@ -67,6 +68,7 @@ class Spread:
     """Seconds of every round, and rows out of the last."""
 
     runs_s: list[float] = field(default_factory=list)
+    cpu_s: list[dict[str, float]] = field(default_factory=list)  # by process kind, per round
     rows: int = 0
 
     def summary(self) -> dict[str, float]:
@@ -75,6 +77,11 @@ class Spread:
             "median": round(statistics.median(self.runs_s), 3),
             "max": round(max(self.runs_s), 3),
         }
+
+    def cpu_median(self) -> dict[str, float]:
+        """Median CPU seconds by process kind (stabler than wall time on a loaded machine)."""
+        kinds = self.cpu_s[0].keys() if self.cpu_s else ()
+        return {k: round(statistics.median(c[k] for c in self.cpu_s), 2) for k in kinds}
 
 
 def log(message: str) -> None:
@@ -200,20 +207,27 @@ def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None 
     try:
         for round_index in range(rounds + 1):  # round 0 warms the workers, caches and page cache
             for name, read in chosen.items():
+                cpu_before = cpu_by_kind()
                 started = time.perf_counter()
                 rows = read(t, spark, scratch)
                 seconds = time.perf_counter() - started
+                cpu = {k: v - cpu_before[k] for k, v in cpu_by_kind().items()}
                 if rows != t.expected_rows:
                     raise AssertionError(f"{name} delivered {rows} rows, expected {t.expected_rows}")
                 if round_index > 0:
                     spreads[name].runs_s.append(seconds)
+                    spreads[name].cpu_s.append(cpu)
                     spreads[name].rows = rows
             if round_index > 0:
                 log(f"round {round_index}: " + ", ".join(f"{n} {s.runs_s[-1]:.2f}s" for n, s in spreads.items()))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     raw = statistics.median(spreads["raw_decode"].runs_s)
-    out: dict[str, Any] = {"rows": t.expected_rows, "seconds": {n: s.summary() for n, s in spreads.items()}}
+    out: dict[str, Any] = {
+        "rows": t.expected_rows,
+        "seconds": {n: s.summary() for n, s in spreads.items()},
+        "cpu_s_median": {n: s.cpu_median() for n, s in spreads.items()},
+    }
     ratios: dict[str, Any] = {}
     for name, spread in spreads.items():
         if name.startswith("raw"):
@@ -245,6 +259,7 @@ def print_report(title: str, report: dict[str, Any]) -> None:
             extra = f"  {r['vs_raw_decode_median']:.2f}x raw decode (median), max/min {r['max_over_min']}"
             extra += "".join(f", {k} {v:.2f}x" for k, v in r.items() if k.startswith("vs_raw_rw"))
         print(f"  {name:18s} {s['min']:7.3f} {s['median']:7.3f} {s['max']:7.3f}{extra}")
+        print(f"  {'':18s} cpu s (median) {report['cpu_s_median'][name]}")
 
 
 # --------------------------------------------------------------------------------------------
