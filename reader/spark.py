@@ -80,6 +80,35 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     return session
 
 
+def session_in_background(app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> Future[Any]:
+    """`spark_session` started on a thread, then its Python workers, while the caller goes on.
+
+    A one-shot command spends seconds starting the JVM and then seconds more on its first
+    Python task (the worker daemon starts and imports the read path); both overlap the catalog
+    load and planning this way. The future raises what `spark_session` raised.
+    """
+    future: Future[Any] = Future()
+
+    def start() -> None:
+        try:
+            session = spark_session(app_name, conf)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+            future.set_exception(exc)
+            return
+        future.set_result(session)
+        if not is_connect(session) and _executors_share_driver_host(session.sparkContext):
+            try:  # warm-up only: any failure shows again, in context, in the real job
+                sc = session.sparkContext
+                slots = int(sc.defaultParallelism)
+                sc.setJobGroup(f"icetail-warmup-{uuid.uuid4().hex[:8]}", "icetail worker warm-up")
+                sc.parallelize(range(slots), slots).mapPartitions(lambda _: iter(())).count()
+            except Exception:  # noqa: BLE001, S110
+                pass
+
+    threading.Thread(target=start, name="icetail-session-start", daemon=True).start()
+    return future
+
+
 def is_connect(spark: Any) -> bool:
     """A Spark Connect client session (no SparkContext, no RDDs: DataFrame operations only)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
