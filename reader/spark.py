@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.reader.context import ReadContext
+from icetail.reader.metadata_columns import METADATA_COLUMNS, with_constant_metadata
 from icetail.reader.sinks.base import ChunkKey, ChunkStager
 from icetail.reader.split_reader import Chunk, read_split
 from icetail.reader.storage_errors import StorageErrorKind, storage_error, storage_error_kind
@@ -458,24 +459,38 @@ def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -
 
 
 def _encode(chunk: Chunk, handoff: str | None = None) -> tuple[Any, ...]:
-    """The chunk as a picklable payload: its rows as Arrow IPC bytes, or in a file under `handoff`."""
+    """The chunk as a picklable payload: its rows as Arrow IPC bytes, or in a file under `handoff`.
+
+    A chunk of one change type has the same four metadata values on every row (one split is one
+    commit): they travel once, as values, and the driver repeats them (a quarter of the bytes).
+    """
     if chunk.batch is None:
-        return ("chunk", chunk, b"")
+        return ("chunk", chunk, b"", None)
+    batch, constant = chunk.batch, None
+    if len(chunk.change_counts) == 1 and batch.num_rows and batch.schema.names[-4:] == list(METADATA_COLUMNS):
+        data_width = batch.num_columns - len(METADATA_COLUMNS)
+        constant = tuple(_first_value(batch.column(data_width + i)) for i in range(len(METADATA_COLUMNS)))
+        batch = batch.select(range(data_width))
     if handoff is not None:
         path = os.path.join(handoff, f"{uuid.uuid4().hex}.arrow")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, chunk.batch.schema) as writer:
-            writer.write_batch(chunk.batch)
-        return ("chunk", replace(chunk, batch=None), path)
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return ("chunk", replace(chunk, batch=None), path, constant)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, chunk.batch.schema) as writer:
-        writer.write_batch(chunk.batch)
-    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes())
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes(), constant)
+
+
+def _first_value(column: pa.Array) -> Any:
+    scalar = column[0]
+    return scalar.value if isinstance(scalar, pa.TimestampScalar) else scalar.as_py()  # timestamps as int us
 
 
 def _decode(payload: tuple[Any, ...]) -> Chunk:
     if payload[0] == "error":
         raise _rebuild_error(payload[1], payload[2], payload[3])
-    _, chunk, data = payload
+    _, chunk, data, constant = payload
     if not data:
         return chunk
     if isinstance(data, str):  # a handoff file: map it (no copy), then unlink it (the mapping stays)
@@ -485,6 +500,8 @@ def _decode(payload: tuple[Any, ...]) -> Chunk:
     else:
         batches = list(pa.ipc.open_stream(data))
     batch = batches[0] if batches else None
+    if batch is not None and constant is not None:
+        batch = with_constant_metadata(batch, constant)
     return replace(chunk, batch=batch)
 
 

@@ -16,10 +16,12 @@ import pytest
 
 from icetail.monitor.engine.api import read_context
 from icetail.monitor.planning.planner import Planner
+from icetail.reader.metadata_columns import with_metadata
 from icetail.reader.spark import (
     DEFAULT_WAVE_BYTES,
     HANDOFF_PREFIX,
     SplitRequest,
+    _decode,
     _encode,
     _publish,
     _stream_task,
@@ -29,7 +31,7 @@ from icetail.reader.spark import (
 )
 from icetail.reader.split_reader import Chunk
 from icetail.state.errors import IcetailError
-from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, CommitInfo, DataFileRef
+from icetail.state.model import ChangeKind, ChangeSplit, ChangeTask, ChangeType, CommitInfo, DataFileRef
 from icetail.state.processes import host_tag
 from tests.core.conftest import SmallTable
 
@@ -182,3 +184,23 @@ def test_a_failed_job_raises_its_error_instead_of_waiting_for_the_task(tmp_path:
 def test_a_job_that_finished_without_the_task_s_files_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(IcetailError, match="without handing over its chunks"):
         list(_stream_task(str(tmp_path), "w000000-t00000", _done([0])))
+
+
+@pytest.mark.parametrize("handoff", [True, False], ids=["handoff-file", "ipc-bytes"])
+def test_chunks_cross_to_the_driver_unchanged_with_metadata_sent_once(tmp_path: Path, handoff: bool) -> None:
+    commit = CommitInfo(7, None, "overwrite", 1_700_000_000_123, 3, 2)
+    rows = pa.RecordBatch.from_pydict({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", None, "c"]})
+    inserts = with_metadata(rows, ChangeType.INSERT, commit)
+    parts = [with_metadata(rows.slice(0, 1), ChangeType.DELETE, commit)]
+    parts.append(with_metadata(rows.slice(1), ChangeType.INSERT, commit))
+    mixed = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+    one_type = Chunk("s", 0, 3, inserts, 3, 1, 0, True, change_counts=(("INSERT", 3),))
+    two_types = Chunk("s", 0, 3, mixed, 3, 1, 0, True, change_counts=(("DELETE", 1), ("INSERT", 2)))
+    where = str(tmp_path) if handoff else None
+
+    sent_once = _encode(one_type, where)
+    assert sent_once[3] == ("INSERT", 2, 7, 1_700_000_000_123_000)  # the values, not four columns
+    for chunk, payload in ((one_type, sent_once), (two_types, _encode(two_types, where))):
+        decoded = _decode(pickle.loads(pickle.dumps(payload)))
+        assert decoded.batch is not None and decoded.batch.equals(chunk.batch, check_metadata=True)
+        assert decoded.batch.schema == chunk.batch.schema
