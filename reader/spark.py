@@ -92,12 +92,15 @@ def session_in_background(app_name: str = "icetail", conf: Mapping[str, str] | N
 
     def start() -> None:
         try:
+            from pyspark import SparkContext
+
+            running = SparkContext._active_spark_context is not None  # its workers are warm already
             session = spark_session(app_name, conf)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
             future.set_exception(exc)
             return
         future.set_result(session)
-        if not is_connect(session) and _executors_share_driver_host(session.sparkContext):
+        if not running and not is_connect(session) and _executors_share_driver_host(session.sparkContext):
             try:  # warm-up only: any failure shows again, in context, in the real job
                 sc = session.sparkContext
                 slots = int(sc.defaultParallelism)
