@@ -281,7 +281,7 @@ def case_delivered(ctx: Any) -> Any:
     table = cat.load_table("delivered")
     append = Target(CATALOG, cat.ident("delivered"), table, seed, appended, data.files, ctx.scale.rows)
     log("  delivered/append: measuring")
-    report = measure(append, ctx.spark, rounds)
+    report = measure(append, ctx.spark, rounds, READERS)
     print_report("delivered/append", report)
     result.notes.append(f"append: {report}")
     for name, r in report["ratios"].items():
