@@ -4,7 +4,8 @@ Splits run in waves, one Spark job per wave; a wave's splits are cut into a few 
 core, each a contiguous run of splits of about equal input bytes (so one big file spread over
 many splits spreads over the workers, and the per-task cost is paid per few splits rather than
 per split). Tasks return Arrow IPC bytes, or only chunk metadata when a stager writes the rows
-in the task. Local mode by default; any master via standard Spark config.
+in the task; with a local master they publish each chunk in a handoff file instead, which the
+driver streams while the job runs. Local mode by default; any master via standard Spark config.
 """
 
 from __future__ import annotations
