@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:  # `tests.support` is not an installed package
 from bench import generate as gen  # noqa: E402
 
 CATALOG = "icebench"
-ALL_CASES = ("append", "mor", "cow", "planning", "recovery", "serve", "memory")
+ALL_CASES = ("append", "mor", "cow", "planning", "recovery", "serve", "memory", "delivered")
 DEFAULT_WORKDIR = "/tmp/icetail-bench"
 
 
@@ -1175,6 +1175,7 @@ CASES: dict[str, Callable[[Context], CaseResult]] = {
     "recovery": case_recovery,
     "serve": case_serve,
     "memory": case_memory,
+    "delivered": lambda ctx: __import__("bench.cases.delivered").cases.delivered.case_delivered(ctx),
 }
 
 

@@ -28,9 +28,14 @@ def change_schema(data_schema: pa.Schema) -> pa.Schema:
 
 def with_metadata(rows: pa.RecordBatch, change_type: ChangeType, commit: CommitInfo) -> pa.RecordBatch:
     """`rows` plus the four metadata columns, every row of one change type and one commit."""
-    n = rows.num_rows
     values = (change_type.value, commit.ordinal, commit.snapshot_id, commit.timestamp_ms * 1000)
-    extra = [_repeated(index, value, n) for index, value in enumerate(values)]
+    return with_constant_metadata(rows, values)
+
+
+def with_constant_metadata(rows: pa.RecordBatch, values: tuple[object, ...]) -> pa.RecordBatch:
+    """`rows` plus the metadata columns holding `values` (change type, ordinal, snapshot id,
+    commit time in microseconds) on every row."""
+    extra = [_repeated(index, value, rows.num_rows) for index, value in enumerate(values)]
     return pa.RecordBatch.from_arrays(list(rows.columns) + extra, schema=change_schema(rows.schema))
 
 

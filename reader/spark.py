@@ -4,7 +4,8 @@ Splits run in waves, one Spark job per wave; a wave's splits are cut into a few 
 core, each a contiguous run of splits of about equal input bytes (so one big file spread over
 many splits spreads over the workers, and the per-task cost is paid per few splits rather than
 per split). Tasks return Arrow IPC bytes, or only chunk metadata when a stager writes the rows
-in the task. Local mode by default; any master via standard Spark config.
+in the task; with a local master they publish each chunk in a handoff file instead, which the
+driver streams while the job runs. Local mode by default; any master via standard Spark config.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +31,7 @@ from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
+from icetail.reader.metadata_columns import METADATA_COLUMNS, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
 from icetail.sinks.base import ChunkKey, ChunkStager
 
@@ -79,6 +82,38 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     return session
 
 
+def session_in_background(app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> Future[Any]:
+    """`spark_session` started on a thread, then its Python workers, while the caller goes on.
+
+    A one-shot command spends seconds starting the JVM and then seconds more on its first
+    Python task (the worker daemon starts and imports the read path); both overlap the catalog
+    load and planning this way. The future raises what `spark_session` raised.
+    """
+    future: Future[Any] = Future()
+
+    def start() -> None:
+        try:
+            from pyspark import SparkContext
+
+            running = SparkContext._active_spark_context is not None  # its workers are warm already
+            session = spark_session(app_name, conf)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+            future.set_exception(exc)
+            return
+        future.set_result(session)
+        if not running and not is_connect(session) and _executors_share_driver_host(session.sparkContext):
+            try:  # warm-up only: any failure shows again, in context, in the real job
+                sc = session.sparkContext
+                slots = int(sc.defaultParallelism)
+                sc.setJobGroup(f"icetail-warmup-{uuid.uuid4().hex[:8]}", "icetail worker warm-up")
+                sc.parallelize(range(slots), slots).mapPartitions(lambda _: iter(())).count()
+            except Exception:  # noqa: BLE001, S110
+                pass
+
+    threading.Thread(target=start, name="icetail-session-start", daemon=True).start()
+    return future
+
+
 def is_connect(spark: Any) -> bool:
     """A Spark Connect client session (no SparkContext, no RDDs: DataFrame operations only)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
@@ -109,6 +144,10 @@ class SplitRequest:
 
 
 DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (three held at once)
+# With a local handoff the results are files the driver streams as they appear, not a collected
+# list, so a wave only bounds how far the tasks run ahead of the consumer (in temporary files);
+# each Spark job costs ~75 ms of JVM CPU, which bigger waves spread over more rows.
+HANDOFF_WAVE_BYTES = 256 * 1024 * 1024
 MIN_WAVE_SPLITS = 64
 WAVES_IN_FLIGHT = 2  # Spark jobs submitted ahead of the wave being consumed
 TASKS_PER_CORE = 2  # Spark tasks per wave and core: enough to even out skew, few enough to amortize a task
@@ -160,7 +199,7 @@ def run_splits(
     requests: Sequence[SplitRequest],
     *,
     chunk_rows: int | None = None,
-    wave_bytes: int = DEFAULT_WAVE_BYTES,
+    wave_bytes: int | None = None,
     stager: ChunkStager | None = None,
 ) -> Iterator[Chunk]:
     """Chunks of every split, in request order then file order (batches travel as Arrow IPC).
@@ -172,26 +211,35 @@ def run_splits(
     if not requests:
         return
     parallelism = _parallelism(spark)
-    waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * parallelism), wave_bytes)
     group = f"icetail-{uuid.uuid4().hex[:12]}"
     connect = is_connect(spark)
     # tasks on this host hand their rows over in files the driver maps, not through the JVM
     handoff = _new_handoff_dir() if not connect and _executors_share_driver_host(spark.sparkContext) else None
+    if wave_bytes is None:
+        wave_bytes = HANDOFF_WAVE_BYTES if handoff is not None else DEFAULT_WAVE_BYTES
+    waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * parallelism), wave_bytes)
 
     submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
+    wave_groups = [group_for_tasks(wave, TASKS_PER_CORE * parallelism) for wave in waves]
 
     def collect(index: int) -> list[tuple[Any, ...]]:
         try:
-            groups = group_for_tasks(waves[index], TASKS_PER_CORE * parallelism)
+            groups = wave_groups[index]
             if connect:
                 spark.addTag(group)  # tags are per thread: this wave's job carries it
                 job = _connect_wave_job(spark, groups, context, chunk_rows, stager)
             else:
                 sc = spark.sparkContext
                 sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
-                job = sc.parallelize(groups, numSlices=len(groups)).mapPartitions(
-                    lambda part: _run_partition(context, part, chunk_rows, stager, handoff)
-                )
+                rdd = sc.parallelize(groups, numSlices=len(groups))
+                if handoff is None:
+                    job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, None))
+                else:  # each task publishes its chunks in `handoff` as it reads them (see _stream_task)
+                    job = rdd.mapPartitionsWithIndex(
+                        lambda task, part: _publish_partition(
+                            context, part, chunk_rows, stager, handoff, _task_key(index, task)
+                        )
+                    )
             if index > 0:
                 submitting[index - 1].wait()
         finally:
@@ -207,11 +255,21 @@ def run_splits(
         # scheduler fills the cores they free: no idle barrier and no job start between waves
         in_flight = deque(pool.submit(collect, index) for index in range(min(WAVES_IN_FLIGHT, len(waves))))
         submitted = len(in_flight)
+        consumed = 0
         while in_flight:
-            payloads = in_flight.popleft().result()  # a task error surfaces as a Py4J/Spark exception
+            future = in_flight.popleft()
+            if handoff is not None:
+                # chunks stream in as the tasks write them, before the wave's job has finished
+                for task in range(len(wave_groups[consumed])):
+                    yield from _stream_task(handoff, _task_key(consumed, task), future)
+                future.result()  # a task error surfaces as a Py4J/Spark exception
+                payloads: list[tuple[Any, ...]] = []
+            else:
+                payloads = future.result()  # a task error surfaces as a Py4J/Spark exception
             if submitted < len(waves):
                 in_flight.append(pool.submit(collect, submitted))
                 submitted += 1
+            consumed += 1
             for payload in payloads:
                 yield _decode(payload)
         finished = True
@@ -224,6 +282,73 @@ def run_splits(
         pool.shutdown(wait=False, cancel_futures=True)
         if handoff is not None:  # chunks already handed over stay readable: their files are mapped
             shutil.rmtree(handoff, ignore_errors=True)
+
+
+def _take_published(path: str) -> tuple[Any, ...] | None:
+    """The payload published at `path` (the file is removed), or None when it is not there yet."""
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except FileNotFoundError:
+        return None
+    os.unlink(path)
+    payload: tuple[Any, ...] = pickle.loads(data)
+    return payload
+
+
+def _task_key(wave: int, task: int) -> str:
+    return f"w{wave:06d}-t{task:05d}"
+
+
+def _publish_partition(
+    context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None, handoff: str, key: str
+) -> Iterator[int]:
+    """Run the task's splits, publishing each chunk payload as `<key>-<seq>.chunk` the moment it is
+    read, then `<key>.end`; yields the chunk count (Spark's result is only the job's completion)."""
+    count = 0
+    for payload in _run_partition(context, part, chunk_rows, stager, handoff):
+        _publish(os.path.join(handoff, f"{key}-{count:07d}.chunk"), pickle.dumps(payload))
+        count += 1
+    _publish(os.path.join(handoff, f"{key}.end"), b"")
+    yield count
+
+
+def _publish(path: str, data: bytes) -> None:
+    """Write then rename: the driver sees a whole file or none (no fsync: it is the same host's page cache)."""
+    with open(path + ".tmp", "wb") as stream:
+        stream.write(data)
+    os.replace(path + ".tmp", path)
+
+
+MAX_POLL_SECONDS = 0.005
+
+
+def _stream_task(handoff: str, key: str, wave: Future[Any]) -> Iterator[Chunk]:
+    """The chunks task `key` publishes, in order, as they appear; ends at its `.end` marker.
+
+    While nothing new is there, the wave's job is checked: a failed job raises its error, and a
+    job that finished without the task's files is a lost handoff.
+    """
+    end = os.path.join(handoff, f"{key}.end")
+    seq, wait = 0, 0.0005
+    while True:
+        path = os.path.join(handoff, f"{key}-{seq:07d}.chunk")
+        payload = _take_published(path)
+        if payload is None:
+            if os.path.exists(end):  # written after every chunk of the task: look once more
+                if os.path.exists(path):
+                    continue
+                return
+            if wave.done():
+                wave.result()  # raises the task's error
+                if not os.path.exists(path) and not os.path.exists(end):
+                    raise IcetailError(f"Spark task {key} finished without handing over its chunks in {handoff}")
+                continue
+            time.sleep(wait)
+            wait = min(wait * 2, MAX_POLL_SECONDS)
+            continue
+        seq, wait = seq + 1, 0.0005
+        yield _decode(payload)
 
 
 HANDOFF_PREFIX = "icetail-handoff-"
@@ -338,24 +463,38 @@ def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -
 
 
 def _encode(chunk: Chunk, handoff: str | None = None) -> tuple[Any, ...]:
-    """The chunk as a picklable payload: its rows as Arrow IPC bytes, or in a file under `handoff`."""
+    """The chunk as a picklable payload: its rows as Arrow IPC bytes, or in a file under `handoff`.
+
+    A chunk of one change type has the same four metadata values on every row (one split is one
+    commit): they travel once, as values, and the driver repeats them (a quarter of the bytes).
+    """
     if chunk.batch is None:
-        return ("chunk", chunk, b"")
+        return ("chunk", chunk, b"", None)
+    batch, constant = chunk.batch, None
+    if len(chunk.change_counts) == 1 and batch.num_rows and batch.schema.names[-4:] == list(METADATA_COLUMNS):
+        data_width = batch.num_columns - len(METADATA_COLUMNS)
+        constant = tuple(_first_value(batch.column(data_width + i)) for i in range(len(METADATA_COLUMNS)))
+        batch = batch.select(range(data_width))
     if handoff is not None:
         path = os.path.join(handoff, f"{uuid.uuid4().hex}.arrow")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, chunk.batch.schema) as writer:
-            writer.write_batch(chunk.batch)
-        return ("chunk", replace(chunk, batch=None), path)
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return ("chunk", replace(chunk, batch=None), path, constant)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, chunk.batch.schema) as writer:
-        writer.write_batch(chunk.batch)
-    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes())
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes(), constant)
+
+
+def _first_value(column: pa.Array) -> Any:
+    scalar = column[0]
+    return scalar.value if isinstance(scalar, pa.TimestampScalar) else scalar.as_py()  # timestamps as int us
 
 
 def _decode(payload: tuple[Any, ...]) -> Chunk:
     if payload[0] == "error":
         raise _rebuild_error(payload[1], payload[2], payload[3])
-    _, chunk, data = payload
+    _, chunk, data, constant = payload
     if not data:
         return chunk
     if isinstance(data, str):  # a handoff file: map it (no copy), then unlink it (the mapping stays)
@@ -365,6 +504,8 @@ def _decode(payload: tuple[Any, ...]) -> Chunk:
     else:
         batches = list(pa.ipc.open_stream(data))
     batch = batches[0] if batches else None
+    if batch is not None and constant is not None:
+        batch = with_constant_metadata(batch, constant)
     return replace(chunk, batch=batch)
 
 

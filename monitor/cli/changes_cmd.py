@@ -13,6 +13,7 @@ from icetail.monitor.engine.api import change_arrow_schema, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan, Planner
+from icetail.reader.spark import session_in_background
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +44,7 @@ def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
+    session = session_in_background()  # the JVM and the Python workers start while we plan
     table, plan = _plan(args)
     progress = Progress(len(plan.splits))
     batches = iter_changes(
@@ -50,6 +52,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         plan,
         identifier_columns=args.identifier_columns,
         carry_over_removal=not args.keep_carry_over,
+        spark=session.result() if plan.splits else None,
         on_chunk=progress if args.output != "-" else None,
     )
     try:

@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, FileChangeKind
+from icetail.kernel.errors import IcetailError
+from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType, CommitInfo, DataFileRef, FileChangeKind
 from icetail.kernel.processes import host_tag
 from icetail.monitor.engine.api import read_context
 from icetail.monitor.planning.planner import Planner
+from icetail.reader.metadata_columns import with_metadata
 from icetail.reader.spark import (
     DEFAULT_WAVE_BYTES,
     HANDOFF_PREFIX,
     SplitRequest,
+    _decode,
+    _encode,
+    _publish,
+    _stream_task,
     group_for_tasks,
     remove_orphaned_handoffs,
     run_splits,
 )
+from icetail.reader.split_reader import Chunk
 from tests.support.small_table import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
@@ -124,3 +134,73 @@ def test_handoff_directories_of_killed_drivers_of_this_host_are_removed(tmp_path
 
     assert remove_orphaned_handoffs(str(tmp_path)) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
+
+
+def _published_task(handoff: Path, key: str, ids: list[list[int]], *, end: bool = True) -> None:
+    """What a local task leaves in the handoff: one payload per chunk (rows in an Arrow file), then `.end`."""
+    for seq, rows in enumerate(ids):
+        batch = pa.RecordBatch.from_pydict({"id": pa.array(rows, pa.int64())})
+        chunk = Chunk("split-0", seq * 10, seq * 10 + len(rows), batch, len(rows), 1, 0, seq == len(ids) - 1)
+        _publish(str(handoff / f"{key}-{seq:07d}.chunk"), pickle.dumps(_encode(chunk, str(handoff))))
+    if end:
+        _publish(str(handoff / f"{key}.end"), b"")
+
+
+def _done(value: Any = None, error: BaseException | None = None) -> Future[Any]:
+    future: Future[Any] = Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+def test_a_task_s_chunks_stream_in_order_and_their_files_are_taken(tmp_path: Path) -> None:
+    _published_task(tmp_path, "w000000-t00000", [[1, 2], [3], [4, 5, 6]])
+    _published_task(tmp_path, "w000000-t00001", [[7]])  # the next task's files are left alone
+
+    chunks = list(_stream_task(str(tmp_path), "w000000-t00000", _done()))
+
+    assert [c.batch.column("id").to_pylist() for c in chunks if c.batch is not None] == [[1, 2], [3], [4, 5, 6]]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # task 0's payloads and Arrow files are taken (the batches stay mapped); task 1's are untouched
+    assert [n for n in left if not n.endswith(".arrow")] == [
+        "w000000-t00000.end",
+        "w000000-t00001-0000000.chunk",
+        "w000000-t00001.end",
+    ]
+    assert len([n for n in left if n.endswith(".arrow")]) == 1
+
+
+def test_a_failed_job_raises_its_error_instead_of_waiting_for_the_task(tmp_path: Path) -> None:
+    _published_task(tmp_path, "w000000-t00000", [[1]], end=False)  # the task died after one chunk
+    stream = _stream_task(str(tmp_path), "w000000-t00000", _done(error=RuntimeError("executor lost")))
+
+    assert next(stream).row_count == 1
+    with pytest.raises(RuntimeError, match="executor lost"):
+        next(stream)
+
+
+def test_a_job_that_finished_without_the_task_s_files_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(IcetailError, match="without handing over its chunks"):
+        list(_stream_task(str(tmp_path), "w000000-t00000", _done([0])))
+
+
+@pytest.mark.parametrize("handoff", [True, False], ids=["handoff-file", "ipc-bytes"])
+def test_chunks_cross_to_the_driver_unchanged_with_metadata_sent_once(tmp_path: Path, handoff: bool) -> None:
+    commit = CommitInfo(7, None, "overwrite", 1_700_000_000_123, 3, 2)
+    rows = pa.RecordBatch.from_pydict({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", None, "c"]})
+    inserts = with_metadata(rows, ChangeType.INSERT, commit)
+    parts = [with_metadata(rows.slice(0, 1), ChangeType.DELETE, commit)]
+    parts.append(with_metadata(rows.slice(1), ChangeType.INSERT, commit))
+    mixed = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+    one_type = Chunk("s", 0, 3, inserts, 3, 1, 0, True, change_counts=(("INSERT", 3),))
+    two_types = Chunk("s", 0, 3, mixed, 3, 1, 0, True, change_counts=(("DELETE", 1), ("INSERT", 2)))
+    where = str(tmp_path) if handoff else None
+
+    sent_once = _encode(one_type, where)
+    assert sent_once[3] == ("INSERT", 2, 7, 1_700_000_000_123_000)  # the values, not four columns
+    for chunk, payload in ((one_type, sent_once), (two_types, _encode(two_types, where))):
+        decoded = _decode(pickle.loads(pickle.dumps(payload)))
+        assert decoded.batch is not None and decoded.batch.equals(chunk.batch, check_metadata=True)
+        assert decoded.batch.schema == chunk.batch.schema

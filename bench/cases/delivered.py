@@ -1,0 +1,392 @@
+"""Rows delivered, warm: every path a user gets rows from, against a raw pyarrow decode.
+
+Each round runs every reader once, interleaved with the raw decode of the same files, on a
+session that is already up; figures are min / median / max over the rounds (issue 15: the
+spread between rounds is a finding of its own). Readers:
+
+* `read_changes` - one Arrow table (`icetail.monitor.engine.api.read_changes`);
+* `batch_iterator` - `changes_batch_reader`, batches consumed and dropped one by one;
+* `cli_parquet`, `cli_jsonl` - `icetail changes --output X.parquet|X.jsonl`, in this process;
+* `run_parquet_sink` - `icetail run --sink parquet:///DIR` from a fresh consumer, in this process;
+* baselines: `raw_decode` (threaded `pyarrow.parquet.read_table` of the files, the issue's bar),
+  and `raw_rw_parquet` / `raw_rw_jsonl` (that decode plus the same output written by pyarrow /
+  icetail's JSON line encoder: what the writer alone costs).
+
+Standalone (icetail's own session and a pyiceberg SQL catalog, no Java jars; both Spark lines):
+
+    .venv/bin/python -m bench.cases.delivered --rows 8000000 --files 8 --rounds 5
+    .venv-spark4/bin/python -m bench.cases.delivered --rows 8000000 --files 8 --rounds 5
+
+Inside `python -m bench.run --cases delivered` (the Java session), it also measures the same
+paths on the snapshot of 10% position deletes (Spark SQL DELETE, merge-on-read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import generate as gen  # noqa: E402
+from bench.run import cpu_by_kind  # noqa: E402
+
+CATALOG = "icebench"
+# cli_jsonl is left out by default: JSON encoding costs ~20x the decode (ask for it with --readers)
+READERS = ("read_changes", "batch_iterator", "cli_parquet", "run_parquet_sink")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the readers read: table `ident` of catalog `catalog`, changes of (from, to]."""
+
+    catalog: str
+    ident: str
+    table: Any
+    from_exclusive: int | None
+    to_inclusive: int
+    files: tuple[str, ...]
+    expected_rows: int  # change rows of the range
+    file_rows: int = 0  # rows of `files`, what the raw baselines decode (0: expected_rows)
+
+
+@dataclass
+class Spread:
+    """Seconds of every round, and rows out of the last."""
+
+    runs_s: list[float] = field(default_factory=list)
+    cpu_s: list[dict[str, float]] = field(default_factory=list)  # by process kind, per round
+    rows: int = 0
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "min": round(min(self.runs_s), 3),
+            "median": round(statistics.median(self.runs_s), 3),
+            "max": round(max(self.runs_s), 3),
+        }
+
+    def cpu_median(self) -> dict[str, float]:
+        """Median CPU seconds by process kind (stabler than wall time on a loaded machine)."""
+        kinds = self.cpu_s[0].keys() if self.cpu_s else ()
+        return {k: round(statistics.median(c[k] for c in self.cpu_s), 2) for k in kinds}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Readers: each returns the rows it delivered
+# --------------------------------------------------------------------------------------------
+
+
+def _cli(*argv: str) -> None:
+    from icetail.monitor.cli.main import main
+
+    code = main(list(argv))
+    if code != 0:
+        raise RuntimeError(f"icetail {' '.join(argv)} exited {code}")
+
+
+def _range_args(t: Target) -> list[str]:
+    out = ["--catalog", t.catalog, "--table", t.ident, "--to-snapshot", str(t.to_inclusive)]
+    if t.from_exclusive is not None:
+        out += ["--from-snapshot", str(t.from_exclusive)]
+    return out
+
+
+def read_changes_rows(t: Target, spark: Any, scratch: Path) -> int:
+    from icetail.monitor.engine.api import read_changes
+
+    return read_changes(t.table, t.from_exclusive, t.to_inclusive, spark=spark).num_rows
+
+
+def batch_iterator_rows(t: Target, spark: Any, scratch: Path) -> int:
+    from icetail.monitor.engine.api import changes_batch_reader
+
+    return sum(b.num_rows for b in changes_batch_reader(t.table, t.from_exclusive, t.to_inclusive, spark=spark))
+
+
+def cli_rows(suffix: str) -> Callable[[Target, Any, Path], int]:
+    def read(t: Target, spark: Any, scratch: Path) -> int:
+        out = scratch / f"changes{suffix}"
+        _cli("changes", *_range_args(t), "--output", str(out))
+        if suffix == ".parquet":
+            rows = pq.ParquetFile(out).metadata.num_rows
+        else:
+            with open(out, "rb") as stream:
+                rows = sum(1 for _ in stream)
+        out.unlink()
+        return rows
+
+    return read
+
+
+def run_parquet_sink_rows(t: Target, spark: Any, scratch: Path) -> int:
+    """A fresh consumer from `from_exclusive` to the end, parquet sink; rows counted in its files."""
+    sink, state = scratch / "sink", scratch / "state.db"
+    start = f"snapshot:{t.from_exclusive}" if t.from_exclusive is not None else "earliest"
+    _cli(
+        "run",
+        "--catalog", t.catalog,
+        "--table", t.ident,
+        "--state", f"sqlite:///{state}",
+        "--sink", f"parquet://{sink}",
+        "--start", start,
+        "--until-caught-up",
+    )  # fmt: skip
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in sink.glob("*.parquet"))
+    shutil.rmtree(sink)
+    state.unlink()
+    return rows
+
+
+def raw_decode(files: tuple[str, ...]) -> pa.Table:
+    return pq.read_table([gen.local_path(f) for f in files], use_threads=True)
+
+
+def raw_decode_rows(t: Target, spark: Any, scratch: Path) -> int:
+    return raw_decode(t.files).num_rows
+
+
+def raw_rw_parquet_rows(t: Target, spark: Any, scratch: Path) -> int:
+    table = raw_decode(t.files)
+    out = scratch / "raw.parquet"
+    pq.write_table(table, out)
+    out.unlink()
+    return table.num_rows
+
+
+def raw_rw_jsonl_rows(t: Target, spark: Any, scratch: Path) -> int:
+    from icetail.sinks.jsonl_sink import encode_lines
+
+    table = raw_decode(t.files)
+    out = scratch / "raw.jsonl"
+    with open(out, "w", encoding="utf-8") as stream:
+        for batch in table.to_batches():
+            stream.writelines(encode_lines(batch))
+    out.unlink()
+    return table.num_rows
+
+
+ALL_READERS: dict[str, Callable[[Target, Any, Path], int]] = {
+    "raw_decode": raw_decode_rows,
+    "read_changes": read_changes_rows,
+    "batch_iterator": batch_iterator_rows,
+    "cli_parquet": cli_rows(".parquet"),
+    "raw_rw_parquet": raw_rw_parquet_rows,
+    "run_parquet_sink": run_parquet_sink_rows,
+    "cli_jsonl": cli_rows(".jsonl"),
+    "raw_rw_jsonl": raw_rw_jsonl_rows,
+}
+BASELINE_OF = {"cli_parquet": "raw_rw_parquet", "run_parquet_sink": "raw_rw_parquet", "cli_jsonl": "raw_rw_jsonl"}
+
+
+def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """`rounds` interleaved rounds of every reader after one warm-up round; min/median/max and ratios."""
+    chosen = {k: v for k, v in ALL_READERS.items() if readers is None or k in readers or k.startswith("raw")}
+    if readers is not None and "cli_jsonl" not in readers:
+        chosen.pop("raw_rw_jsonl", None)
+    if readers is not None and not {"cli_parquet", "run_parquet_sink"} & set(readers):
+        chosen.pop("raw_rw_parquet", None)
+    spreads = {name: Spread() for name in chosen}
+    scratch = Path(tempfile.mkdtemp(prefix="icetail-delivered-"))
+    try:
+        for round_index in range(rounds + 1):  # round 0 warms the workers, caches and page cache
+            for name, read in chosen.items():
+                cpu_before = cpu_by_kind()
+                started = time.perf_counter()
+                rows = read(t, spark, scratch)
+                seconds = time.perf_counter() - started
+                cpu = {k: v - cpu_before[k] for k, v in cpu_by_kind().items()}
+                expected = (t.file_rows or t.expected_rows) if name.startswith("raw") else t.expected_rows
+                if rows != expected:
+                    raise AssertionError(f"{name} delivered {rows} rows, expected {expected}")
+                if round_index > 0:
+                    spreads[name].runs_s.append(seconds)
+                    spreads[name].cpu_s.append(cpu)
+                    spreads[name].rows = rows
+            if round_index > 0:
+                log(f"round {round_index}: " + ", ".join(f"{n} {s.runs_s[-1]:.2f}s" for n, s in spreads.items()))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    raw = statistics.median(spreads["raw_decode"].runs_s)
+    out: dict[str, Any] = {
+        "rows": t.expected_rows,
+        "seconds": {n: s.summary() for n, s in spreads.items()},
+        "cpu_s_median": {n: s.cpu_median() for n, s in spreads.items()},
+    }
+    ratios: dict[str, Any] = {}
+    for name, spread in spreads.items():
+        if name.startswith("raw"):
+            continue
+        summary = spread.summary()
+        entry = {
+            "vs_raw_decode_median": round(raw / summary["median"], 3),
+            # round by round: the reader against the raw decode of the same round
+            "vs_raw_decode_by_round": [
+                round(r / s, 3) for r, s in zip(spreads["raw_decode"].runs_s, spread.runs_s, strict=True)
+            ],
+            "max_over_min": round(summary["max"] / summary["min"], 2),
+        }
+        entry["vs_raw_decode_round_median"] = round(statistics.median(entry["vs_raw_decode_by_round"]), 3)
+        if name in BASELINE_OF and BASELINE_OF[name] in spreads:
+            entry["vs_" + BASELINE_OF[name] + "_median"] = round(
+                statistics.median(spreads[BASELINE_OF[name]].runs_s) / summary["median"], 3
+            )
+        ratios[name] = entry
+    out["ratios"] = ratios
+    return out
+
+
+def print_report(title: str, report: dict[str, Any]) -> None:
+    print(f"\n== {title}: {report['rows']:,} rows; seconds min / median / max", flush=True)
+    for name, s in report["seconds"].items():
+        r = report["ratios"].get(name)
+        extra = ""
+        if r:
+            by_round = r["vs_raw_decode_round_median"]
+            extra = f"  {r['vs_raw_decode_median']:.2f}x raw decode (medians; by round {by_round:.2f}x)"
+            extra += f", max/min {r['max_over_min']}"
+            extra += "".join(f", {k} {v:.2f}x" for k, v in r.items() if k.startswith("vs_raw_rw"))
+        print(f"  {name:18s} {s['min']:7.3f} {s['median']:7.3f} {s['max']:7.3f}{extra}")
+        print(f"  {'':18s} cpu s (median) {report['cpu_s_median'][name]}")
+
+
+# --------------------------------------------------------------------------------------------
+# Inside bench.run (the Java session: appends and 10% position deletes)
+# --------------------------------------------------------------------------------------------
+
+
+def case_delivered(ctx: Any) -> Any:
+    from bench.run import CaseResult, Goal
+
+    result = CaseResult("delivered")
+    cat, data, rounds = ctx.catalog, ctx.data, max(ctx.scale.repeat, 5)
+    gen.create_table(cat, "delivered")
+    seed = gen.seed_snapshot(cat, "delivered", data)
+    appended = gen.add_files(cat, "delivered", data.files)
+    table = cat.load_table("delivered")
+    append = Target(CATALOG, cat.ident("delivered"), table, seed, appended, data.files, ctx.scale.rows)
+    log("  delivered/append: measuring")
+    report = measure(append, ctx.spark, rounds, READERS)
+    print_report("delivered/append", report)
+    result.notes.append(f"append: {report}")
+    for name, r in report["ratios"].items():
+        result.ratios[f"append/{name}/vs_raw_decode_median"] = r["vs_raw_decode_median"]
+        ok = r["vs_raw_decode_median"] >= 0.8 and r["max_over_min"] <= 1.2
+        result.goals.append(
+            Goal(
+                f"delivered append {name} (median; max/min {r['max_over_min']})",
+                ">= 0.8x, spread <= 20%",
+                r["vs_raw_decode_median"],
+                ok,
+            )
+        )
+    deleted = gen.spark_delete(cat, "delivered", "id % 10 = 7")
+    table = cat.load_table("delivered")
+    mor = Target(
+        CATALOG, cat.ident("delivered"), table, appended, deleted, data.files, ctx.scale.rows // 10, ctx.scale.rows
+    )
+    log("  delivered/pos_deletes: measuring")
+    report = measure(mor, ctx.spark, rounds, ("read_changes", "batch_iterator", "cli_parquet", "run_parquet_sink"))
+    print_report("delivered/10% position deletes", report)
+    result.notes.append(f"pos_deletes: {report}")
+    for name, r in report["ratios"].items():
+        result.ratios[f"pos_deletes/{name}/vs_raw_decode_median"] = r["vs_raw_decode_median"]
+        result.goals.append(
+            Goal(
+                f"delivered 10% position deletes {name}",
+                ">= 0.7x",
+                r["vs_raw_decode_median"],
+                r["vs_raw_decode_median"] >= 0.7,
+            )
+        )
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Standalone: icetail's own session, pyiceberg only (runs on both Spark lines)
+# --------------------------------------------------------------------------------------------
+
+
+def standalone_target(workdir: Path, rows: int, files: int, row_group_rows: int, seed: int) -> Target:
+    """The data set registered in a fresh pyiceberg SQL catalog under `workdir/delivered-catalog`."""
+    root = workdir / "delivered-catalog"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "warehouse").mkdir(parents=True)
+    key = CATALOG.upper()
+    os.environ.update(
+        {
+            f"PYICEBERG_CATALOG__{key}__TYPE": "sql",
+            f"PYICEBERG_CATALOG__{key}__URI": f"sqlite:///{root.resolve() / 'catalog.db'}",
+            f"PYICEBERG_CATALOG__{key}__WAREHOUSE": f"file://{(root / 'warehouse').resolve()}",
+        }
+    )
+    from pyiceberg.catalog import load_catalog
+
+    scale = gen.scale_with(gen.SCALES["small"], rows=rows, files=files, row_group_rows=row_group_rows)
+    data = gen.generate(workdir, scale, seed, log=log)
+    catalog = load_catalog(CATALOG)
+    catalog.create_namespace("ns")
+
+    class _Cat:  # the JavaCatalog methods bench.generate uses, on pyiceberg alone
+        pyiceberg = catalog
+
+        @staticmethod
+        def ident(name: str) -> str:
+            return f"ns.{name}"
+
+        @staticmethod
+        def load_table(name: str) -> Any:
+            return catalog.load_table(f"ns.{name}")
+
+    gen.create_table(_Cat, "delivered")
+    first = gen.seed_snapshot(_Cat, "delivered", data)
+    last = gen.add_files(_Cat, "delivered", data.files)
+    return Target(CATALOG, "ns.delivered", _Cat.load_table("delivered"), first, last, data.files, scale.rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cases.delivered", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="/tmp/icetail-bench")
+    parser.add_argument("--rows", type=int, default=8_000_000)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--row-group-rows", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=20260101)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--readers", default=",".join(READERS), help=f"subset of {','.join(READERS)}")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    target = standalone_target(workdir, args.rows, args.files, args.row_group_rows, args.seed)
+    import pyspark
+
+    from icetail.reader.spark import spark_session
+
+    started = time.perf_counter()
+    spark = spark_session("icetail-bench-delivered")
+    log(f"pyspark {pyspark.__version__}: session up in {time.perf_counter() - started:.1f}s; load {os.getloadavg()}")
+    readers = tuple(r.strip() for r in args.readers.split(",") if r.strip())
+    report = measure(target, spark, args.rounds, readers)
+    print_report(f"delivered/append (pyspark {pyspark.__version__}; load {os.getloadavg()[0]:.2f})", report)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
