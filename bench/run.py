@@ -277,7 +277,7 @@ def read_icetail(table: Any, from_id: int | None, to_id: int, spark: Any, **opti
 
 
 def read_icetail_in_tasks(table: Any, from_id: int | None, to_id: int, spark: Any) -> Timing:
-    """icetail's read with the rows dropped inside the Spark tasks (reader.sinks.discard).
+    """icetail's read with the rows dropped inside the Spark tasks (icetail.sinks.discard).
 
     The path of the staging sinks (parquet, Iceberg), minus their writes; the Java baselines
     also drop their rows in the tasks (Spark's `noop` sink). Nothing is reconciled, so use it

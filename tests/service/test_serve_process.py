@@ -66,7 +66,7 @@ STARTUP_SECONDS = 90.0  # JVM start and the first batch (Python workers) on a 2-
 CATCH_UP_SECONDS = 60.0
 EXIT_SECONDS = 30.0
 
-# <consumer>-<batch id>-<split index>-<first row>.parquet (reader.sinks.base.ChunkKey.name)
+# <consumer>-<batch id>-<split index>-<first row>.parquet (icetail.sinks.base.ChunkKey.name)
 CHUNK_FILE = re.compile(
     r"^(?P<consumer>.+)-(?P<batch>b\d{6}-[0-9a-f]{8}-c\d+-o\d+-n\d+)-(?P<split>\d{6})-(?P<row>\d{12})\.parquet$"
 )
