@@ -274,12 +274,15 @@ def run_splits(
                 yield _decode(payload)
         finished = True
     finally:
-        if not finished:  # the caller stopped early: do not finish reading for nobody
+        if not finished:  # the caller stopped early or a chunk failed: do not finish reading for nobody
             if connect:
                 spark.interruptTag(group)
             else:
                 spark.sparkContext.cancelJobGroup(group)
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Wait for the cancelled jobs to end: chunks stream in while a job runs, so an error can
+        # reach the caller mid-job, and a process that then exits under a running job makes
+        # Spark log stack traces (its tasks lose the driver's sockets) after icetail's one line.
+        pool.shutdown(wait=True, cancel_futures=True)
         if handoff is not None:  # chunks already handed over stay readable: their files are mapped
             shutil.rmtree(handoff, ignore_errors=True)
 
