@@ -23,37 +23,23 @@ the file's footer to commit it (`commit_staged`). A replayed chunk that is alrea
 its new file deleted again. A file staged by a run that stopped before committing it stays
 unreferenced: Iceberg's orphan-file removal collects it. Partitioned sink tables are written from
 the driver (pyiceberg's partitioned append).
+
+The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_schema` (the
+table's shape), `iceberg_stager` (the Spark-task writer), `iceberg_errors` (retry or reject).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import (
-    CommitFailedException,
-    CommitStateUnknownException,
-    NoSuchNamespaceError,
-    NoSuchTableError,
-    NotInstalledError,
-    ServerError,
-    ServiceUnavailableError,
-    TooManyRequestsError,
-    ValidationError,
-    WaitingForLockException,
-)
-from pyiceberg.io import load_file_io
-from pyiceberg.io.pyarrow import parquet_file_to_data_file, write_file
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, NotInstalledError
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table, WriteTask
-from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
-from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table import Table
 from pyiceberg.utils.config import Config
 
 from icetail.kernel.errors import (
@@ -64,42 +50,14 @@ from icetail.kernel.errors import (
     SinkRejectedError,
     error_text,
 )
-from icetail.kernel.secrets import fileio_items, redacted_items
-from icetail.sinks.base import ChunkKey, file_safe
+from icetail.kernel.secrets import fileio_items
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
+from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
+from icetail.sinks.iceberg_schema import conform, sink_schema
+from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_name
 
 _T = TypeVar("_T")
-
-CONSUMER_PROPERTY = "icetail.consumer"
-CHUNK_ID_PROPERTY = "icetail.chunk-id"
-CHUNK_ROWS_PROPERTY = "icetail.chunk-rows"
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    OSError,
-    CommitFailedException,
-    CommitStateUnknownException,
-    ServerError,
-    ServiceUnavailableError,
-    TooManyRequestsError,
-    WaitingForLockException,
-)
-try:  # the SQL catalog's database errors (locked, unreachable)
-    from sqlalchemy.exc import OperationalError
-
-    _TRANSIENT += (OperationalError,)
-except ImportError:  # pragma: no cover - pyiceberg without the sql extra
-    pass
-try:
-    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
-
-    _REJECTED: tuple[type[BaseException], ...] = (
-        ValueError,
-        TypeError,
-        ValidationError,
-        pa.ArrowException,
-        UnsupportedPyArrowTypeException,
-    )
-except ImportError:  # pragma: no cover
-    _REJECTED = (ValueError, TypeError, ValidationError, pa.ArrowException)
 
 
 class IcebergTableSink:
@@ -114,14 +72,13 @@ class IcebergTableSink:
         self.identifier = identifier
         self.consumer = consumer
         self._closed = False
-        self._chunks: dict[str, tuple[int, int | None]] = {}  # chunk id -> (snapshot id, rows)
-        self._head: int | None = None  # current snapshot id when `_chunks` was last brought up to date
+        self._ledger = ChunkLedger(consumer)
         self.catalog = _open_catalog(catalog_name)
         self._table = self._load()
         if self._table is None and schema is not None:
             self._table = self._create(schema)
         if self._table is not None:
-            self._index(self._table)
+            self._ledger.index(self._table)
 
     @property
     def table(self) -> Table | None:
@@ -144,9 +101,9 @@ class IcebergTableSink:
             return step()
         except IcetailError:
             raise
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             raise SinkError(f"iceberg sink {self._where()}: {transient}: {error_text(exc)}") from exc
-        except _REJECTED as exc:
+        except REJECTED_ERRORS as exc:
             raise SinkRejectedError(f"iceberg sink {self._where()}: {rejected}: {error_text(exc)}") from exc
 
     def close(self) -> None:
@@ -163,13 +120,13 @@ class IcebergTableSink:
 
     def _write(self, key: ChunkKey, rows: pa.Table) -> str:
         table = self._refreshed(rows.schema)
-        self._index(table)
-        done = self._chunks.get(key.name)
+        self._ledger.index(table)
+        done = self._ledger.get(key.name)
         if done is not None:
             self._check_replay(key, done, rows.num_rows)
             return str(done[0])
         self._evolve(table, rows.schema)
-        table.append(_conform(rows, table.schema().as_arrow()), snapshot_properties=self._summary(key, rows.num_rows))
+        table.append(conform(rows, table.schema().as_arrow()), snapshot_properties=self._summary(key, rows.num_rows))
         return self._committed(table, key, rows.num_rows)
 
     def stager(self, schema: pa.Schema) -> IcebergStager | None:
@@ -199,13 +156,13 @@ class IcebergTableSink:
         return self._chunk_step(key, "committed", lambda: self._commit_staged(key, staged))
 
     def _commit_staged(self, key: ChunkKey, staged: str) -> str:
-        if not _staged_name(staged).startswith(_file_prefix(key)):
+        if not staged_name(staged).startswith(file_prefix(key)):
             raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {staged} is not chunk {key.name}")
         table = self._refreshed(None)
-        self._index(table)
+        self._ledger.index(table)
         data_file: DataFile = parquet_file_to_data_file(table.io, table.metadata, staged)
         rows = int(data_file.record_count)
-        done = self._chunks.get(key.name)
+        done = self._ledger.get(key.name)
         if done is not None:  # a replay of a committed chunk: its new file is not needed
             self._check_replay(key, done, rows)
             with contextlib.suppress(OSError):
@@ -217,7 +174,7 @@ class IcebergTableSink:
         return self._committed(table, key, rows)
 
     def _summary(self, key: ChunkKey, rows: int) -> dict[str, str]:
-        return {CONSUMER_PROPERTY: self.consumer, CHUNK_ID_PROPERTY: key.name, CHUNK_ROWS_PROPERTY: str(rows)}
+        return chunk_summary(self.consumer, key.name, rows)
 
     def _check_replay(self, key: ChunkKey, done: tuple[int, int | None], rows: int) -> None:
         snapshot_id, stored_rows = done
@@ -229,16 +186,10 @@ class IcebergTableSink:
 
     def _committed(self, table: Table, key: ChunkKey, rows: int) -> str:
         """The id of the snapshot that now holds `key`, found after our own append."""
-        snapshot = table.current_snapshot()
-        if snapshot is None or _chunk_of(snapshot, self.consumer) != key.name:
-            self._head = None  # someone else's snapshot on top already: index again from scratch
-            self._index(table)
-            if key.name not in self._chunks:
-                raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} was appended but cannot be found")
-            return str(self._chunks[key.name][0])
-        self._chunks[key.name] = (snapshot.snapshot_id, rows)
-        self._head = snapshot.snapshot_id
-        return str(snapshot.snapshot_id)
+        snapshot_id = self._ledger.committed(table, key.name, rows)
+        if snapshot_id is None:
+            raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} was appended but cannot be found")
+        return str(snapshot_id)
 
     def _refreshed(self, schema: pa.Schema | None) -> Table:
         """The table as committed right now; created from `schema` if it does not exist yet.
@@ -263,7 +214,7 @@ class IcebergTableSink:
             return self.catalog.load_table(self.identifier)
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             raise SinkError(f"iceberg sink table {self._where()} cannot be loaded: {error_text(exc)}") from exc
 
     def _create(self, schema: pa.Schema) -> Table:
@@ -271,9 +222,9 @@ class IcebergTableSink:
         try:
             self.catalog.create_namespace_if_not_exists(namespace)
             return self.catalog.create_table_if_not_exists(self.identifier, schema=sink_schema(schema))
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             raise SinkError(f"iceberg sink table {self._where()} cannot be created: {error_text(exc)}") from exc
-        except _REJECTED as exc:
+        except REJECTED_ERRORS as exc:
             raise SinkRejectedError(
                 f"iceberg sink table {self._where()} cannot be created from the change rows' schema: {error_text(exc)}"
             ) from exc
@@ -282,27 +233,6 @@ class IcebergTableSink:
         """Add the rows' new columns and widen types; commits nothing when nothing changes."""
         with table.update_schema() as update:
             update.union_by_name(sink_schema(schema))
-
-    def _index(self, table: Table) -> None:
-        """Bring chunk id -> snapshot up to date with the table's current history."""
-        current = table.current_snapshot()
-        head = current.snapshot_id if current is not None else None
-        if head == self._head:
-            return
-        found: dict[str, tuple[int, int | None]] = {}
-        reached_known_head = False
-        for snapshot in ancestors_of(current, table.metadata):
-            if self._head is not None and snapshot.snapshot_id == self._head:
-                reached_known_head = True
-                break
-            chunk_id = _chunk_of(snapshot, self.consumer)
-            if chunk_id is not None:
-                found[chunk_id] = (snapshot.snapshot_id, _rows_of(snapshot))
-        if reached_known_head:
-            self._chunks.update(found)
-        else:  # first scan, or the history was rewritten (rollback): start over
-            self._chunks = found
-        self._head = head
 
     def _where(self) -> str:
         return f"{self.catalog_name}/{self.identifier}"
@@ -318,105 +248,5 @@ def _open_catalog(name: str) -> Catalog:
             f"iceberg sink: catalog {name!r} is not configured ({error_text(exc)}); define it in .pyiceberg.yaml "
             f"or PYICEBERG_CATALOG__{name.upper()}__URI / __TYPE environment variables"
         ) from exc
-    except _TRANSIENT as exc:
+    except TRANSIENT_ERRORS as exc:
         raise SinkError(f"iceberg sink: catalog {name!r} is unreachable: {error_text(exc)}") from exc
-
-
-def _chunk_of(snapshot: Snapshot, consumer: str) -> str | None:
-    summary = snapshot.summary
-    if summary is None or summary.get(CONSUMER_PROPERTY) != consumer:
-        return None
-    return summary.get(CHUNK_ID_PROPERTY)
-
-
-def _rows_of(snapshot: Snapshot) -> int | None:
-    raw = snapshot.summary.get(CHUNK_ROWS_PROPERTY) if snapshot.summary is not None else None
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def sink_schema(schema: pa.Schema) -> pa.Schema:
-    """`schema` without metadata and with every field optional: the shape of the sink table."""
-    return pa.schema([pa.field(f.name, _optional(f.type), nullable=True) for f in schema])
-
-
-def _optional(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _optional(f.type), nullable=True) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(pa.field(t.key_field.name, _optional(t.key_type), nullable=False), _optional(t.item_type))
-    if pa.types.is_large_list(t):
-        return pa.large_list(_optional(t.value_type))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(_optional(t.value_type), t.list_size)
-    if pa.types.is_list(t):
-        return pa.list_(_optional(t.value_type))
-    return t
-
-
-def _conform(rows: pa.Table, target: pa.Schema) -> pa.Table:
-    """`rows` as the table's arrow schema: columns by name, cast; missing columns as nulls."""
-    columns = [
-        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
-        for f in target
-    ]
-    return pa.Table.from_arrays(columns, schema=target)
-
-
-@dataclass(frozen=True)
-class IcebergStager:
-    """Runs in Spark tasks: writes a chunk as one data file of the sink table, not yet committed.
-
-    Carries the table's layout (metadata without its history) as JSON and its FileIO properties;
-    the table location must be reachable from the executors.
-    """
-
-    layout_json: str
-    io_properties: tuple[tuple[str, str], ...] = field(repr=False)  # credentials: see __repr__
-
-    def __repr__(self) -> str:
-        return f"IcebergStager(io_properties={redacted_items(self.io_properties)!r})"
-
-    def stage(self, key: ChunkKey, rows: pa.Table) -> str:
-        layout = _parsed_layout(self.layout_json)
-        io = load_file_io(dict(self.io_properties), layout.location)
-        schema = layout.schema()
-        try:
-            conformed = _conform(rows, schema.as_arrow())
-            task = _ChunkWriteTask(uuid.uuid4(), 0, schema, conformed.to_batches(), prefix=_file_prefix(key))
-            (data_file,) = list(write_file(io, layout, iter([task])))
-        except OSError as exc:
-            raise SinkError(
-                f"iceberg sink: staging chunk {key.name} in {layout.location} failed: {error_text(exc)}"
-            ) from exc
-        except _REJECTED as exc:
-            raise SinkRejectedError(
-                f"iceberg sink: chunk {key.name} does not fit the table: {error_text(exc)}"
-            ) from exc
-        return str(data_file.file_path)
-
-
-@functools.lru_cache(maxsize=8)
-def _parsed_layout(layout_json: str) -> TableMetadata:
-    """Parsed once per worker process and layout (every chunk of a batch shares it)."""
-    return TableMetadataUtil.parse_raw(layout_json)
-
-
-@dataclass(frozen=True)
-class _ChunkWriteTask(WriteTask):
-    """pyiceberg's write task, naming the file after the chunk so a stray file can be traced."""
-
-    prefix: str = "icetail"
-
-    def generate_data_file_filename(self, extension: str) -> str:
-        return f"{self.prefix}-{self.write_uuid}.{extension}"
-
-
-def _file_prefix(key: ChunkKey) -> str:
-    return "icetail-" + file_safe(key.name)
-
-
-def _staged_name(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]

@@ -10,12 +10,8 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import CatalogNotFoundError, SinkRejectedError
 from icetail.sinks.base import Sink
 from icetail.sinks.factory import open_sink
-from icetail.sinks.iceberg_sink import (
-    CHUNK_ID_PROPERTY,
-    CHUNK_ROWS_PROPERTY,
-    CONSUMER_PROPERTY,
-    IcebergTableSink,
-)
+from icetail.sinks.iceberg_ledger import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, CONSUMER_PROPERTY
+from icetail.sinks.iceberg_sink import IcebergTableSink
 from tests.sinks import CATALOG, CONSUMER, change_rows, key
 
 URL = f"iceberg://{CATALOG}/cdc.orders_changes"

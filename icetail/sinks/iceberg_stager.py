@@ -1,0 +1,82 @@
+"""The Iceberg sink's Spark-task half: write a chunk as one data file of the sink table, uncommitted.
+
+The driver commits the file afterwards (`IcebergTableSink.commit_staged`), recognising it by the
+chunk's file name prefix.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import write_file
+from pyiceberg.table import WriteTask
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+
+from icetail.kernel.errors import SinkError, SinkRejectedError, error_text
+from icetail.kernel.secrets import redacted_items
+from icetail.sinks.base import ChunkKey, file_safe
+from icetail.sinks.iceberg_errors import REJECTED_ERRORS
+from icetail.sinks.iceberg_schema import conform
+
+
+@dataclass(frozen=True)
+class IcebergStager:
+    """Runs in Spark tasks: writes a chunk as one data file of the sink table, not yet committed.
+
+    Carries the table's layout (metadata without its history) as JSON and its FileIO properties;
+    the table location must be reachable from the executors.
+    """
+
+    layout_json: str
+    io_properties: tuple[tuple[str, str], ...] = field(repr=False)  # credentials: see __repr__
+
+    def __repr__(self) -> str:
+        return f"IcebergStager(io_properties={redacted_items(self.io_properties)!r})"
+
+    def stage(self, key: ChunkKey, rows: pa.Table) -> str:
+        layout = _parsed_layout(self.layout_json)
+        io = load_file_io(dict(self.io_properties), layout.location)
+        schema = layout.schema()
+        try:
+            conformed = conform(rows, schema.as_arrow())
+            task = _ChunkWriteTask(uuid.uuid4(), 0, schema, conformed.to_batches(), prefix=file_prefix(key))
+            (data_file,) = list(write_file(io, layout, iter([task])))
+        except OSError as exc:
+            raise SinkError(
+                f"iceberg sink: staging chunk {key.name} in {layout.location} failed: {error_text(exc)}"
+            ) from exc
+        except REJECTED_ERRORS as exc:
+            raise SinkRejectedError(
+                f"iceberg sink: chunk {key.name} does not fit the table: {error_text(exc)}"
+            ) from exc
+        return str(data_file.file_path)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_layout(layout_json: str) -> TableMetadata:
+    """Parsed once per worker process and layout (every chunk of a batch shares it)."""
+    return TableMetadataUtil.parse_raw(layout_json)
+
+
+@dataclass(frozen=True)
+class _ChunkWriteTask(WriteTask):
+    """pyiceberg's write task, naming the file after the chunk so a stray file can be traced."""
+
+    prefix: str = "icetail"
+
+    def generate_data_file_filename(self, extension: str) -> str:
+        return f"{self.prefix}-{self.write_uuid}.{extension}"
+
+
+def file_prefix(key: ChunkKey) -> str:
+    """How the names of `key`'s staged files begin."""
+    return "icetail-" + file_safe(key.name)
+
+
+def staged_name(path: str) -> str:
+    """The file name of a staged file's path."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
