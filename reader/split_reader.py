@@ -39,7 +39,7 @@ class Chunk:
     split_id: str
     row_start_inclusive: int
     next_row_exclusive: int
-    batch: pa.RecordBatch  # change rows of this chunk (may be empty)
+    batch: pa.RecordBatch | None  # change rows of this chunk (may be empty); None once staged
     rows_decoded: int
     row_groups_read: int
     bytes_read: int
