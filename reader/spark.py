@@ -143,6 +143,30 @@ class SplitRequest:
     stage_as: tuple[str, str, int] | None = None
 
 
+@dataclass(frozen=True)
+class _ChunkPayload:
+    """A chunk on its way from a task to the driver; `chunk.batch` is None, its rows are in `data`.
+
+    `data` is Arrow IPC stream bytes, the path of a handoff file, or empty (no rows, or staged);
+    `constant` holds the four metadata values when every row shares them (they were cut off).
+    """
+
+    chunk: Chunk
+    data: bytes | str
+    constant: tuple[Any, ...] | None
+
+
+@dataclass(frozen=True)
+class _ErrorPayload:
+    """An IcetailError a task ended with, by class, for the driver to raise again."""
+
+    module: str
+    name: str
+    message: str
+
+
+_Payload = _ChunkPayload | _ErrorPayload
+
 DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (three held at once)
 # With a local handoff the results are files the driver streams as they appear, not a collected
 # list, so a wave only bounds how far the tasks run ahead of the consumer (in temporary files);
@@ -222,7 +246,7 @@ def run_splits(
     submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
     wave_groups = [group_for_tasks(wave, TASKS_PER_CORE * parallelism) for wave in waves]
 
-    def collect(index: int) -> list[tuple[Any, ...]]:
+    def collect(index: int) -> list[_Payload]:
         try:
             groups = wave_groups[index]
             if connect:
@@ -263,7 +287,7 @@ def run_splits(
                 for task in range(len(wave_groups[consumed])):
                     yield from _stream_task(handoff, _task_key(consumed, task), future)
                 future.result()  # a task error surfaces as a Py4J/Spark exception
-                payloads: list[tuple[Any, ...]] = []
+                payloads: list[_Payload] = []
             else:
                 payloads = future.result()  # a task error surfaces as a Py4J/Spark exception
             if submitted < len(waves):
@@ -287,7 +311,7 @@ def run_splits(
             shutil.rmtree(handoff, ignore_errors=True)
 
 
-def _take_published(path: str) -> tuple[Any, ...] | None:
+def _take_published(path: str) -> _Payload | None:
     """The payload published at `path` (the file is removed), or None when it is not there yet."""
     try:
         with open(path, "rb") as stream:
@@ -295,7 +319,7 @@ def _take_published(path: str) -> tuple[Any, ...] | None:
     except FileNotFoundError:
         return None
     os.unlink(path)
-    payload: tuple[Any, ...] = pickle.loads(data)
+    payload: _Payload = pickle.loads(data)
     return payload
 
 
@@ -415,7 +439,7 @@ def _connect_wave_job(
 
 def _run_partition(
     context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None, handoff: str | None
-) -> Iterator[tuple[Any, ...]]:
+) -> Iterator[_Payload]:
     for group in part:
         for request in group:
             error = yield from _run_split(context, request, chunk_rows, stager, handoff)
@@ -429,7 +453,7 @@ def _run_split(
     chunk_rows: int | None,
     stager: ChunkStager | None,
     handoff: str | None,
-) -> Generator[tuple[Any, ...], None, bool]:
+) -> Generator[_Payload, None, bool]:
     """Yields the split's chunk payloads; returns True after yielding an error (the task stops)."""
     try:
         for chunk in read_split(
@@ -439,17 +463,17 @@ def _run_split(
                 chunk = _staged(stager, request.stage_as, chunk)
             yield _encode(chunk, handoff)
     except IcetailError as exc:
-        yield ("error", type(exc).__module__, type(exc).__name__, str(exc))
+        yield _ErrorPayload(type(exc).__module__, type(exc).__name__, str(exc))
         return True
     except (OSError, pa.ArrowException) as exc:
         path = request.split.task.data_file.path
         kind = storage_error_kind(exc, path) if isinstance(exc, OSError) else StorageErrorKind.OTHER
         if kind in (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT):  # mid-read: throttled, timed out
             error = storage_error(exc, "data file", path)
-            yield ("error", type(error).__module__, type(error).__name__, str(error))
+            yield _ErrorPayload(type(error).__module__, type(error).__name__, str(error))
             return True
         message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
-        yield ("error", DataFileError.__module__, DataFileError.__name__, message)
+        yield _ErrorPayload(DataFileError.__module__, DataFileError.__name__, message)
         return True
     return False
 
@@ -465,14 +489,14 @@ def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -
     return replace(chunk, batch=None, staged=stager.stage(key, rows))
 
 
-def _encode(chunk: Chunk, handoff: str | None = None) -> tuple[Any, ...]:
+def _encode(chunk: Chunk, handoff: str | None = None) -> _ChunkPayload:
     """The chunk as a picklable payload: its rows as Arrow IPC bytes, or in a file under `handoff`.
 
     A chunk of one change type has the same four metadata values on every row (one split is one
     commit): they travel once, as values, and the driver repeats them (a quarter of the bytes).
     """
     if chunk.batch is None:
-        return ("chunk", chunk, b"", None)
+        return _ChunkPayload(chunk, b"", None)
     batch, constant = chunk.batch, None
     if len(chunk.change_counts) == 1 and batch.num_rows and batch.schema.names[-4:] == list(METADATA_COLUMNS):
         data_width = batch.num_columns - len(METADATA_COLUMNS)
@@ -482,11 +506,11 @@ def _encode(chunk: Chunk, handoff: str | None = None) -> tuple[Any, ...]:
         path = os.path.join(handoff, f"{uuid.uuid4().hex}.arrow")
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
             writer.write_batch(batch)
-        return ("chunk", replace(chunk, batch=None), path, constant)
+        return _ChunkPayload(replace(chunk, batch=None), path, constant)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return ("chunk", replace(chunk, batch=None), sink.getvalue().to_pybytes(), constant)
+    return _ChunkPayload(replace(chunk, batch=None), sink.getvalue().to_pybytes(), constant)
 
 
 def _first_value(column: pa.Array) -> Any:
@@ -494,10 +518,10 @@ def _first_value(column: pa.Array) -> Any:
     return scalar.value if isinstance(scalar, pa.TimestampScalar) else scalar.as_py()  # timestamps as int us
 
 
-def _decode(payload: tuple[Any, ...]) -> Chunk:
-    if payload[0] == "error":
-        raise _rebuild_error(payload[1], payload[2], payload[3])
-    _, chunk, data, constant = payload
+def _decode(payload: _Payload) -> Chunk:
+    if isinstance(payload, _ErrorPayload):
+        raise _rebuild_error(payload.module, payload.name, payload.message)
+    chunk, data, constant = payload.chunk, payload.data, payload.constant
     if not data:
         return chunk
     if isinstance(data, str):  # a handoff file: map it (no copy), then unlink it (the mapping stays)

@@ -199,7 +199,7 @@ def test_chunks_cross_to_the_driver_unchanged_with_metadata_sent_once(tmp_path: 
     where = str(tmp_path) if handoff else None
 
     sent_once = _encode(one_type, where)
-    assert sent_once[3] == ("INSERT", 2, 7, 1_700_000_000_123_000)  # the values, not four columns
+    assert sent_once.constant == ("INSERT", 2, 7, 1_700_000_000_123_000)  # the values, not four columns
     for chunk, payload in ((one_type, sent_once), (two_types, _encode(two_types, where))):
         decoded = _decode(pickle.loads(pickle.dumps(payload)))
         assert decoded.batch is not None and decoded.batch.equals(chunk.batch, check_metadata=True)
