@@ -32,18 +32,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import pyarrow as pa
-from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, NotInstalledError
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-from pyiceberg.utils.config import Config
 
+from icetail.catalogs import open_catalog
 from icetail.kernel.errors import (
     CatalogNotFoundError,
+    CatalogUnavailableError,
     ConfigError,
     IcetailError,
     SinkError,
@@ -239,14 +240,12 @@ class IcebergTableSink:
 
 
 def _open_catalog(name: str) -> Catalog:
-    """`load_catalog(name)` with its configuration read now (pyiceberg caches the environment at import)."""
+    """The sink's catalog, opened as the source's is; an unreachable one fails the sink stage (retried)."""
     try:
-        properties = Config().get_catalog_config(name) or {}
-        return load_catalog(name, **cast(dict[str, Any], properties))
-    except (ValueError, KeyError, NotInstalledError) as exc:
-        raise CatalogNotFoundError(
-            f"iceberg sink: catalog {name!r} is not configured ({error_text(exc)}); define it in .pyiceberg.yaml "
-            f"or PYICEBERG_CATALOG__{name.upper()}__URI / __TYPE environment variables"
-        ) from exc
-    except TRANSIENT_ERRORS as exc:
-        raise SinkError(f"iceberg sink: catalog {name!r} is unreachable: {error_text(exc)}") from exc
+        return open_catalog(name)
+    except CatalogUnavailableError as exc:
+        raise SinkError(f"iceberg sink: {exc}") from exc
+    except CatalogNotFoundError as exc:
+        raise CatalogNotFoundError(f"iceberg sink: {exc}") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"iceberg sink: {exc}") from exc

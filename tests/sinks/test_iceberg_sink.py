@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from icetail.kernel.errors import CatalogNotFoundError, SinkRejectedError
+from icetail.kernel.errors import CatalogNotFoundError, SinkError, SinkRejectedError
 from icetail.sinks.base import Sink
 from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg_ledger import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, CONSUMER_PROPERTY
@@ -133,6 +135,15 @@ def test_unknown_catalog_is_a_one_line_terminal_error(sql_catalog: SqlCatalog) -
     with pytest.raises(CatalogNotFoundError, match="nosuchcat") as info:
         open_sink("iceberg://nosuchcat/cdc.t", consumer=CONSUMER)
     assert "\n" not in str(info.value)
+
+
+def test_unreachable_catalog_is_a_transient_sink_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opened like the source's catalog, but failing the sink stage: the service retries it as a sink failure."""
+    monkeypatch.setenv("PYICEBERG_CATALOG__GONECAT__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__GONECAT__URI", f"sqlite:///{tmp_path}/no/such/dir/catalog.db")
+    with pytest.raises(SinkError, match="iceberg sink: catalog 'gonecat' is unreachable") as info:
+        open_sink("iceberg://gonecat/cdc.t", consumer=CONSUMER)
+    assert info.value.stage == "sink" and "\n" not in str(info.value)
 
 
 def test_chunk_in_a_rolled_back_snapshot_is_written_again(sql_catalog: SqlCatalog) -> None:

@@ -1,0 +1,63 @@
+"""Open a pyiceberg catalog by name, with one-line errors: the one way the source and the sinks do it.
+
+It sits beside the kernel rather than in `monitor/engine` because the Iceberg sink opens its
+catalog too, and sinks may not import the monitor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NotInstalledError
+from pyiceberg.utils.config import Config
+
+from icetail.kernel.errors import (
+    CatalogNotFoundError,
+    CatalogUnavailableError,
+    ConfigError,
+    error_text,
+    message_line,
+)
+
+
+def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catalog:
+    """The catalog `name` as configured in .pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables.
+
+    `overrides` (properties given some other way, e.g. as Spark data source options) win.
+    """
+    try:
+        # read .pyiceberg.yaml and PYICEBERG_CATALOG__* now: pyiceberg's own copy is taken at import
+        properties = {**cast(dict[str, str], Config().get_catalog_config(name) or {}), **(overrides or {})}
+        return load_catalog(name, **properties)
+    except (ValueError, KeyError) as exc:
+        variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
+        raise CatalogNotFoundError(
+            f"catalog {name!r} is not configured ({_pyiceberg_reason(exc)}); define it in .pyiceberg.yaml "
+            f"(in PYICEBERG_HOME or the home directory) or set {variable}__URI and {variable}__TYPE"
+        ) from exc
+    except NotInstalledError as exc:
+        kind = properties.get("type", "")
+        extra = f"icetail[{kind}]" if kind in ("glue", "hive") else "the pyiceberg extra it names"
+        raise CatalogNotFoundError(
+            f"catalog {name!r} needs support that is not installed ({exc}); pip install '{extra}'"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - drivers raise their own types (sqlalchemy, requests)
+        setup = _AWS_SETUP_ERRORS.get(type(exc).__name__)
+        if setup is not None:  # botocore's: a retry cannot heal a missing region or credentials
+            raise ConfigError(f"catalog {name!r} cannot start: {setup} ({error_text(exc)})") from exc
+        raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {error_text(exc)}") from exc
+
+
+# botocore exception names (matched by name: botocore is only there with the glue extra) -> the fix
+_AWS_SETUP_ERRORS = {
+    "NoRegionError": "no AWS region is configured; set AWS_REGION or the catalog's glue.region property",
+    "NoCredentialsError": "no AWS credentials were found; configure the AWS credential chain or glue.* properties",
+    "PartialCredentialsError": "the AWS credentials are incomplete; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+}
+
+
+def _pyiceberg_reason(exc: BaseException) -> str:
+    """pyiceberg's reason without its advice about a `--uri` flag, which is pyiceberg's CLI, not ours."""
+    return message_line(exc).split(", please provide")[0]
