@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -82,36 +82,70 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     return session
 
 
-def session_in_background(app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> Future[Any]:
-    """`spark_session` started on a thread, then its Python workers, while the caller goes on.
+class BackgroundSession:
+    """`spark_session` started on a thread, then its Python workers warmed, while the caller goes on.
 
     A one-shot command spends seconds starting the JVM and then seconds more on its first
     Python task (the worker daemon starts and imports the read path); both overlap the catalog
-    load and planning this way. The future raises what `spark_session` raised.
+    load and planning this way. `result()` raises what `spark_session` raised. `close()` must
+    follow: a process that exits under the running warm-up job makes Spark log stack traces
+    after icetail's own last line.
     """
-    future: Future[Any] = Future()
 
-    def start() -> None:
+    def __init__(self, app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> None:
+        self._future: Future[Any] = Future()
+        self._lock = threading.Lock()
+        self._closing = False
+        self._warming: Any = None  # the SparkContext while its warm-up job runs
+        self._group = f"icetail-warmup-{uuid.uuid4().hex[:8]}"
+        self._thread = threading.Thread(
+            target=self._start, args=(app_name, conf), name="icetail-session-start", daemon=True
+        )
+        self._thread.start()
+
+    def result(self) -> Any:
+        return self._future.result()
+
+    def close(self) -> None:
+        """Wait for the start to finish, cancel the warm-up job if it runs and wait for it too.
+
+        Waiting for a start the caller no longer needs (it failed first) keeps the JVM's own
+        start-up notes before the caller's last line instead of after it.
+        """
+        wait([self._future])
+        with self._lock:
+            self._closing = True
+            warming = self._warming
+        if warming is not None:
+            warming.cancelJobGroup(self._group)
+            self._thread.join()
+
+    def _start(self, app_name: str, conf: Mapping[str, str] | None) -> None:
         try:
             from pyspark import SparkContext
 
             running = SparkContext._active_spark_context is not None  # its workers are warm already
             session = spark_session(app_name, conf)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
-            future.set_exception(exc)
+            self._future.set_exception(exc)
             return
-        future.set_result(session)
-        if not running and not is_connect(session) and _executors_share_driver_host(session.sparkContext):
-            try:  # warm-up only: any failure shows again, in context, in the real job
-                sc = session.sparkContext
-                slots = int(sc.defaultParallelism)
-                sc.setJobGroup(f"icetail-warmup-{uuid.uuid4().hex[:8]}", "icetail worker warm-up")
-                sc.parallelize(range(slots), slots).mapPartitions(lambda _: iter(())).count()
-            except Exception:  # noqa: BLE001, S110
-                pass
-
-    threading.Thread(target=start, name="icetail-session-start", daemon=True).start()
-    return future
+        self._future.set_result(session)
+        if running or is_connect(session) or not _executors_share_driver_host(session.sparkContext):
+            return
+        sc = session.sparkContext
+        with self._lock:
+            if self._closing:
+                return
+            self._warming = sc
+        try:  # warm-up only: any failure shows again, in context, in the real job
+            slots = int(sc.defaultParallelism)
+            sc.setJobGroup(self._group, "icetail worker warm-up", interruptOnCancel=True)
+            sc.parallelize(range(slots), slots).mapPartitions(lambda _: iter(())).count()
+        except Exception:  # noqa: BLE001, S110
+            pass
+        finally:
+            with self._lock:
+                self._warming = None
 
 
 def is_connect(spark: Any) -> bool:

@@ -13,7 +13,7 @@ from icetail.monitor.engine.api import change_arrow_schema, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan, Planner
-from icetail.reader.spark import session_in_background
+from icetail.reader.spark import BackgroundSession
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,21 +44,25 @@ def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
-    session = session_in_background()  # the JVM and the Python workers start while we plan
-    table, plan = _plan(args)
-    progress = Progress(len(plan.splits))
-    batches = iter_changes(
-        table,  # type: ignore[arg-type]
-        plan,
-        identifier_columns=args.identifier_columns,
-        carry_over_removal=not args.keep_carry_over,
-        spark=session.result() if plan.splits else None,
-        on_chunk=progress if args.output != "-" else None,
-    )
+    table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
+    session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
-        rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)  # type: ignore[arg-type]
+        plan = Planner(table).plan(args.from_snapshot, args.to_snapshot)
+        progress = Progress(len(plan.splits))
+        batches = iter_changes(
+            table,
+            plan,
+            identifier_columns=args.identifier_columns,
+            carry_over_removal=not args.keep_carry_over,
+            spark=session.result() if plan.splits else None,
+            on_chunk=progress if args.output != "-" else None,
+        )
+        try:
+            rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
+        finally:
+            progress.close()
     finally:
-        progress.close()
+        session.close()
     if args.output != "-":
         print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
     return 0

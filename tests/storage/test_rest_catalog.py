@@ -23,7 +23,7 @@ from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_context
 from tests.storage.test_s3_reading import _apply, _ordered, _rows
 from tests.support.catalogs import catalogs_in_process
-from tests.support.processes import child_env, run_icetail
+from tests.support.processes import child_env, icetail_lines, run_icetail
 from tests.support.rest_catalog import CheckingS3, RestCatalogFixture, iter_secrets_in, new_rest_catalog
 from tests.support.serve import Serve, free_port, wait_until
 from tests.support.sinks import read_parquet_sink
@@ -106,7 +106,7 @@ def test_changes_and_run_read_with_vended_credentials_only(
     vended = len(checking_s3.vended)
     refused = run_icetail(["changes", *common, "--output", str(tmp_path / "refused.parquet")], refused_env)
     assert len(checking_s3.vended) == vended
-    lines = [line for line in refused.stderr.splitlines() if not line.startswith("NOTE: Picked up")]
+    lines = icetail_lines(refused.stderr)
     assert refused.returncode == 2 and len(lines) == 1 and "s3://" in lines[0], refused.stderr
     runs["refused"] = refused
 

@@ -19,13 +19,10 @@ import pyarrow as pa
 from icetail.kernel.secrets import REDACTED, redact_value, redacted_items
 from icetail.monitor.engine.api import read_context
 from icetail.sinks.iceberg_sink import IcebergStager
-from tests.support.processes import child_env, run_icetail
+from tests.support.processes import child_env, icetail_lines, run_icetail
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog
 
 IDENT = "ns.t"
-# what the Spark JVM itself prints when it starts: the test's C1-only JIT option, and Spark 4's
-# launcher adding the incubating vector module (not icetail's output, and not avoidable by it)
-JVM_START_NOTES = ("NOTE: Picked up JDK_JAVA_OPTIONS", "WARNING: Using incubator modules")
 
 
 def _table(cat: S3Catalog) -> Any:
@@ -73,7 +70,7 @@ def test_no_command_prints_or_writes_the_secret(s3_catalog: S3Catalog, moto: Mot
     failed = run_icetail(["changes", *common, "--output", str(tmp_path / "failed.parquet")], env)
     assert failed.returncode == 2, failed.stderr
     assert data_file in failed.stderr
-    lines = [line for line in failed.stderr.splitlines() if not line.startswith(JVM_START_NOTES)]
+    lines = icetail_lines(failed.stderr)
     assert len(lines) == 1 and lines[0].startswith("icetail: error: data file s3://"), failed.stderr
     runs["failed"] = failed
 

@@ -50,3 +50,17 @@ def run_icetail(
         timeout=timeout,
         check=False,
     )
+
+
+# What a Spark JVM itself prints on stderr when it starts: the tests' C1-only JIT option
+# (child_env), and Spark 4's launcher adding the incubating vector module. Not icetail's output.
+JVM_START_NOTES = (
+    "NOTE: Picked up JDK_JAVA_OPTIONS",
+    "Picked up JAVA_TOOL_OPTIONS",
+    "WARNING: Using incubator modules",
+)
+
+
+def icetail_lines(stderr: str) -> list[str]:
+    """stderr of an icetail child without the JVM's own start-up notes."""
+    return [line for line in stderr.splitlines() if not line.startswith(JVM_START_NOTES)]
