@@ -212,6 +212,20 @@ def table_properties(format_version: int = 2, mode: str = "merge-on-read") -> di
     return props
 
 
+@dataclass(frozen=True)
+class PyicebergTables:
+    """The few JavaCatalog methods this module uses (`pyiceberg`, `ident`, `load_table`), on a
+    pyiceberg catalog alone: for cases that need no Java writer. Tables live in namespace `ns`."""
+
+    pyiceberg: Any
+
+    def ident(self, name: str) -> str:
+        return f"ns.{name}"
+
+    def load_table(self, name: str) -> Any:
+        return self.pyiceberg.load_table(self.ident(name))
+
+
 def create_table(catalog: Any, name: str, *, format_version: int = 2, mode: str = "merge-on-read") -> Any:
     """A fresh (empty) table `ns.<name>` of the benchmark schema; returns the pyiceberg Table."""
     ident = catalog.ident(name)

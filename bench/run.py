@@ -1117,21 +1117,11 @@ def profile_target(args: argparse.Namespace, scale: gen.Scale) -> int:
     catalog = load_catalog(CATALOG)
     catalog.create_namespace("ns")
 
-    class _Cat:  # the few JavaCatalog methods bench.generate uses, on pyiceberg alone
-        pyiceberg = catalog
-
-        @staticmethod
-        def ident(name: str) -> str:
-            return f"ns.{name}"
-
-        @staticmethod
-        def load_table(name: str) -> Any:
-            return catalog.load_table(f"ns.{name}")
-
-    gen.create_table(_Cat, "prof")
-    seed = gen.seed_snapshot(_Cat, "prof", data)
-    last = gen.add_files(_Cat, "prof", data.files)
-    table = _Cat.load_table("prof")
+    tables = gen.PyicebergTables(catalog)
+    gen.create_table(tables, "prof")
+    seed = gen.seed_snapshot(tables, "prof", data)
+    last = gen.add_files(tables, "prof", data.files)
+    table = tables.load_table("prof")
     fast = ("ICETAIL_BENCH_FAST_METADATA", "ICETAIL_BENCH_FAST_INSERTS")
     if any(os.environ.get(name) == "1" for name in fast) and args.mode != "spark":
         import bench.cases.fastdaemon  # noqa: F401 - applies the experiment's patches in this process

@@ -344,21 +344,11 @@ def standalone_target(workdir: Path, rows: int, files: int, row_group_rows: int,
     catalog = load_catalog(CATALOG)
     catalog.create_namespace("ns")
 
-    class _Cat:  # the JavaCatalog methods bench.generate uses, on pyiceberg alone
-        pyiceberg = catalog
-
-        @staticmethod
-        def ident(name: str) -> str:
-            return f"ns.{name}"
-
-        @staticmethod
-        def load_table(name: str) -> Any:
-            return catalog.load_table(f"ns.{name}")
-
-    gen.create_table(_Cat, "delivered")
-    first = gen.seed_snapshot(_Cat, "delivered", data)
-    last = gen.add_files(_Cat, "delivered", data.files)
-    return Target(CATALOG, "ns.delivered", _Cat.load_table("delivered"), first, last, data.files, scale.rows)
+    tables = gen.PyicebergTables(catalog)
+    gen.create_table(tables, "delivered")
+    first = gen.seed_snapshot(tables, "delivered", data)
+    last = gen.add_files(tables, "delivered", data.files)
+    return Target(CATALOG, "ns.delivered", tables.load_table("delivered"), first, last, data.files, scale.rows)
 
 
 def main(argv: list[str] | None = None) -> int:
