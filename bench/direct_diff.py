@@ -13,7 +13,6 @@ bytes it read against the whole table's, and the same consumer's alternative,
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.monitor.planning.planner import Planner
+from tests.support.expiry import expire
 from tests.support.javaref import build_spark_session, new_catalog
 
 
@@ -55,12 +55,7 @@ def main() -> None:
     catalog.sql(f"UPDATE {fq} SET amount = -1 WHERE id = 500")
     new_rows = f"range({args.rows}, {args.rows + 100})"
     catalog.sql(f"INSERT INTO {fq} SELECT /*+ COALESCE(1) */ id, 0, 'new', 0.0 FROM {new_rows}")
-    newest = max(s.timestamp_ms for s in catalog.load_table(ident).metadata.snapshots)
-    when = datetime.datetime.fromtimestamp((newest + 1) / 1000, tz=datetime.timezone.utc)
-    catalog.sql(
-        f"CALL {{cat}}.system.expire_snapshots(table => '{ident}', "
-        f"older_than => TIMESTAMP '{when:%Y-%m-%d %H:%M:%S.%f} UTC', retain_last => 1)"
-    )
+    expire(catalog, ident, "procedure-retain-last")
     table = catalog.load_table(ident)
     cursor = table.metadata.refs["icetail-bench"].snapshot_id
     started = time.perf_counter()

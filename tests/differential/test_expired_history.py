@@ -15,7 +15,6 @@ A rollback is delivered the same way with `--on-missing-cursor diff`.
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections import Counter
 from pathlib import Path
@@ -34,6 +33,7 @@ from icetail.monitor.engine.startup import (
     cursor_problem,
 )
 from icetail.monitor.planning.lineage import CursorCondition
+from tests.support.expiry import expire
 from tests.support.oracle import DELETE_TYPES, INSERT_TYPES, canonical_rows, rows_at
 from tests.support.sinks import read_parquet_sink
 from tests.support.workloads import COW, MIXED, MOR, Workload
@@ -56,23 +56,6 @@ def advance(w: Workload, snapshots: int) -> None:
         if w.mode == MIXED and w.rng.random() < 0.5:
             w.set_mode(w.rng.choice((MOR, COW)))
         getattr(w, w.choose())()
-
-
-def expire(catalog: Any, ident: str, how: str) -> None:
-    """Expire everything but the current snapshot (and what refs keep), the ways users do."""
-    newest = max(s.timestamp_ms for s in catalog.load_table(ident).metadata.snapshots)
-    cutoff = newest + 1
-    if how == "api-keep-files":
-        catalog.java_table(ident).expireSnapshots().expireOlderThan(cutoff).retainLast(1).cleanExpiredFiles(
-            False
-        ).commit()
-        return
-    when = datetime.datetime.fromtimestamp(cutoff / 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    retain = ", retain_last => 1" if how == "procedure-retain-last" else ""
-    catalog.sql(
-        f"CALL {{cat}}.system.expire_snapshots(table => '{ident}', "
-        f"older_than => TIMESTAMP '{when} UTC'{retain})"
-    )
 
 
 def pipeline_config(catalog: Any, ident: str, root: Path, consumer: str, **options: Any) -> PipelineConfig:

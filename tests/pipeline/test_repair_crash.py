@@ -16,7 +16,6 @@ updates and appends (reconciled, delivered as one chunk).
 
 from __future__ import annotations
 
-import datetime
 import os
 import random
 from collections import Counter
@@ -31,6 +30,7 @@ from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
 from tests.support.compare import is_submultiset
 from tests.support.crash import Attempt, crash_loop, kill_schedule
+from tests.support.expiry import expire
 from tests.support.oracle import DELETE_TYPES, canonical_rows, rows_at
 from tests.support.processes import child_env, icetail_command
 from tests.support.sinks import make_sink
@@ -102,12 +102,7 @@ def test_sigkill_during_a_repair_batch_is_exactly_once(
     if shape == "mixed":
         catalog.sql(f"DELETE FROM {fq} WHERE id % 7 = 0 AND id < 300")
         catalog.sql(f"UPDATE {fq} SET v = 'u' WHERE id % 11 = 1")
-    newest = max(s.timestamp_ms for s in catalog.load_table(ident).metadata.snapshots)
-    when = datetime.datetime.fromtimestamp((newest + 1) / 1000, tz=datetime.timezone.utc)
-    catalog.sql(
-        f"CALL {{cat}}.system.expire_snapshots(table => '{ident}', "
-        f"older_than => TIMESTAMP '{when:%Y-%m-%d %H:%M:%S.%f} UTC', retain_last => 1)"
-    )
+    expire(catalog, ident, "procedure-retain-last")
     table = catalog.load_table(ident)
     current_id = table.metadata.current_snapshot_id
     assert len(table.metadata.snapshots) == 2  # the current snapshot and the tagged cursor
