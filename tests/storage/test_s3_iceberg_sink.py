@@ -23,11 +23,9 @@ from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
 from tests.storage.test_s3_reading import _ordered
 from tests.support.catalogs import catalogs_in_process
-from tests.support.compare import diff_report, is_submultiset, row_multiset
-from tests.support.crash import Attempt, crash_loop, kill_schedule
+from tests.support.crash import assert_exactly_once_under_kills, kill_schedule
 from tests.support.processes import child_env, icetail_command
 from tests.support.s3 import MotoServer, S3Catalog, new_s3_catalog
-from tests.support.stores import view_state
 from tests.support.tables import build_mixed_table
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
@@ -105,30 +103,9 @@ def test_sigkill_into_an_iceberg_table_on_s3_delivers_every_change_exactly_once(
         "--state", state_url, "--sink", sink.url, "--consumer", consumer,
         "--until-caught-up", "--max-snapshots-per-batch", "2", "--chunk-rows", "100",
     ]  # fmt: skip
-    schema = oracle.schema
-    expected = row_multiset(oracle, schema)
-    schedule = kill_schedule(random.Random(f"{SEED}:iceberg+s3"), KILLS)
-
-    def check(attempt: Attempt, rows: pa.Table | None) -> None:
-        got = row_multiset(rows, schema, partial=True)
-        assert is_submultiset(got, expected), f"after run {attempt.index}:\n{diff_report(expected, got)}"
-        state = attempt.state
-        assert state is not None
-        if state.exists:
-            assert attempt.sink_rows >= state.committed_rows, attempt.line()
-
-    report = crash_loop(
-        cmd, env, state_url=state_url, consumer=consumer, sink=sink,  # type: ignore[arg-type]
-        schedule=schedule, logs=tmp_path / "logs", check=check,
+    assert_exactly_once_under_kills(
+        cmd, env, state_url=state_url, consumer=consumer, sink=sink, expected_rows=oracle,
+        current_snapshot_id=table.metadata.current_snapshot_id,
+        schedule=kill_schedule(random.Random(f"{SEED}:iceberg+s3"), KILLS), logs=tmp_path / "logs",
+        label=f"seed {SEED}", record=record_property,
     )  # fmt: skip
-    summary = f"seed {SEED}, schedule {[str(t) for t in schedule]}\n{report.summary()}"
-    record_property("crash_runs", summary)
-    print(summary)
-    final = report.attempts[-1]
-    assert not final.killed and final.returncode == 0, summary
-    assert report.kills >= 1, summary
-    got = row_multiset(sink.read(), schema)
-    assert not diff_report(expected, got), f"{diff_report(expected, got)}\n{summary}"
-    state = view_state(state_url, consumer)
-    assert state.cursor == table.metadata.current_snapshot_id and state.inflight_batch is None, state
-    assert state.committed_rows == oracle.num_rows, state

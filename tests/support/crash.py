@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tests.support.compare import diff_report, is_submultiset, row_multiset
 from tests.support.processes import REPO_ROOT
 from tests.support.sinks import SinkSpec
 from tests.support.stores import StateView, expire_dead_lease, view_state
@@ -224,4 +225,50 @@ def crash_loop(
                     f"run {index} exited {returncode} on its own:\n{output[-3000:]}\nso far:\n{report.summary()}"
                 )
             break
+    return report
+
+
+def assert_exactly_once_under_kills(
+    cmd: Sequence[str],
+    env: dict[str, str],
+    *,
+    state_url: str,
+    consumer: str,
+    sink: Any,
+    expected_rows: pa.Table,
+    current_snapshot_id: int | None,
+    schedule: list[KillTrigger],
+    logs: Path,
+    label: str,
+    record: Callable[[str, str], None] | None = None,
+) -> CrashReport:
+    """Kill `cmd` on `schedule` until a run finishes. After every run the sink holds a sub-multiset
+    of `expected_rows` and at least the rows the checkpoint says were committed; at the end exactly
+    `expected_rows`, the cursor at `current_snapshot_id`, nothing in flight, and at least one kill."""
+    schema = expected_rows.schema
+    expected = row_multiset(expected_rows, schema)
+
+    def check(attempt: Attempt, rows: pa.Table | None) -> None:
+        got = row_multiset(rows, schema, partial=True)
+        assert is_submultiset(got, expected), f"after run {attempt.index}:\n{diff_report(expected, got)}"
+        state = attempt.state
+        assert state is not None
+        if state.exists:
+            assert attempt.sink_rows >= state.committed_rows, attempt.line()
+
+    report = crash_loop(
+        cmd, env, state_url=state_url, consumer=consumer, sink=sink, schedule=schedule, logs=logs, check=check
+    )
+    summary = f"{label}, schedule {[str(t) for t in schedule]}\n{report.summary()}"
+    if record is not None:
+        record("crash_runs", summary)
+    print(summary)
+    final = report.attempts[-1]
+    assert not final.killed and final.returncode == 0, summary
+    assert report.kills >= 1, summary
+    got = row_multiset(sink.read(), schema)
+    assert not diff_report(expected, got), f"{diff_report(expected, got)}\n{summary}"
+    state = view_state(state_url, consumer)
+    assert state.cursor == current_snapshot_id and state.inflight_batch is None, state
+    assert state.committed_rows == expected_rows.num_rows, state
     return report
