@@ -488,14 +488,15 @@ class SqlCheckpointStore:
             raise ValueError("sink must not be empty")
 
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            _check_writer(consumer, owner, row)
-            header = self._batch_header(tx, consumer)
-            if header is not None:
-                raise StateConflictError(
-                    f"consumer {consumer!r} has batch {header.batch_id} in flight, part of it delivered to "
+            row = self._require_idle(
+                tx,
+                consumer,
+                owner,
+                lambda row, batch_id: (
+                    f"consumer {consumer!r} has batch {batch_id} in flight, part of it delivered to "
                     f"{row.sink}; let a run finish it, or also give --to to abandon it, before changing the sink"
-                )
+                ),
+            )
             tx.execute(
                 "UPDATE icetail_consumers SET sink_url = ?, updated_at_ms = ? WHERE consumer = ?",
                 (sink, row.now_ms, consumer),
@@ -773,14 +774,14 @@ class SqlCheckpointStore:
 
     def reset_cursor(self, consumer: str, cursor: Cursor, *, owner: str | None = None) -> None:
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            _check_writer(consumer, owner, row)
-            header = self._batch_header(tx, consumer)
-            if header is not None:
-                raise StateConflictError(
-                    f"consumer {consumer!r} has batch {header.batch_id} in flight; "
-                    "abandon it before resetting the cursor"
-                )
+            row = self._require_idle(
+                tx,
+                consumer,
+                owner,
+                lambda _, batch_id: (
+                    f"consumer {consumer!r} has batch {batch_id} in flight; abandon it before resetting the cursor"
+                ),
+            )
             tx.execute(
                 "UPDATE icetail_consumers SET cursor_snapshot_id = ?, cursor_timestamp_ms = ?, "
                 "generation = generation + 1, updated_at_ms = ? WHERE consumer = ?",
@@ -790,6 +791,18 @@ class SqlCheckpointStore:
         self._write(work)
 
     # -- row helpers -----------------------------------------------------------------------
+
+    def _require_idle(
+        self, tx: Tx, consumer: str, owner: str | None, refusal: Callable[[_ConsumerRow, str], str]
+    ) -> _ConsumerRow:
+        """The consumer's row, locked, for a change that must wait for no batch in flight;
+        `refusal(row, batch_id)` says why not when one is."""
+        row = self._require(tx, consumer, lock=True)
+        _check_writer(consumer, owner, row)
+        header = self._batch_header(tx, consumer)
+        if header is not None:
+            raise StateConflictError(refusal(row, header.batch_id))
+        return row
 
     def _consumer_row(self, tx: Tx, consumer: str, *, lock: bool) -> _ConsumerRow | None:
         suffix = self._backend.for_update if lock else ""
