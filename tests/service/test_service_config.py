@@ -16,7 +16,8 @@ import yaml
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import build_parser
 from icetail.monitor.service.config import ServiceConfig, build_service_config, parse_duration, run_config
-from tests.support.serve import ICETAIL, child_env, free_port
+from tests.support.processes import child_env
+from tests.support.serve import ICETAIL, free_port
 
 BASE = {
     "catalog": "prod",
@@ -291,7 +292,7 @@ def test_serve_setup_errors_exit_2_at_once_without_retries(tmp_path: Path, env: 
         [ICETAIL, "serve", "--catalog", "nowhere", "--table", "db.t", "--state", f"sqlite:///{tmp_path / 's.db'}",
          "--sink", f"parquet://{tmp_path / 'sink'}", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
          "--interval", "1s", "--max-failures", "5"],
-        env={k: v for k, v in child_env(env).items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")},
+        env={k: v for k, v in child_env(extra=env).items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")},
         cwd=tmp_path,
         capture_output=True,
         text=True,
