@@ -64,9 +64,8 @@ def plan_summary(plan: ChangePlan) -> dict[str, Any]:
 
 def format_plan(plan: ChangePlan) -> str:
     summary = plan_summary(plan)
-    bounds = (
-        f"({_bound(plan.from_snapshot_id_exclusive, plan.from_tag)}, {_bound(plan.to_snapshot_id_inclusive, plan.to_tag)}]"
-    )
+    start = _bound(plan.from_snapshot_id_exclusive, plan.from_tag)
+    bounds = f"({start}, {_bound(plan.to_snapshot_id_inclusive, plan.to_tag)}]"
     lines = [
         f"table {summary['table']} branch {plan.branch}: changes in {bounds} projected onto schema {plan.schema_id}",
         "  scan: monitor plans splits -> Spark runs one task per split (merge-on-read) -> ordered chunks"
