@@ -33,7 +33,8 @@ def test_branch_layers(tmp_path: Path) -> None:
 
 def test_branch_per_table_in_serve(tmp_path: Path) -> None:
     content = {**BASE, "tables": [{"consumer": "audit", "branch": "audit"}, {"consumer": "published"}]}
-    config = build_service_config(build_parser().parse_args(["serve", "--config", write(tmp_path, content)]), environ={})
+    args = build_parser().parse_args(["serve", "--config", write(tmp_path, content)])
+    config = build_service_config(args, environ={})
     assert [(p.consumer, p.branch) for p in config.pipelines] == [("audit", "audit"), ("published", "main")]
 
 
