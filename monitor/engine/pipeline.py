@@ -315,7 +315,10 @@ class Pipeline:
         try:
             table = self._load_table()
         except RefNotFoundError as exc:
-            raise self._branch_dropped() from exc
+            stored = self._store.load(self.consumer)
+            if stored is None or stored.inflight is None:
+                raise self._branch_dropped() from exc
+            table = self._load_table_as_is()  # a batch written ahead needs no branch: it is finished first
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
         planning_seconds = 0.0

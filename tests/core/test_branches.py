@@ -24,7 +24,9 @@ from icetail.monitor.cli.main import main
 from icetail.monitor.engine.api import plan_range, read_changes
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import parse_start
-from tests.support.sinks import read_parquet_sink
+from icetail.sinks.parquet_sink import ParquetDirSink
+from tests.support.compare import row_multiset
+from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
 from tests.support.small_table import SCHEMA, SmallTable
 
 
@@ -198,3 +200,25 @@ def test_new_consumers_on_an_unknown_branch_and_at_a_tag(
             manage.remove_branch("audit")
         with pytest.raises(BranchDroppedError, match="consumer 'd': branch 'audit' .* no longer exists"):
             following.run()
+
+
+def test_a_batch_in_flight_when_the_branch_is_dropped_is_finished_first(
+    small_table: SmallTable, spark: Any, tmp_path: Path
+) -> None:
+    """The batch was written ahead: delivering it needs no branch. The next batch reports the drop."""
+    table = make_branch(small_table)
+    expected = read_changes(table, branch="audit", spark=spark)
+    follow = config(tmp_path, "c", branch="audit")
+    sink_dir = tmp_path / "c"
+    crashing = CrashingSink(ParquetDirSink(sink_dir, consumer="c"), 2, after_write=True)
+    with pytest.raises(SimulatedCrash), Pipeline(follow, sink=crashing, spark=spark) as first:
+        first.run()
+    with table.manage_snapshots() as manage:
+        manage.remove_branch("audit")
+    with Pipeline(follow, spark=spark) as second:
+        outcome = second.run_batch()
+        assert outcome is not None and outcome.resumed and outcome.completed
+        with pytest.raises(BranchDroppedError, match="no longer exists"):
+            second.run_batch()
+    delivered = read_parquet_sink(sink_dir)
+    assert delivered is not None and row_multiset(delivered, expected.schema) == row_multiset(expected, expected.schema)
