@@ -175,11 +175,13 @@ def test_run_on_a_branch_and_the_consumer_keeps_it(
     # reset --branch to an unknown branch lists the refs; to main, the next run follows main
     assert main(["reset", "--state", state, "--consumer", "c", "--branch", "audit"]) == 2
     assert "no branch 'audit'; refs: main (branch)" in capsys.readouterr().err
-    assert main(["reset", "--state", state, "--consumer", "c", "--branch", "main", "--to", "latest"]) == 0
-    assert main(run) == 0
+    assert main(["reset", "--state", state, "--consumer", "c", "--branch", "main", "--to", "tag:start"]) == 0
     with Pipeline(config(tmp_path, "c"), spark=spark) as pipeline:
-        assert pipeline.checkpoint().branch == "main"  # type: ignore[union-attr]
-        assert pipeline.run() == []
+        checkpoint = pipeline.checkpoint()
+        assert checkpoint is not None and checkpoint.branch == "main"
+        assert checkpoint.cursor.snapshot_id == table.metadata.refs["start"].snapshot_id  # --to resolves the tag
+        outcomes = pipeline.run()
+        assert outcomes and outcomes[-1].to_snapshot_inclusive == small_table.load().metadata.current_snapshot_id
 
 
 def test_new_consumers_on_an_unknown_branch_and_at_a_tag(
