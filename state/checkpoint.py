@@ -170,6 +170,7 @@ class Checkpoint:
     inflight: Inflight | None
     as_of_ms: int  # store clock when this was read; compare lease expiry against it
     sink: str | None = None  # normalized sink URL; None until a run records it (stores before schema 2)
+    branch: str = "main"  # the branch whose history the consumer follows (schema 4; main before)
 
     def lease_is_live(self) -> bool:
         return self.lease is not None and self.lease.is_live(self.as_of_ms)
@@ -187,6 +188,7 @@ class ConsumerSummary:
     lease: Lease | None
     inflight_batch_id: str | None
     sink: str | None = None
+    branch: str = "main"
 
 
 @dataclass(frozen=True)

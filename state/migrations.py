@@ -146,10 +146,16 @@ def _backfill_v3(tx: MigrationTx) -> None:
         )
 
 
+# The branch each consumer follows; consumers created before this version followed the current
+# snapshot, which is the head of `main`.
+_V4 = ("ALTER TABLE icetail_consumers ADD COLUMN branch TEXT NOT NULL DEFAULT 'main'",)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
     Migration(3, "each batch's chunk size, ordinals and collapsed marker in typed columns", _V3, _backfill_v3),
+    Migration(4, "the branch each consumer follows", _V4),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

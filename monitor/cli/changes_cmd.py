@@ -6,13 +6,15 @@ import argparse
 import json
 import sys
 
+from pyiceberg.table import Table
+
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, iter_changes
+from icetail.monitor.engine.api import change_arrow_schema, iter_changes, plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
-from icetail.monitor.planning.planner import ChangePlan, Planner
+from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.spark import BackgroundSession
 
 
@@ -24,6 +26,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-snapshot", type=_snapshot_id, default=None, help="exclusive; default: before the first")
     parser.add_argument(
         "--to-snapshot", type=_snapshot_id, default=None, help="inclusive; default: the current snapshot"
+    )
+    parser.add_argument("--from-tag", default=None, help="exclusive: start after the snapshot this tag points at")
+    parser.add_argument("--to-tag", default=None, help="inclusive: end at the snapshot this tag points at")
+    parser.add_argument(
+        "--branch", default="main", help="read the history of this branch (default main; the to-end is its head)"
     )
     parser.add_argument(
         "--identifier-columns", type=column_list, default=None, help="a,b: pair DELETE/INSERT into updates"
@@ -39,7 +46,19 @@ def _snapshot_id(text: str) -> int:
 
 def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
     table = load_table(open_catalog(args.catalog), args.table)
-    return table, Planner(table).plan(args.from_snapshot, args.to_snapshot)
+    return table, _plan_of(table, args)
+
+
+def _plan_of(table: Table, args: argparse.Namespace) -> ChangePlan:
+    """The selected range: bounds by snapshot id or tag, on the history of --branch."""
+    return plan_range(
+        table,
+        args.from_snapshot,
+        args.to_snapshot,
+        branch=args.branch,
+        from_tag=args.from_tag,
+        to_tag=args.to_tag,
+    )
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
@@ -47,7 +66,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
-        plan = Planner(table).plan(args.from_snapshot, args.to_snapshot)
+        plan = _plan_of(table, args)
         progress = Progress(len(plan.splits))
         batches = iter_changes(
             table,

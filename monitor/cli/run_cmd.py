@@ -16,12 +16,12 @@ from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.startup import (
     MISSING_CURSOR_POLICIES,
-    StartMode,
     cursor_problem,
     initial_cursor,
     parse_start,
 )
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
+from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.monitor.service.config import run_config
 from icetail.sinks.factory import normalize_sink_url
 from icetail.state.checkpoint import Checkpoint, HistoryEntry
@@ -35,7 +35,10 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", help="checkpoint store: sqlite:///path.db or postgresql://...")
     parser.add_argument("--sink", help="parquet:///dir, iceberg://CATALOG/NS.TABLE, jsonl:///f, -")
     parser.add_argument("--consumer", default=None, help="consumer id (default: CATALOG.NS.TABLE)")
-    parser.add_argument("--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601")
+    parser.add_argument(
+        "--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601 | tag:NAME"
+    )
+    parser.add_argument("--branch", default=None, help="follow this branch instead of main (e.g. a WAP audit branch)")
     parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
     parser.add_argument("--identifier-columns", type=column_list, default=None)
@@ -77,6 +80,7 @@ def status_of(
         "catalog": checkpoint.catalog,
         "table": checkpoint.table,
         "sink": checkpoint.sink,
+        "branch": checkpoint.branch,
         "cursor_snapshot_id": checkpoint.cursor.snapshot_id,
         "cursor_committed_at": _iso(checkpoint.cursor.timestamp_ms),
         "lease_owner": checkpoint.lease.owner if checkpoint.lease_is_live() and checkpoint.lease else None,
@@ -108,11 +112,11 @@ def status_of(
 
 def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
     try:
-        table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
+        table = table_on_branch(load_table(open_catalog(checkpoint.catalog), checkpoint.table), checkpoint.branch)
     except IcetailError as exc:
         return {"lag_error": str(exc)}
     current = table.metadata.current_snapshot_id
-    problem = cursor_problem(table.metadata, checkpoint.cursor)
+    problem = cursor_problem(table.metadata, checkpoint.cursor, checkpoint.branch)
     if problem is not None:
         return {
             "current_snapshot_id": current,
@@ -156,7 +160,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for r in reports:
             lag_seconds = r.get("lag_seconds")
             line = (
-                f"{r['consumer']}: {r['catalog']}.{r['table']} -> {r['sink'] or 'sink not recorded yet'}, "
+                f"{r['consumer']}: {r['catalog']}.{r['table']}"
+                + ("" if r["branch"] == MAIN_BRANCH else f" branch {r['branch']}")
+                + f" -> {r['sink'] or 'sink not recorded yet'}, "
                 f"cursor {_cursor_text(r['cursor_snapshot_id'], r['cursor_committed_at'])}, "
                 f"lag {r.get('lag_snapshots', '?')} snapshots / "
                 + ("?" if lag_seconds is None else f"{lag_seconds:.1f}s")
@@ -181,8 +187,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    if args.to is None and args.sink is None:
-        raise ConfigError("reset needs --to POSITION, --sink URL or both")
+    if args.to is None and args.sink is None and args.branch is None:
+        raise ConfigError("reset needs --to POSITION, --sink URL, --branch NAME, or several of them")
     mode = None if args.to is None else parse_start(args.to, flag="--to")
     if mode is not None and mode.reads_full_snapshot:
         raise ConfigError("--to full is not a position; use earliest, latest, snapshot:ID or timestamp:T")
@@ -192,17 +198,24 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if checkpoint is None:
             raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
         cursor = None
+        branch = args.branch or checkpoint.branch
+        if mode is not None or args.branch is not None:
+            # --to resolves on the history of the branch followed from now on, which must exist
+            table = table_on_branch(load_table(open_catalog(checkpoint.catalog), checkpoint.table), branch)
         if mode is not None:
-            table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
-            cursor = initial_cursor(table.metadata, StartMode(mode.kind, mode.snapshot_id, mode.timestamp_ms))
+            cursor = initial_cursor(table.metadata, mode, checkpoint.table)
             if checkpoint.inflight is not None:
                 store.abandon_batch(args.consumer, checkpoint.inflight.batch.batch_id)
             store.reset_cursor(args.consumer, cursor)
+        if args.branch is not None and args.branch != checkpoint.branch:
+            store.change_branch(args.consumer, args.branch)
         if sink is not None:
             store.change_sink(args.consumer, sink)
     if cursor is not None:
         where = _cursor_text(cursor.snapshot_id, _iso(cursor.timestamp_ms))
         print(f"consumer {args.consumer}: cursor reset to {where}", file=sys.stderr)
+    if args.branch is not None:
+        print(f"consumer {args.consumer}: follows branch {args.branch} from its cursor on", file=sys.stderr)
     if sink is not None:
         print(f"consumer {args.consumer}: delivers to {sink} from its cursor on", file=sys.stderr)
     return 0
@@ -235,8 +248,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     reset = subparsers.add_parser("reset", help="move a consumer's cursor (refused while a run holds it)")
     reset.add_argument("--state", required=True)
     reset.add_argument("--consumer", required=True)
-    reset.add_argument("--to", default=None, help="earliest | latest | snapshot:ID | timestamp:ISO8601")
+    reset.add_argument("--to", default=None, help="earliest | latest | snapshot:ID | timestamp:ISO8601 | tag:NAME")
     reset.add_argument(
         "--sink", default=None, help="deliver to this sink from now on (the cursor stays unless --to is given)"
+    )
+    reset.add_argument(
+        "--branch",
+        default=None,
+        help="follow this branch from now on (--to, when given, resolves on it; the cursor stays otherwise)",
     )
     reset.set_defaults(func=cmd_reset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileCha
 from icetail.kernel.secrets import fileio_items
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
+from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
@@ -152,27 +154,43 @@ def plan_range(
     *,
     from_timestamp_exclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
+    branch: str = MAIN_BRANCH,
+    from_tag: str | None = None,
+    to_tag: str | None = None,
 ) -> ChangePlan:
-    """The plan of a range given by snapshot ids or by commit times (not both for one end).
+    """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
 
-    By time, the range holds the snapshots of the current history committed after
-    `from_timestamp_exclusive` and at or before `to_timestamp_inclusive`, as Iceberg's
-    time travel resolves an instant to the newest snapshot at or before it.
+    The range is on the history of `branch` (default `main`): an omitted end is the branch's
+    head, and times resolve on its history, as Iceberg's time travel resolves an instant to the
+    newest snapshot at or before it. `from_tag` is exclusive and `to_tag` inclusive, as the
+    snapshot ids are; a from-bound that is not on the to-bound's history is refused
+    (NotAncestorError).
     """
-    if from_snapshot_id_exclusive is not None and from_timestamp_exclusive is not None:
-        raise ConfigError("give the start of the range as a snapshot id or as a timestamp, not both")
-    if to_snapshot_id_inclusive is not None and to_timestamp_inclusive is not None:
-        raise ConfigError("give the end of the range as a snapshot id or as a timestamp, not both")
+    _one_bound("start", from_snapshot_id_exclusive, from_timestamp_exclusive, from_tag)
+    _one_bound("end", to_snapshot_id_inclusive, to_timestamp_inclusive, to_tag)
+    followed = table_on_branch(table, branch)
+    name = ".".join(table.name())
+    if from_tag is not None:
+        from_snapshot_id_exclusive = tag_snapshot(followed.metadata, from_tag, "from_tag", name)
+    if to_tag is not None:
+        to_snapshot_id_inclusive = tag_snapshot(followed.metadata, to_tag, "to_tag", name)
     if from_timestamp_exclusive is not None:
-        found = snapshot_as_of(table.metadata, _epoch_ms(from_timestamp_exclusive))
+        found = snapshot_as_of(followed.metadata, _epoch_ms(from_timestamp_exclusive))
         from_snapshot_id_exclusive = found.snapshot_id if found is not None else None
     if to_timestamp_inclusive is not None:
-        found = snapshot_as_of(table.metadata, _epoch_ms(to_timestamp_inclusive))
+        found = snapshot_as_of(followed.metadata, _epoch_ms(to_timestamp_inclusive))
         if found is None:  # before the first snapshot: an empty range
-            name = ".".join(table.name())
-            return ChangePlan(name, from_snapshot_id_exclusive, None, table.metadata.current_schema_id, (), (), ())
+            schema_id = followed.metadata.current_schema_id
+            return ChangePlan(name, from_snapshot_id_exclusive, None, schema_id, (), (), (), branch=branch)
         to_snapshot_id_inclusive = found.snapshot_id
-    return Planner(table).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
+    plan = Planner(followed, branch=branch).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
+    return replace(plan, from_tag=from_tag, to_tag=to_tag) if from_tag or to_tag else plan
+
+
+def _one_bound(end: str, snapshot_id: int | None, instant: Instant | None, tag: str | None) -> None:
+    given = sum(value is not None for value in (snapshot_id, instant, tag))
+    if given > 1:
+        raise ConfigError(f"give the {end} of the range as a snapshot id, a timestamp or a tag: one, not both")
 
 
 def _epoch_ms(instant: Instant) -> int:
@@ -189,6 +207,9 @@ def changes_batch_reader(
     *,
     from_timestamp_exclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
+    branch: str = MAIN_BRANCH,
+    from_tag: str | None = None,
+    to_tag: str | None = None,
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
@@ -204,6 +225,9 @@ def changes_batch_reader(
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
+        branch=branch,
+        from_tag=from_tag,
+        to_tag=to_tag,
     )
     batches = iter_changes(
         table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
@@ -218,17 +242,27 @@ def read_changes(
     *,
     from_timestamp_exclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
+    branch: str = MAIN_BRANCH,
+    from_tag: str | None = None,
+    to_tag: str | None = None,
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
 ) -> pa.Table:
-    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one)."""
+    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
+
+    `branch` (default `main`) picks the history; `from_tag` (exclusive) and `to_tag` (inclusive)
+    bound the range by tag instead of by snapshot id or time.
+    """
     return changes_batch_reader(
         table,
         from_snapshot_id_exclusive,
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
+        branch=branch,
+        from_tag=from_tag,
+        to_tag=to_tag,
         identifier_columns=identifier_columns,
         carry_over_removal=carry_over_removal,
         spark=spark,

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from icetail.kernel.errors import ConfigError
+from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
@@ -48,6 +48,7 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
+from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
@@ -75,9 +76,12 @@ class PipelineConfig:
     protect_cursor: bool = False
     lease_ttl_seconds: float = 120.0
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
+    branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
 
     def __post_init__(self) -> None:
         parse_start(self.start)
+        if not self.branch or self.branch != self.branch.strip():
+            raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
         parse_missing_cursor_policy(self.on_missing_cursor)
         if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
@@ -199,7 +203,7 @@ class Pipeline:
 
             parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
         if self.config.protect_cursor:
-            _check_can_tag(self._load_table(), self.consumer)  # before any batch, not after the first
+            _check_can_tag(self._load_table_as_is(), self.consumer)  # before any batch, not after the first
         checkpoint = self._store.load(self.consumer)
         if checkpoint is None:
             # the consumer must exist before it can be leased; its start is decided in run_batch
@@ -215,6 +219,7 @@ class Pipeline:
         self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         self._lease_renewed_at = time.monotonic()
         try:
+            self._check_branch()
             self._check_sink()
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
         except BaseException:
@@ -235,6 +240,22 @@ class Pipeline:
                 f"consumer {self.consumer!r} delivers to {recorded}, not {sink}; a consumer keeps one sink: "
                 f"run with --sink {recorded}, name another --consumer for the new sink, or move this one with "
                 f"`icetail reset --consumer {self.consumer} --sink {sink} --to earliest|latest|...`"
+            )
+
+    def _check_branch(self) -> None:
+        """A consumer follows one branch: the one it was created with (main before schema 4).
+
+        Its cursor is a snapshot of that branch's history; continuing it on another branch would
+        deliver that branch's changes as if they followed the cursor.
+        """
+        checkpoint = self._store.load(self.consumer)
+        recorded = checkpoint.branch if checkpoint is not None else self.config.branch
+        if recorded != self.config.branch:
+            raise ConfigError(
+                f"consumer {self.consumer!r} follows branch {recorded!r}, not {self.config.branch!r}; a consumer "
+                f"follows one branch: run with --branch {recorded}, name another --consumer for branch "
+                f"{self.config.branch!r}, or move this one with `icetail reset --consumer {self.consumer} "
+                f"--branch {self.config.branch} [--to earliest|latest|...]`"
             )
 
     def close(self) -> None:
@@ -291,7 +312,13 @@ class Pipeline:
         """Deliver the in-flight batch, or plan and deliver the next one; None when caught up."""
         started = time.monotonic()
         self._renew_lease()  # also fails fast if another run took the consumer over
-        table = self._load_table()
+        try:
+            table = self._load_table()
+        except RefNotFoundError as exc:
+            stored = self._store.load(self.consumer)
+            if stored is None or stored.inflight is None:
+                raise self._branch_dropped() from exc
+            table = self._load_table_as_is()  # a batch written ahead needs no branch: it is finished first
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
         planning_seconds = 0.0
@@ -348,26 +375,44 @@ class Pipeline:
 
     # planning --------------------------------------------------------------------------
     def _load_table(self) -> Table:
-        table = load_table(open_catalog(self.config.catalog), self.config.table)
+        """The table as seen from the followed branch (its current snapshot is the branch's head)."""
+        table = table_on_branch(self._load_table_as_is(), self.config.branch)
         if self._planner is None:
-            self._planner = Planner(table, self.config.target_split_bytes)
+            self._planner = Planner(table, self.config.target_split_bytes, branch=self.config.branch)
         else:
             self._planner.refresh(table)
         return table
 
+    def _load_table_as_is(self) -> Table:
+        """The table as the catalog has it, for writing its metadata (the tag of --protect-cursor)."""
+        return load_table(open_catalog(self.config.catalog), self.config.table)
+
+    def _branch_dropped(self) -> BranchDroppedError:
+        """The followed branch is gone under an existing consumer (dropped, or published and removed)."""
+        checkpoint = self._store.load(self.consumer)
+        cursor = checkpoint.cursor.snapshot_id if checkpoint is not None else None
+        at = f"snapshot {cursor}" if cursor is not None else "before the first snapshot"
+        branch, consumer = self.config.branch, self.consumer
+        return BranchDroppedError(
+            f"consumer {consumer!r}: branch {branch!r} of table {self.config.table} no longer exists (dropped, or "
+            f"published and removed); the consumer delivered up to {at}: recreate the branch, or follow another with "
+            f"`icetail reset --consumer {consumer} --branch main --to latest|snapshot:ID|...` and run with "
+            "--branch main"
+        )
+
     def _create_consumer(self, table: Table) -> Checkpoint:
         mode = parse_start(self.config.start)
-        cursor = initial_cursor(table.metadata, mode)
+        cursor = initial_cursor(table.metadata, mode, self.config.table)
         self._full_next = mode.reads_full_snapshot
         return self._store.ensure_consumer(
-            self.consumer, self.config.catalog, self.config.table, cursor, self.sink_identity
+            self.consumer, self.config.catalog, self.config.table, cursor, self.sink_identity, self.config.branch
         )
 
     def _plan_next(self, table: Table, checkpoint: Checkpoint) -> ChangePlan | None:
         assert self._planner is not None
         metadata = table.metadata
         cursor = checkpoint.cursor
-        problem = cursor_problem(metadata, cursor)
+        problem = cursor_problem(metadata, cursor, self.config.branch)
         if problem is not None:
             action = recovery_for(problem, self.config.on_missing_cursor, self.config.protect_cursor)
             if action == DIFF and problem.current_snapshot_id is not None:
@@ -411,7 +456,7 @@ class Pipeline:
             # cursor, so a crash before it is written simply repeats this decision
             self._full_next = True
             return Cursor.before_first_snapshot()
-        cursor = initial_cursor(table.metadata, StartMode(policy))
+        cursor = initial_cursor(table.metadata, StartMode(policy), self.config.table)
         self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
         return cursor
 
@@ -572,9 +617,13 @@ class Pipeline:
         self._lease_renewed_at = time.monotonic()
 
     def _protect(self, table: Table, snapshot_id: int) -> None:
-        """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need."""
+        """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need.
+
+        Written through the table as the catalog has it, never through a branch view: the tag is
+        on the snapshot whatever branch it belongs to.
+        """
         tag = f"icetail-{self.consumer}"
-        table = self._load_table()
+        table = self._load_table_as_is()
         try:
             with table.manage_snapshots() as manage:
                 if tag in table.metadata.refs:

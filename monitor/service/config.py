@@ -31,6 +31,7 @@ PIPELINE_KEYS = {
     "keep_carry_over": "keep_carry_over",
     "on_missing_cursor": "on_missing_cursor",
     "protect_cursor": "protect_cursor",
+    "branch": "branch",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
@@ -240,6 +241,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
         "on_missing_cursor": args.on_missing_cursor,
         "protect_cursor": args.protect_cursor,
+        "branch": getattr(args, "branch", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

@@ -23,6 +23,7 @@ from icetail.kernel.errors import (
     CatalogNotFoundError,
     ConfigError,
     IcetailError,
+    RefNotFoundError,
     StateBusyError,
     TerminalError,
 )
@@ -30,6 +31,7 @@ from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
+from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
@@ -266,11 +268,15 @@ class Service:
         checkpoint = job.pipeline.checkpoint()
         if checkpoint is None:
             return
-        table = load_table(open_catalog(config.catalog), config.table)
+        try:
+            table = table_on_branch(load_table(open_catalog(config.catalog), config.table), config.branch)
+        except RefNotFoundError:  # the followed branch is gone: the run reports it (BranchDroppedError)
+            self.metrics.set_lag_unknown(config.table, config.consumer_id)
+            return
         metadata = table.metadata
         current = metadata.current_snapshot_id
         # a lost cursor (expired, rolled back) has no measurable lag: NaN; the cycle reports why
-        problem = cursor_problem(metadata, checkpoint.cursor)
+        problem = cursor_problem(metadata, checkpoint.cursor, config.branch)
         lost = problem is not None
         self.metrics.set_cursor_condition(
             config.table, config.consumer_id, problem.condition.value if problem is not None else None

@@ -44,6 +44,7 @@ def downgrade_to_previous_release(db: Path, tmp_path: Path) -> None:
     """Rewrite a store into what icetail wrote before schema 3 and split format 2, and check it is exactly that."""
     conn = sqlite3.connect(db)
     with conn:
+        conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # schema 4
         for table in ("icetail_inflight_batches", "icetail_history"):
             for column in SHAPE_COLUMNS:
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
