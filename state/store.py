@@ -530,14 +530,15 @@ class SqlCheckpointStore:
             raise ValueError("branch must not be empty")
 
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            _check_writer(consumer, owner, row)
-            header = self._batch_header(tx, consumer)
-            if header is not None:
-                raise StateConflictError(
-                    f"consumer {consumer!r} has batch {header.batch_id} in flight on branch {row.branch!r}; let a run "
+            row = self._require_idle(
+                tx,
+                consumer,
+                owner,
+                lambda row, batch_id: (
+                    f"consumer {consumer!r} has batch {batch_id} in flight on branch {row.branch!r}; let a run "
                     "finish it, or also give --to to abandon it, before changing the branch"
-                )
+                ),
+            )
             tx.execute(
                 "UPDATE icetail_consumers SET branch = ?, updated_at_ms = ? WHERE consumer = ?",
                 (branch, row.now_ms, consumer),

@@ -17,6 +17,7 @@ import pyarrow as pa
 import yaml
 
 from icetail.monitor.engine.api import read_changes
+from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
@@ -24,7 +25,6 @@ from tests.support.serve import (
     Serve,
     Warehouse,
     assert_same_rows,
-    child_env,
     free_port,
     sample,
     sink_rows,
@@ -63,7 +63,7 @@ def test_serve_delivers_each_branch_to_its_own_sink(tmp_path: Path, spark: Any) 
     }
     path = tmp_path / "icetail.yaml"
     path.write_text(yaml.safe_dump(config))
-    serve = Serve(["--config", str(path)], env=child_env(warehouse.env()), cwd=tmp_path, name="serve",
+    serve = Serve(["--config", str(path)], env=child_env(extra=warehouse.env()), cwd=tmp_path, name="serve",
                   port=config["metrics_port"])  # type: ignore[arg-type]  # fmt: skip
     children: list[Child] = [serve]
     try:
