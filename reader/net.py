@@ -19,7 +19,7 @@ images; this is icetail's extension), both rows carrying the later commit of the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -107,6 +107,30 @@ class NetChanges:
         rows = pa.concat_tables(self._held)
         survivors = rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
         return paired_in_order(survivors, key_columns)
+
+
+def fold_range(
+    schema: pa.Schema, batches: Iterable[tuple[int, pa.RecordBatch]], whole_snapshots: set[int]
+) -> NetChanges:
+    """`NetChanges` of (snapshot id, batch) in range order; snapshots in `whole_snapshots` (those that
+    can both delete and insert, so can hold carry-overs) are gathered whole, others fold per batch."""
+    net = NetChanges(schema)
+    held: list[pa.RecordBatch] = []
+    held_snapshot: int | None = None
+    for snapshot_id, batch in batches:
+        if held_snapshot is not None and snapshot_id != held_snapshot:
+            net.add_snapshot(pa.Table.from_batches(held, schema=schema))
+            held, held_snapshot = [], None
+        if not batch.num_rows:
+            continue
+        if snapshot_id in whole_snapshots:
+            held.append(batch)
+            held_snapshot = snapshot_id
+        else:
+            net.add_rows(pa.Table.from_batches([batch]))
+    if held:
+        net.add_snapshot(pa.Table.from_batches(held, schema=schema))
+    return net
 
 
 def _is_delete(rows: pa.Table) -> np.ndarray:

@@ -22,7 +22,7 @@ from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
-from icetail.reader.net import NetChanges, net_key_columns
+from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
@@ -162,29 +162,18 @@ def _net_changes(
     chunk_rows: int | None,
     on_chunk: Callable[[Chunk], None] | None,
 ) -> Iterator[pa.RecordBatch]:
-    """The net changes of `plan`: each snapshot that can cancel rows is folded whole, others chunk by chunk."""
-    gather = snapshots_needing_reconcile(plan.tasks)
+    """The net changes of `plan`, folded in plan order (reader/net.py)."""
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
-    net = NetChanges(schema)
-    held: list[pa.RecordBatch] = []
-    held_snapshot: int | None = None
     requests = [SplitRequest(s) for s in plan.splits]
-    for chunk in run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows):
-        if on_chunk is not None:
-            on_chunk(chunk)
-        snapshot_id = snapshot_of[chunk.split_id]
-        if held_snapshot is not None and snapshot_id != held_snapshot:
-            net.add_snapshot(pa.Table.from_batches(held, schema=schema))
-            held, held_snapshot = [], None
-        if chunk.batch is None or chunk.batch.num_rows == 0:
-            continue
-        if snapshot_id in gather:
-            held.append(chunk.batch)
-            held_snapshot = snapshot_id
-        else:
-            net.add_rows(pa.Table.from_batches([chunk.batch]))
-    if held:
-        net.add_snapshot(pa.Table.from_batches(held, schema=schema))
+
+    def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
+        for chunk in run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows):
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if chunk.batch is not None:
+                yield snapshot_of[chunk.split_id], chunk.batch
+
+    net = fold_range(schema, batches(), snapshots_needing_reconcile(plan.tasks))
     yield from net.result(net_key_columns(schema, identifiers)).to_batches()
 
 

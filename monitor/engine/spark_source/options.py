@@ -13,7 +13,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, parse_start
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
-BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns")
+BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns", "net")
 STREAM_OPTIONS = ("catalog", "table", "identifier-columns", "starting", "max-snapshots-per-trigger")
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601")
 
@@ -33,6 +33,7 @@ class BatchOptions:
     source: TableOptions
     from_snapshot_id_exclusive: int | None = None
     to_snapshot_id_inclusive: int | None = None
+    net: bool = False  # the range's net changes (batch only: a stream's micro-batches depend on trigger timing)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,15 @@ def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
         _table_options(values),
         _snapshot_id(values, "from-snapshot"),
         _snapshot_id(values, "to-snapshot"),
+        _boolean(values, "net"),
     )
+
+
+def _boolean(values: Mapping[str, str], name: str) -> bool:
+    raw = values.get(name, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"option {name!r} must be true or false, got {values[name]!r}")
+    return raw == "true"
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:

@@ -132,7 +132,11 @@ class ChangesBatchReader(DataSourceReader):
             return []
         plan = plan_range(table, self._options.from_snapshot_id_exclusive, self._to_snapshot)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            net=self._options.net,
         )
         return [ChangePartition(spec) for spec in specs]
 
