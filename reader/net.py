@@ -34,7 +34,7 @@ from icetail.reader.metadata_columns import (
     COMMIT_TIMESTAMP,
     METADATA_COLUMNS,
 )
-from icetail.reader.reconcile import HIDDEN_PREFIX, _cancelled, _paired
+from icetail.reader.reconcile import HIDDEN_PREFIX, cancelled_rows, one_delete_one_insert
 
 
 def data_columns(schema: pa.Schema) -> list[str]:
@@ -76,7 +76,7 @@ class NetChanges:
             return
         rows = rows.cast(self.schema)
         is_delete = _is_delete(rows)
-        cancelled = _cancelled(row_codes(rows.select(self._columns)), is_delete)
+        cancelled = cancelled_rows(row_codes(rows.select(self._columns)), is_delete)
         if cancelled.any() and self._inserted:
             pairs = rows.filter(pa.array(cancelled))
             earlier = pa.concat_tables(self._inserted)
@@ -172,7 +172,9 @@ def paired_in_order(rows: pa.Table, key_columns: Sequence[str]) -> pa.Table:
     is_delete = _is_delete(rows)
     ordinal = np.asarray(rows.column(CHANGE_ORDINAL).to_numpy(), dtype=np.int64)
     key_codes = row_codes(rows.select(list(key_columns))) if key_columns else None
-    paired = _paired(key_codes, is_delete) if key_codes is not None else np.zeros(rows.num_rows, dtype=bool)
+    paired = (
+        one_delete_one_insert(key_codes, is_delete) if key_codes is not None else np.zeros(rows.num_rows, dtype=bool)
+    )
     before = np.nonzero(is_delete & paired)[0]
     if len(before):
         assert key_codes is not None
