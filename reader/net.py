@@ -56,19 +56,27 @@ def net_key_columns(schema: pa.Schema, identifier_columns: Sequence[str] | None)
     return tuple(identifier_columns)
 
 
+COMPACT_MIN_ROWS = 200_000  # held rows below which folding never compacts
+
+
 class NetChanges:
     """Folds a range's change rows, snapshot after snapshot in range order, into its net changes.
 
-    It holds the range's real changes (each snapshot's rows after carry-over removal) plus the
-    carry-over copies of rows inserted earlier in the range; never a whole range of raw rows.
+    It holds each snapshot's rows after carry-over removal plus the carry-over copies of rows
+    inserted earlier in the range; never a whole range of raw rows. When the held rows have
+    doubled since the last compaction (and exceed `compact_rows`), they are replaced by their
+    net rows: the running count of every group restarts from its survivors exactly as it would
+    have continued (they are copies of the row that started the run), so what is held stays
+    near the net size of the range so far plus what arrived since.
     """
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, *, compact_rows: int = COMPACT_MIN_ROWS) -> None:
         self.schema = schema
         self._columns = data_columns(schema)
         self._held: list[pa.Table] = []
         self._inserted: list[pa.Table] = []  # data columns of held INSERTs, to spot their carry-overs
         self.rows_held = 0
+        self._compact_at = max(compact_rows, 1)
 
     def add_snapshot(self, rows: pa.Table) -> None:
         """The raw DELETE/INSERT rows of one whole snapshot, carry-overs included."""
@@ -84,11 +92,13 @@ class NetChanges:
             if restarting.any():  # a copy-on-write rewrite of a row inserted in the range: Java counts it
                 self._hold(pairs.filter(pa.array(restarting)), track_inserts=False)
         self._hold(rows.filter(pa.array(~cancelled)), track_inserts=True)
+        self._compact_if_due()
 
     def add_rows(self, rows: pa.Table) -> None:
         """Rows of a snapshot that only deletes or only inserts (nothing to cancel): any chunk size."""
         if rows.num_rows:
             self._hold(rows.cast(self.schema), track_inserts=True)
+            self._compact_if_due()
 
     def _hold(self, rows: pa.Table, *, track_inserts: bool) -> None:
         if not rows.num_rows:
@@ -96,9 +106,27 @@ class NetChanges:
         self._held.append(rows)
         self.rows_held += rows.num_rows
         if track_inserts:
-            inserts = rows.filter(pc.equal(rows.column(CHANGE_TYPE), ChangeType.INSERT.value))
-            if inserts.num_rows:
-                self._inserted.append(inserts.select(self._columns))
+            self._track_inserts(rows)
+
+    def _compact_if_due(self) -> None:
+        """Only between snapshots (or chunks of a one-kind snapshot): a snapshot's DELETEs count before its INSERTs."""
+        if self.rows_held >= self._compact_at:
+            self._compact()
+
+    def _track_inserts(self, rows: pa.Table) -> None:
+        inserts = rows.filter(pc.equal(rows.column(CHANGE_TYPE), ChangeType.INSERT.value))
+        if inserts.num_rows:
+            self._inserted.append(inserts.select(self._columns))
+
+    def _compact(self) -> None:
+        """Held rows -> their net rows; only the net INSERTs can still be restarted by a carry-over."""
+        rows = pa.concat_tables(self._held)
+        survivors = rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
+        self._held = [survivors] if survivors.num_rows else []
+        self._inserted = []
+        self._track_inserts(survivors)
+        self.rows_held = survivors.num_rows
+        self._compact_at = max(self._compact_at, 2 * survivors.num_rows)
 
     def result(self, key_columns: Sequence[str] = ()) -> pa.Table:
         """The net change rows, ordered by `_change_ordinal`; within one: DELETEs, UPDATE pairs, INSERTs."""

@@ -59,8 +59,10 @@ def _java_net(rows: list[tuple[Any, Any, str, int]]) -> Counter[tuple[Any, ...]]
     return out
 
 
-def _net(snapshots: list[list[tuple[Any, Any, str, int]]], keys: tuple[str, ...] = ()) -> pa.Table:
-    net = NetChanges(SCHEMA)
+def _net(
+    snapshots: list[list[tuple[Any, Any, str, int]]], keys: tuple[str, ...] = (), compact_rows: int = 1_000_000
+) -> pa.Table:
+    net = NetChanges(SCHEMA, compact_rows=compact_rows)
     for snapshot in snapshots:
         net.add_snapshot(_rows(snapshot))
     return net.result(keys)
@@ -143,12 +145,14 @@ def _random_history(rng: random.Random, snapshots: int) -> list[list[tuple[Any, 
     return history
 
 
+@pytest.mark.parametrize("compact_rows", [1_000_000, 1, 5], ids=["no-compaction", "compact-always", "compact-at-5"])
 @pytest.mark.parametrize("seed", range(300))
-def test_random_histories_match_java_iterator(seed: int) -> None:
+def test_random_histories_match_java_iterator(seed: int, compact_rows: int) -> None:
+    """Also with the held rows compacted to their net rows along the way: the same result."""
     rng = random.Random(seed)
-    history = _random_history(rng, rng.randrange(1, 7))
+    history = _random_history(rng, rng.randrange(1, 9))
     flat = [r for s in history for r in s]
-    assert _multiset(_net(history)) == _java_net(flat), history
+    assert _multiset(_net(history, compact_rows=compact_rows)) == _java_net(flat), history
 
 
 @pytest.mark.parametrize("seed", range(100))
