@@ -77,6 +77,7 @@ class NetChanges:
         self._inserted: list[pa.Table] = []  # data columns of held INSERTs, to spot their carry-overs
         self.rows_held = 0
         self._compact_at = max(compact_rows, 1)
+        self._deletes_since_compaction = False  # INSERTs alone cannot cancel: nothing to gain
 
     def add_snapshot(self, rows: pa.Table) -> None:
         """The raw DELETE/INSERT rows of one whole snapshot, carry-overs included."""
@@ -87,8 +88,7 @@ class NetChanges:
         cancelled = cancelled_rows(row_codes(rows.select(self._columns)), is_delete)
         if cancelled.any() and self._inserted:
             pairs = rows.filter(pa.array(cancelled))
-            earlier = pa.concat_tables(self._inserted)
-            restarting = rows_matching(pairs.select(self._columns), earlier)
+            restarting = _matching(pairs.select(self._columns), pa.concat_tables(self._inserted))
             if restarting.any():  # a copy-on-write rewrite of a row inserted in the range: Java counts it
                 self._hold(pairs.filter(pa.array(restarting)), track_inserts=False)
         self._hold(rows.filter(pa.array(~cancelled)), track_inserts=True)
@@ -105,12 +105,13 @@ class NetChanges:
             return
         self._held.append(rows)
         self.rows_held += rows.num_rows
+        self._deletes_since_compaction = self._deletes_since_compaction or bool(_is_delete(rows).any())
         if track_inserts:
             self._track_inserts(rows)
 
     def _compact_if_due(self) -> None:
         """Only between snapshots (or chunks of a one-kind snapshot): a snapshot's DELETEs count before its INSERTs."""
-        if self.rows_held >= self._compact_at:
+        if self.rows_held >= self._compact_at and self._deletes_since_compaction:
             self._compact()
 
     def _track_inserts(self, rows: pa.Table) -> None:
@@ -127,6 +128,7 @@ class NetChanges:
         self._track_inserts(survivors)
         self.rows_held = survivors.num_rows
         self._compact_at = max(self._compact_at, 2 * survivors.num_rows)
+        self._deletes_since_compaction = False
 
     def result(self, key_columns: Sequence[str] = ()) -> pa.Table:
         """The net change rows, ordered by `_change_ordinal`; within one: DELETEs, UPDATE pairs, INSERTs."""
@@ -159,6 +161,27 @@ def fold_range(
     if held:
         net.add_snapshot(pa.Table.from_batches(held, schema=schema))
     return net
+
+
+def _matching(rows: pa.Table, others: pa.Table) -> np.ndarray:
+    """Mask of `rows` equal to some row of `others`; the first column, hashed, narrows both sides first."""
+    first = rows.column(0)
+    if pa.types.is_nested(first.type) or pa.types.is_floating(first.type) or not rows.num_rows or not others.num_rows:
+        return rows_matching(rows, others)
+    values = pc.unique(first.combine_chunks())
+    narrowed = others.filter(pc.is_in(others.column(0), value_set=values, skip_nulls=False))
+    if not narrowed.num_rows:
+        return np.zeros(rows.num_rows, dtype=bool)
+    near = np.asarray(
+        pc.is_in(first, value_set=pc.unique(narrowed.column(0).combine_chunks()), skip_nulls=False).to_numpy(
+            zero_copy_only=False
+        )
+    )
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    candidates = np.flatnonzero(near)
+    if len(candidates):
+        mask[candidates] = rows_matching(rows.take(pa.array(candidates, pa.int64())), narrowed)
+    return mask
 
 
 def _is_delete(rows: pa.Table) -> np.ndarray:
