@@ -1,10 +1,12 @@
 """What folding a range into its net changes costs on the driver (reader/net.py), without Spark.
 
-    .venv/bin/python -m bench.net_fold [--rows 1000000] [--snapshots 10] [--updates 100000] [--carry 200000]
+    .venv/bin/python -m bench.net_fold [--rows N] [--snapshots N] [--updates N] [--carry N] [--after-load]
 
 A synthetic copy-on-write history: snapshot 0 inserts `--rows` rows (id, v, d); each later
 snapshot updates `--updates` random ids (DELETE old + INSERT new) and rewrites `--carry`
 unchanged rows (identical DELETE/INSERT carry-over pairs), as a copy-on-write commit reads.
+`--after-load`: the range starts after snapshot 0 (the usual case: the table existed before
+the range), so only rows inserted in the range (updated rows) keep their carry-overs.
 Printed: raw change rows, seconds to fold and to build the result (with the ids as key), the
 most rows `NetChanges` held, the net rows, and for scale the per-snapshot `reconcile_snapshot`
 of the same rows. docs/performance.md has the figures.
@@ -70,8 +72,11 @@ def main() -> None:
     parser.add_argument("--snapshots", type=int, default=10)
     parser.add_argument("--updates", type=int, default=100_000)
     parser.add_argument("--carry", type=int, default=200_000)
+    parser.add_argument("--after-load", action="store_true")
     args = parser.parse_args()
     snapshots = history(args.rows, args.snapshots, args.updates, args.carry)
+    if args.after_load:
+        snapshots = snapshots[1:]
     raw = sum(t.num_rows for t in snapshots)
 
     started = time.perf_counter()
