@@ -52,13 +52,16 @@ class BatchShape:
     resumed batch cuts exactly the same chunks whatever the restart is configured with.
     `first_ordinal`: the `_change_ordinal` of its first snapshot; `snapshot_count`: how many
     snapshots (commits) it holds, so the next batch's ordinals follow. `collapsed`: a repair
-    batch whose one commit is the net change of a collapsed history (a direct diff).
+    batch whose one commit is the net change of a collapsed history (a direct diff). `net`: the
+    batch delivers its net changes (`--net`) as one chunk; a resumed batch keeps this mode
+    whatever the restart is configured with, so a batch is never half one and half the other.
     """
 
     chunk_rows: int | None = None
     first_ordinal: int = 0
     snapshot_count: int = 0
     collapsed: bool = False
+    net: bool = False
 
     def __post_init__(self) -> None:
         if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:

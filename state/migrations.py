@@ -151,11 +151,19 @@ def _backfill_v3(tx: MigrationTx) -> None:
 _V4 = ("ALTER TABLE icetail_consumers ADD COLUMN branch TEXT NOT NULL DEFAULT 'main'",)
 
 
+# Whether a batch delivers its net changes (`--net`): a resumed batch keeps the mode it began with.
+_V5 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN net BOOLEAN NOT NULL DEFAULT FALSE"
+    for table in ("icetail_inflight_batches", "icetail_history")
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
     Migration(3, "each batch's chunk size, ordinals and collapsed marker in typed columns", _V3, _backfill_v3),
     Migration(4, "the branch each consumer follows", _V4),
+    Migration(5, "whether each batch delivers net changes", _V5),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

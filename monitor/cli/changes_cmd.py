@@ -75,6 +75,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             carry_over_removal=not args.keep_carry_over,
             spark=session.result() if plan.splits else None,
             on_chunk=progress if args.output != "-" else None,
+            net=args.net,
         )
         try:
             rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
@@ -98,6 +99,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
+    changes.add_argument(
+        "--net", action="store_true", help="each row's net effect over the range (gathers the range's changes)"
+    )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
     add_selection_arguments(plan)

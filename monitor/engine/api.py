@@ -24,6 +24,7 @@ from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
+from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
@@ -107,13 +108,22 @@ def iter_changes(
     spark: Any = None,
     chunk_rows: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    net: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
+    """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
+
+    `net`: the range's net changes instead (reader/net.py), gathered before the first row is yielded.
+    """
     schema = change_arrow_schema(table, plan.schema_id)
+    if net and not carry_over_removal:
+        raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
     if not plan.splits:
         return
     context = read_context(table, plan.schema_id, plan.tasks)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
+    if net:
+        yield from _net_changes(table, plan, context, schema, identifiers, spark, chunk_rows, on_chunk)
+        return
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
     session = spark or spark_session()
@@ -142,6 +152,31 @@ def _reconciled(
 ) -> Iterator[pa.RecordBatch]:
     table = reconcile_snapshot(pa.Table.from_batches(batches, schema=schema), identifiers or None, carry_over_removal)
     yield from table.to_batches()
+
+
+def _net_changes(
+    table: Table,
+    plan: ChangePlan,
+    context: ReadContext,
+    schema: pa.Schema,
+    identifiers: Sequence[str],
+    spark: Any,
+    chunk_rows: int | None,
+    on_chunk: Callable[[Chunk], None] | None,
+) -> Iterator[pa.RecordBatch]:
+    """The net changes of `plan`, folded in plan order (reader/net.py)."""
+    snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
+    requests = [SplitRequest(s) for s in plan.splits]
+
+    def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
+        for chunk in run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows):
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if chunk.batch is not None:
+                yield snapshot_of[chunk.split_id], chunk.batch
+
+    net = fold_range(schema, batches(), snapshots_needing_reconcile(plan.tasks))
+    yield from net.result(net_key_columns(schema, identifiers)).to_batches()
 
 
 Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
@@ -213,11 +248,13 @@ def changes_batch_reader(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    net: bool = False,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
     Batches arrive in commit order; only a snapshot that can hold updates or carry-overs (both
-    deletes and inserts) is gathered whole before it is reconciled.
+    deletes and inserts) is gathered whole before it is reconciled. With `net`, the range's
+    net changes (docs/semantics.md, "Net changes"): the whole range's changes are gathered first.
     """
     plan = plan_range(
         table,
@@ -230,7 +267,7 @@ def changes_batch_reader(
         to_tag=to_tag,
     )
     batches = iter_changes(
-        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark, net=net
     )
     return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
 
@@ -248,11 +285,14 @@ def read_changes(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    net: bool = False,
 ) -> pa.Table:
     """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
 
     `branch` (default `main`) picks the history; `from_tag` (exclusive) and `to_tag` (inclusive)
     bound the range by tag instead of by snapshot id or time.
+
+    `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
     """
     return changes_batch_reader(
         table,
@@ -266,4 +306,5 @@ def read_changes(
         identifier_columns=identifier_columns,
         carry_over_removal=carry_over_removal,
         spark=spark,
+        net=net,
     ).read_all()

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -50,6 +50,7 @@ from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
+from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
@@ -77,8 +78,11 @@ class PipelineConfig:
     lease_ttl_seconds: float = 120.0
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
     branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
+    net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
 
     def __post_init__(self) -> None:
+        if self.net and not self.carry_over_removal:
+            raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
         parse_start(self.start)
         if not self.branch or self.branch != self.branch.strip():
             raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
@@ -463,7 +467,7 @@ class Pipeline:
     def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:
         """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
-        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed)
+        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed, self.config.net)
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
         """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
@@ -476,6 +480,7 @@ class Pipeline:
             f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}"
             f"-c{shape.chunk_rows or 0}-o{shape.first_ordinal}-n{shape.snapshot_count}"
             + ("-d1" if shape.collapsed else "")
+            + ("-net" if shape.net else "")
         )
 
     # delivery --------------------------------------------------------------------------
@@ -486,6 +491,8 @@ class Pipeline:
             return True
         schema_id = schema_id_of(table, batch.to_snapshot_inclusive)
         identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
+        if batch.shape.net:
+            return self._deliver_net(table, inflight, schema_id, identifiers, tally)
         tasks = [s.task for s in splits]
         gather = snapshots_needing_reconcile(tasks) if (self.config.carry_over_removal or identifiers) else set()
         progress = {p.split_id: p for p in inflight.progress}
@@ -539,6 +546,63 @@ class Pipeline:
         if held_snapshot is not None:
             self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally)
         return not self._stop.is_set() or self._all_done()
+
+    def _deliver_net(
+        self, table: Table, inflight: Inflight, schema_id: int | None, identifiers: tuple[str, ...], tally: _Tally
+    ) -> bool:
+        """The batch's net changes (reader/net.py) as one chunk anchored at its first split.
+
+        Every split is read again from its first row (the net rows are a function of all of them),
+        the rows are written under one chunk key and every split is committed done in one
+        transaction: a crash before that commit leaves nothing committed, and the resumed batch
+        reads the same persisted splits in the same order, so it writes the same rows under the
+        same key. A stop request abandons the read; the batch stays in flight.
+        """
+        batch = inflight.batch
+        pending = [p for p in inflight.progress if not p.done]
+        if not pending:
+            return True
+        schema = change_arrow_schema(table, schema_id)
+        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in batch.splits}
+        requests = [SplitRequest(s) for s in batch.splits]
+        context = read_context(table, schema_id, [s.task for s in batch.splits])
+        next_rows: dict[str, int] = {}
+
+        def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
+            chunks = run_splits(self._spark or spark_session(), context, requests, chunk_rows=batch.shape.chunk_rows)
+            for chunk in chunks:
+                if self._on_chunk is not None:
+                    self._on_chunk(chunk)
+                tally.add_chunk(chunk)
+                next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
+                self._renew_lease_if_due()
+                if self._stop.is_set():
+                    raise _Abandoned
+                if chunk.batch is not None:
+                    yield snapshot_of[chunk.split_id], chunk.batch
+
+        try:
+            net = fold_range(schema, batches(), snapshots_needing_reconcile(s.task for s in batch.splits))
+        except _Abandoned:
+            return False
+        rows = net.result(net_key_columns(schema, identifiers))
+        anchor = batch.splits[0]
+        token = None
+        if rows.num_rows:
+            token = self.sink.write(ChunkKey(self.consumer, batch.batch_id, 0, anchor.split_id, 0), rows)
+        commits = [
+            ChunkCommit(
+                split_id=p.split_id,
+                next_row_exclusive=max(p.next_row_exclusive or 0, next_rows.get(p.split_id, 0)),
+                rows_in_chunk=rows.num_rows if p.split_id == anchor.split_id else 0,
+                done=True,
+                sink_token=token if p.split_id == anchor.split_id else None,
+            )
+            for p in pending
+        ]
+        self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
+        tally.add_rows(rows)
+        return True
 
     def _all_done(self) -> bool:
         checkpoint = self._store.load(self.consumer)
@@ -631,6 +695,10 @@ class Pipeline:
                 manage.create_tag(snapshot_id, tag)
         except NotImplementedError as exc:  # pyiceberg cannot write this table's metadata
             raise ConfigError(_cannot_tag(table, self.consumer, str(exc))) from exc
+
+
+class _Abandoned(Exception):
+    """A stop request interrupted a net batch's read; nothing of the batch is committed."""
 
 
 def _check_can_tag(table: Table, consumer: str) -> None:

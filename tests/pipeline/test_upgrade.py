@@ -32,7 +32,7 @@ from tests.support.tables import BASE_SCHEMA, make_rows
 
 TABLE = "ns.up"
 ROWS, ROW_GROUP_ROWS, CHUNK_ROWS = 20_000, 2_000, 800  # chunks of 800, 800, 400 per row group
-SHAPE_COLUMNS = ("chunk_rows", "first_ordinal", "snapshot_count", "collapsed")
+SHAPE_COLUMNS = ("chunk_rows", "first_ordinal", "snapshot_count", "collapsed", "net")  # schema 3, net: 5
 
 
 def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:

@@ -388,3 +388,12 @@ def test_run_reads_the_same_sources_the_same_way_as_serve(tmp_path: Path) -> Non
     # a service value is checked for run too: one configuration, one reading of it
     with pytest.raises(ConfigError, match="ICETAIL_INTERVAL"):
         run_config(build_parser().parse_args(["run", "--config", path]), {"ICETAIL_INTERVAL": "soon"})
+
+
+def test_net_from_file_environment_and_flag(tmp_path: Path) -> None:
+    assert build(tmp_path, BASE).pipelines[0].net is False
+    assert build(tmp_path, {**BASE, "net": True}).pipelines[0].net is True
+    assert build(tmp_path, {**BASE, "net": True}, ICETAIL_NET="false").pipelines[0].net is False
+    assert build(tmp_path, BASE, "--net").pipelines[0].net is True
+    message = config_error(tmp_path, {**BASE, "net": True, "keep_carry_over": True})
+    assert "--net always cancels carry-over rows; drop --keep-carry-over" in message

@@ -123,3 +123,27 @@ def test_ordinals_match_the_changes_command(registered: Any, history: SourceTabl
     got = load_df(registered, history.options(from_snapshot=from_id, to_snapshot=to_id))
     assert sorted(set(got.column("_change_ordinal").to_pylist())) == list(range(len(ids) - 3))
     assert row_counter(got) == row_counter(expected)
+
+
+def test_net_option_equals_read_changes_net(registered: Any, history: SourceTable) -> None:
+    """option('net', 'true') reads the range's net changes (one task for the whole range), as the API does."""
+    ids = history.snapshot_ids
+    table = history.load()
+    for from_id, identifiers in ((None, None), (ids[1], "id")):
+        options = history.options()
+        options["net"] = "true"
+        if from_id is not None:
+            options["from-snapshot"] = str(from_id)
+        if identifiers:
+            options["identifier-columns"] = identifiers
+        got = load_df(registered, options)
+        expected = icetail.read_changes(
+            table, from_id, None, identifier_columns=[identifiers] if identifiers else None, net=True, spark=registered
+        )
+        every = icetail.read_changes(table, from_id, None, spark=registered)
+        assert got.num_rows == expected.num_rows > 0 and got.num_rows < every.num_rows, from_id
+        assert row_counter(got) == row_counter(expected), from_id
+    options = history.options()
+    options["net"] = "yes"
+    with pytest.raises(Exception, match="option 'net' must be true or false"):
+        load_df(registered, options)

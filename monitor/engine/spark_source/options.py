@@ -23,6 +23,7 @@ BATCH_OPTIONS = (
     "branch",
     "from-tag",
     "to-tag",
+    "net",
 )
 STREAM_OPTIONS = ("catalog", "table", "identifier-columns", "starting", "max-snapshots-per-trigger", "branch")
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
@@ -46,6 +47,7 @@ class BatchOptions:
     to_snapshot_id_inclusive: int | None = None
     from_tag: str | None = None  # exclusive, like from-snapshot
     to_tag: str | None = None  # inclusive, like to-snapshot
+    net: bool = False  # the range's net changes (batch only: a stream's micro-batches depend on trigger timing)
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,15 @@ def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
         _snapshot_id(values, "to-snapshot"),
         _name(values, "from-tag"),
         _name(values, "to-tag"),
+        _boolean(values, "net"),
     )
+
+
+def _boolean(values: Mapping[str, str], name: str) -> bool:
+    raw = values.get(name, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"option {name!r} must be true or false, got {values[name]!r}")
+    return raw == "true"
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:

@@ -158,7 +158,11 @@ class ChangesBatchReader(DataSourceReader):
             from_tag=options.from_tag,
         )
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            net=self._options.net,
         )
         return [ChangePartition(spec) for spec in specs]
 
