@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
 from icetail.kernel.secrets import fileio_items
+from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.context import ReadContext
@@ -105,8 +106,15 @@ def iter_changes(
     spark: Any = None,
     chunk_rows: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    verify: str = "warn",
+    on_check: Callable[[SnapshotCheck], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
+    """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
+
+    `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
+    under strict a snapshot is held until checked, so a refused snapshot yields nothing.
+    """
+    mode = parse_verify_mode(verify, "verify")
     schema = change_arrow_schema(table, plan.schema_id)
     if not plan.splits:
         return
@@ -114,6 +122,11 @@ def iter_changes(
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
+    verifier = (
+        None
+        if mode == VerifyMode.OFF
+        else SnapshotVerifier(table.metadata, plan.splits, set(split_by_id), collapsed=plan.collapsed)
+    )
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []
     held_snapshot: int | None = None
@@ -122,17 +135,39 @@ def iter_changes(
             on_chunk(chunk)
         snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
         if held_snapshot is not None and snapshot_id != held_snapshot:
-            yield from _reconciled(held, schema, identifiers, carry_over_removal)
+            if held:
+                yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
             held, held_snapshot = [], None
+        strict_hold = mode == VerifyMode.STRICT and verifier is not None and verifier.checks(snapshot_id)
+        hold = snapshot_id in gather or strict_hold
+        check = verifier.add(chunk) if verifier is not None else None
+        if check is not None:
+            if on_check is not None:
+                on_check(check)
+            report(check, mode)  # raises under strict: the held rows of the snapshot are dropped
+        if hold:
+            held_snapshot = snapshot_id
         if chunk.batch is None or chunk.batch.num_rows == 0:
             continue
-        if snapshot_id in gather:
+        if hold:
             held.append(chunk.batch)
-            held_snapshot = snapshot_id
         else:
             yield chunk.batch
     if held:
-        yield from _reconciled(held, schema, identifiers, carry_over_removal)
+        yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
+
+
+def _released(
+    batches: list[pa.RecordBatch],
+    reconcile: bool,
+    schema: pa.Schema,
+    identifiers: Sequence[str],
+    carry_over_removal: bool,
+) -> Iterator[pa.RecordBatch]:
+    if reconcile:
+        yield from _reconciled(batches, schema, identifiers, carry_over_removal)
+    else:
+        yield from batches
 
 
 def _reconciled(
@@ -192,11 +227,14 @@ def changes_batch_reader(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    verify: str = "warn",
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
     Batches arrive in commit order; only a snapshot that can hold updates or carry-overs (both
-    deletes and inserts) is gathered whole before it is reconciled.
+    deletes and inserts) is gathered whole before it is reconciled. `verify`: off, warn (log a
+    snapshot whose changes disagree with its summary) or strict (raise SnapshotCheckError, a
+    TerminalError, before any row of that snapshot is returned); see docs/semantics.md.
     """
     plan = plan_range(
         table,
@@ -206,7 +244,12 @@ def changes_batch_reader(
         to_timestamp_inclusive=to_timestamp_inclusive,
     )
     batches = iter_changes(
-        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+        table,
+        plan,
+        identifier_columns=identifier_columns,
+        carry_over_removal=carry_over_removal,
+        spark=spark,
+        verify=verify,
     )
     return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
 
@@ -221,6 +264,7 @@ def read_changes(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    verify: str = "warn",
 ) -> pa.Table:
     """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one)."""
     return changes_batch_reader(
@@ -232,4 +276,5 @@ def read_changes(
         identifier_columns=identifier_columns,
         carry_over_removal=carry_over_removal,
         spark=spark,
+        verify=verify,
     ).read_all()
