@@ -11,6 +11,7 @@ from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
 from icetail.monitor.engine.api import change_arrow_schema, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.verify import VERIFY_MODES
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.spark import BackgroundSession
@@ -56,6 +57,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             carry_over_removal=not args.keep_carry_over,
             spark=session.result() if plan.splits else None,
             on_chunk=progress if args.output != "-" else None,
+            verify=args.verify,
         )
         try:
             rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
@@ -79,6 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
+    changes.add_argument(
+        "--verify",
+        choices=VERIFY_MODES,
+        default="warn",
+        help="check each snapshot against its summary: warn (default) logs a mismatch, strict fails with it",
+    )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
     add_selection_arguments(plan)

@@ -43,6 +43,11 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
     parser.add_argument(
+        "--verify",
+        default=None,
+        help="check each snapshot against its summary: off | warn (default: log, count) | strict (refuse the batch)",
+    )
+    parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
 

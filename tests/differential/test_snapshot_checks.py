@@ -42,7 +42,8 @@ def _run(catalog: Any, ident: str = "t", **kwargs: Any) -> tuple[dict[int, Snaps
     table = catalog.load_table(ident)
     plan = Planner(table).plan(None, None)
     checks: dict[int, SnapshotCheck] = {}
-    batches = list(iter_changes(table, plan, verify="strict", on_check=lambda c: checks.setdefault(c.snapshot_id, c), **kwargs))
+    record = lambda check: checks.setdefault(check.snapshot_id, check)  # noqa: E731
+    batches = list(iter_changes(table, plan, verify="strict", on_check=record, **kwargs))
     out = pa.Table.from_batches(batches, schema=change_arrow_schema(table, plan.schema_id))
     return checks, out
 
