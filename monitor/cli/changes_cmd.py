@@ -11,7 +11,7 @@ from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
 from icetail.monitor.engine.api import change_arrow_schema, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.verify import VERIFY_MODES
+from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.spark import BackgroundSession
@@ -45,6 +45,7 @@ def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
+    parse_verify_mode(args.verify)
     table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
@@ -83,9 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
     changes.add_argument(
         "--verify",
-        choices=VERIFY_MODES,
         default="warn",
-        help="check each snapshot against its summary: warn (default) logs a mismatch, strict fails with it",
+        help="check each snapshot against its summary: off | warn (default: log a mismatch) | strict (fail on it)",
     )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
