@@ -23,7 +23,7 @@ from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.monitor.engine.verify import SnapshotCheck, SnapshotCheckError
 from icetail.monitor.service.metrics import Metrics
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
-from tests.support.sinks import read_parquet_sink
+from tests.support.sinks import SinkSpec, make_sink, read_parquet_sink
 from tests.support.summaries import doctor_summary
 from tests.support.tables import BASE_SCHEMA, make_rows
 
@@ -62,12 +62,12 @@ def here(liar: Liar, spark: Any) -> Iterator[None]:
         yield
 
 
-def _config(tmp_path: Path, verify: str, consumer: str = "c") -> PipelineConfig:
+def _config(tmp_path: Path, verify: str, consumer: str = "c", sink: str | None = None) -> PipelineConfig:
     return PipelineConfig(
         CATALOG,
         TABLE,
         f"sqlite:///{tmp_path / 'state.db'}",
-        f"parquet://{tmp_path / 'sink'}",
+        sink or f"parquet://{tmp_path / 'sink'}",
         consumer=consumer,
         chunk_rows=2,
         verify=verify,
@@ -79,11 +79,26 @@ def _sink_ids(tmp_path: Path) -> Counter[int]:
     return Counter() if rows is None else Counter(rows.column("id").to_pylist())
 
 
+@pytest.mark.parametrize("kind", ["parquet", "iceberg"])
 def test_strict_refuses_the_snapshot_keeps_the_checkpoint_and_a_warn_rerun_resumes(
-    liar: Liar, here: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    liar: Liar, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
 ) -> None:
+    """Both exactly-once sinks stage chunks in Spark tasks (parquet: `_tmp`, Iceberg: data files
+    not yet committed): a refused snapshot's staged chunks are never published."""
+    sink = make_sink(kind, tmp_path, catalog_name="verifysink")
+    catalogs = [liar.catalog] + ([sink.catalog] if sink.catalog is not None else [])
+    with catalogs_in_process(*catalogs):
+        _strict_then_warn(liar, tmp_path, caplog, sink)
+
+
+def _sink_rows(sink: SinkSpec) -> Counter[int]:
+    rows = sink.read()
+    return Counter() if rows is None else Counter(rows.column("id").to_pylist())
+
+
+def _strict_then_warn(liar: Liar, tmp_path: Path, caplog: pytest.LogCaptureFixture, sink: SinkSpec) -> None:
     checks: list[SnapshotCheck] = []
-    with Pipeline(_config(tmp_path, "strict"), on_check=checks.append) as pipeline:
+    with Pipeline(_config(tmp_path, "strict", sink=sink.url), on_check=checks.append) as pipeline:
         with pytest.raises(SnapshotCheckError) as refused:
             pipeline.run()
         checkpoint = pipeline.checkpoint()
@@ -95,26 +110,27 @@ def test_strict_refuses_the_snapshot_keeps_the_checkpoint_and_a_warn_rerun_resum
     assert checkpoint is not None and checkpoint.cursor.snapshot_id is None  # not advanced
     assert checkpoint.inflight is not None  # the batch stays in flight
     batch_id = checkpoint.inflight.batch.batch_id
-    assert _sink_ids(tmp_path) == Counter(range(20))  # S1, S2 delivered; nothing of S3 published
+    assert _sink_rows(sink) == Counter(range(20))  # S1, S2 delivered; nothing of S3 published
     assert [(c.snapshot_id, [m.rule for m in c.mismatches]) for c in checks] == [
         (liar.ids[0], []),
         (liar.ids[1], []),
         (liar.liar, ["added-records"]),
     ]
 
-    with Pipeline(_config(tmp_path, "strict")) as pipeline:  # a strict rerun refuses again, the same way
+    published = sink.fingerprint()
+    with Pipeline(_config(tmp_path, "strict", sink=sink.url)) as pipeline:  # a strict rerun refuses again
         with pytest.raises(SnapshotCheckError):
             pipeline.run()
-    assert _sink_ids(tmp_path) == Counter(range(20))
+    assert sink.fingerprint() == published
 
     assert len([r for r in caplog.records if r.name == "icetail.verify"]) == 2  # strict logs before refusing
     caplog.clear()
-    with Pipeline(_config(tmp_path, "warn")) as pipeline:
+    with Pipeline(_config(tmp_path, "warn", sink=sink.url)) as pipeline:
         outcomes = pipeline.run()
         checkpoint = pipeline.checkpoint()
     assert outcomes[0].batch_id == batch_id and outcomes[0].resumed and outcomes[0].check_mismatches == 1
     assert checkpoint is not None and checkpoint.cursor.snapshot_id == liar.ids[3]
-    assert _sink_ids(tmp_path) == Counter(range(30))  # every row exactly once
+    assert _sink_rows(sink) == Counter(range(30))  # every row exactly once
     (record,) = [r for r in caplog.records if r.name == "icetail.verify"]
     assert record.snapshot_id == liar.liar and record.rule == "added-records"  # type: ignore[attr-defined]
     assert (record.expected, record.found) == (6, 5)  # type: ignore[attr-defined]
