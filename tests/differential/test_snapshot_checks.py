@@ -32,8 +32,10 @@ def _insert(catalog: Any, values: str) -> int:
     return catalog.current_snapshot_id("t")
 
 
-def _run(catalog: Any, ident: str = "t", **kwargs: Any) -> tuple[dict[int, SnapshotCheck], Any]:
-    """The whole history read under strict; the checks by snapshot id and the output."""
+def _run(
+    catalog: Any, ident: str = "t", verify: str = "strict", **kwargs: Any
+) -> tuple[dict[int, SnapshotCheck], Any]:
+    """The whole history read (under strict by default); the checks by snapshot id and the output."""
     import pyarrow as pa
 
     from icetail.monitor.engine.api import change_arrow_schema, iter_changes
@@ -43,7 +45,7 @@ def _run(catalog: Any, ident: str = "t", **kwargs: Any) -> tuple[dict[int, Snaps
     plan = Planner(table).plan(None, None)
     checks: dict[int, SnapshotCheck] = {}
     record = lambda check: checks.setdefault(check.snapshot_id, check)  # noqa: E731
-    batches = list(iter_changes(table, plan, verify="strict", on_check=record, **kwargs))
+    batches = list(iter_changes(table, plan, verify=verify, on_check=record, **kwargs))
     out = pa.Table.from_batches(batches, schema=change_arrow_schema(table, plan.schema_id))
     return checks, out
 
@@ -180,3 +182,28 @@ def test_random_workloads_never_mismatch(
     described = workload.describe() + "\n" + _describe(catalog, checks, "w")
     assert all(not c.mismatches for c in checks.values()), described
     assert sum(1 for c in checks.values() if c.rules) >= 2, described
+
+
+def test_a_writer_that_miscounts_its_file_is_caught(catalog: Any) -> None:
+    """A real lie, through the Java API: a data file committed with a wrong record_count (Java's
+    summary sums the manifests' counts). Java's own reader returns the file's real rows, as icetail
+    does; strict refuses the snapshot, warn delivers it as read."""
+    from icetail.monitor.engine.api import read_changes
+    from icetail.monitor.engine.verify import SnapshotCheckError
+
+    _create(catalog, 2, MOR)
+    _insert(catalog, "(1, 1, 'a'), (2, 1, 'b')")
+    honest = catalog.write_data_file("t", "SELECT * FROM VALUES (3L, 1, 'c'), (4L, 1, 'd') AS s(id, p, v)")
+    jvm = catalog.spark._jvm
+    table = catalog.java_table("t")
+    lying = jvm.org.apache.iceberg.DataFiles.builder(table.spec()).copy(honest).withRecordCount(3).build()
+    table.newAppend().appendFile(lying).commit()
+    s2 = catalog.current_snapshot_id("t")
+    assert _summary(catalog, s2)["added-records"] == "3"
+    assert catalog.snapshot_rows("t", s2).table.num_rows == 4  # Java reads the file's 4 rows
+    with pytest.raises(SnapshotCheckError, match=f"snapshot {s2} fails summary rule added-records: its summary says 3"):
+        read_changes(catalog.load_table("t"), verify="strict")
+    checks, out = _run(catalog, verify="warn")
+    assert [m.rule for m in checks[s2].mismatches] == ["added-records", "total-records"]
+    assert_changes_match(out, catalog, "t")
+
