@@ -125,7 +125,13 @@ def iter_changes(
     verifier = (
         None
         if mode == VerifyMode.OFF
-        else SnapshotVerifier(table.metadata, plan.splits, set(split_by_id), collapsed=plan.collapsed)
+        else SnapshotVerifier(
+            table.metadata,
+            plan.splits,
+            set(split_by_id),
+            from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
+            collapsed=plan.collapsed,
+        )
     )
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []

@@ -487,6 +487,7 @@ class Pipeline:
                 table.metadata,
                 splits,
                 {r.split.split_id for r in requests if r.start_row_inclusive == 0},
+                from_snapshot_exclusive=batch.from_snapshot_exclusive,
                 collapsed=batch.shape.collapsed,
             )
         )

@@ -83,7 +83,9 @@ class SnapshotVerifier:
 
     Only snapshots whose every split is read from its first row here can be checked: a batch
     resumed after a crash does not re-read what it delivered before (that part was checked, or
-    delivered under `warn`, by the run that read it).
+    delivered under `warn`, by the run that read it). And only snapshots read as themselves: the
+    range walks from `from_snapshot_exclusive` to them through the batch's snapshots (and skipped
+    replace snapshots), which a start from a full snapshot or a repair by a direct diff does not.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class SnapshotVerifier:
         splits: Iterable[ChangeSplit],
         fully_read_split_ids: set[str],
         *,
+        from_snapshot_exclusive: int | None,
         collapsed: bool = False,
     ) -> None:
         self._metadata = metadata
@@ -106,7 +109,8 @@ class SnapshotVerifier:
             tasks[snapshot_id].append(split.task)
             checkable[snapshot_id] &= split.split_id in fully_read_split_ids
         self._tasks = {s: tuple(t) for s, t in tasks.items()}
-        self._checkable = frozenset(s for s, ok in checkable.items() if ok)
+        reached = {from_snapshot_exclusive, *tasks}
+        self._checkable = frozenset(s for s, ok in checkable.items() if ok and _follows(metadata, s, reached))
         self._checked: set[int] = set()
         self._counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
 
@@ -131,6 +135,19 @@ class SnapshotVerifier:
             return None
         self._checked.add(snapshot_id)
         return check_snapshot(self._metadata, snapshot_id, self._tasks[snapshot_id], counts[0], counts[1])
+
+
+def _follows(metadata: TableMetadata, snapshot_id: int, reached: set[int | None]) -> bool:
+    """Whether the snapshot's parent, past any replace snapshots (which a range skips), is in `reached`."""
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    while snapshot is not None:
+        parent_id = snapshot.parent_snapshot_id
+        if parent_id in reached:
+            return True
+        snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+        if snapshot is None or snapshot.summary is None or snapshot.summary.operation.value != "replace":
+            return False
+    return False
 
 
 def check_snapshot(

@@ -207,3 +207,25 @@ def test_a_writer_that_miscounts_its_file_is_caught(catalog: Any) -> None:
     assert [m.rule for m in checks[s2].mismatches] == ["added-records", "total-records"]
     assert_changes_match(out, catalog, "t")
 
+
+
+def test_full_and_direct_diff_plans_are_not_checked_as_snapshots(catalog: Any) -> None:
+    """A start from a full snapshot lists every live file as added, a repair diffs two snapshots:
+    neither reads a snapshot as its commit wrote it, so the snapshot's summary proves nothing there."""
+    import pyarrow as pa
+
+    from icetail.monitor.engine.api import iter_changes
+    from icetail.monitor.planning.planner import Planner
+
+    _create(catalog, 2, COW)
+    s1 = _insert(catalog, "(1, 1, 'a'), (2, 1, 'b'), (3, 1, 'c')")
+    catalog.sql("UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2")  # removes the file, adds its rewrite
+    s2 = catalog.current_snapshot_id("t")
+    table = catalog.load_table("t")
+    planner = Planner(table)
+    for plan in (planner.plan_full(s2), planner.plan_direct(s1, s2)):
+        checks: list[SnapshotCheck] = []
+        rows = pa.Table.from_batches(list(iter_changes(table, plan, verify="strict", on_check=checks.append)))
+        assert checks == [] and rows.num_rows > 0
+    checks, _ = _run(catalog)
+    assert "deleted-records" in checks[s2].rules  # read as itself, the same snapshot is checked
