@@ -19,14 +19,21 @@ def metadata_path(table: Any) -> str:
     return urlparse(location).path if location.startswith("file:") else location
 
 
-def doctor_summary(table: Any, snapshot_id: int, **values: str) -> dict[str, str]:
-    """Set summary keys (`added_records="3"` sets `added-records`) of one snapshot; returns the new summary."""
+def doctor_summary(table: Any, snapshot_id: int, **values: str | None) -> dict[str, str]:
+    """Set summary keys (`added_records="3"` sets `added-records`, None removes it) of one snapshot.
+
+    Returns the new summary.
+    """
     path = metadata_path(table)
     with open(path, encoding="utf-8") as stream:
         metadata = json.load(stream)
     (snapshot,) = [s for s in metadata["snapshots"] if s["snapshot-id"] == snapshot_id]
     summary: dict[str, str] = snapshot["summary"]
-    summary.update({key.replace("_", "-"): value for key, value in values.items()})
+    for key, value in values.items():
+        if value is None:
+            summary.pop(key.replace("_", "-"), None)
+        else:
+            summary[key.replace("_", "-")] = value
     with open(path, "w", encoding="utf-8") as stream:
         json.dump(metadata, stream)
     return dict(summary)
