@@ -218,3 +218,24 @@ def test_run_command_strict_exits_2_with_one_line(
     assert f"snapshot {liar.liar} fails summary rule added-records" in line and "checkpoint did not move" in line
     assert cli_main(args) == 0  # the default, warn, delivers the rest
     assert _sink_ids(tmp_path) == Counter(range(30))
+
+
+def test_a_snapshot_partly_delivered_before_a_crash_is_not_checked_on_resume(
+    liar: Liar, here: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The resumed run reads only the rest of S3, so its counts cannot be compared with S3's summary:
+    it is delivered unchecked (docs/semantics.md), never refused on a partial count; S4 is checked."""
+    from icetail.sinks.parquet_sink import ParquetDirSink
+    from tests.support.sinks import CrashingSink, SimulatedCrash
+
+    # chunks of two rows: S1 and S2 are five chunks each, S3's first chunk is write 11
+    crashing = CrashingSink(ParquetDirSink(tmp_path / "sink", consumer="k"), 12, after_write=False)
+    with pytest.raises(SimulatedCrash), Pipeline(_config(tmp_path, "warn", "k"), sink=crashing) as pipeline:
+        pipeline.run()
+    assert _sink_ids(tmp_path) == Counter(range(22))
+    checks: list[SnapshotCheck] = []
+    with Pipeline(_config(tmp_path, "strict", "k"), on_check=checks.append) as pipeline:
+        outcomes = pipeline.run()
+    assert [c.snapshot_id for c in checks] == [liar.ids[3]] and not checks[0].mismatches
+    assert outcomes[0].resumed and _sink_ids(tmp_path) == Counter(range(30))
+    assert not [r for r in caplog.records if r.name == "icetail.verify"]
