@@ -13,6 +13,7 @@ from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
 from icetail.monitor.engine.api import change_arrow_schema, iter_changes, plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.spark import BackgroundSession
@@ -63,6 +64,7 @@ def _plan_of(table: Table, args: argparse.Namespace) -> ChangePlan:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
+    parse_verify_mode(args.verify)
     table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
@@ -76,6 +78,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             spark=session.result() if plan.splits else None,
             on_chunk=progress if args.output != "-" else None,
             net=args.net,
+            verify=args.verify,
         )
         try:
             rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
@@ -101,6 +104,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
     changes.add_argument(
         "--net", action="store_true", help="each row's net effect over the range (gathers the range's changes)"
+    )
+    changes.add_argument(
+        "--verify",
+        default="warn",
+        help="check each snapshot against its summary: off | warn (default: log a mismatch) | strict (fail on it)",
     )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")

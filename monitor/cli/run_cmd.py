@@ -49,6 +49,11 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         "--net", action="store_true", default=None, help="deliver each batch's net changes (docs/semantics.md)"
     )
     parser.add_argument(
+        "--verify",
+        default=None,
+        help="check each snapshot against its summary: off | warn (default: log, count) | strict (refuse the batch)",
+    )
+    parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
 

@@ -19,6 +19,7 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
 from icetail.kernel.secrets import fileio_items
+from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
@@ -109,11 +110,16 @@ def iter_changes(
     chunk_rows: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
     net: bool = False,
+    verify: str = "warn",
+    on_check: Callable[[SnapshotCheck], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
 
     `net`: the range's net changes instead (reader/net.py), gathered before the first row is yielded.
+    `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
+    under strict a snapshot is held until checked, so a refused snapshot yields nothing.
     """
+    mode = parse_verify_mode(verify, "verify")
     schema = change_arrow_schema(table, plan.schema_id)
     if net and not carry_over_removal:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
@@ -126,6 +132,17 @@ def iter_changes(
         return
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
+    verifier = (
+        None
+        if mode == VerifyMode.OFF
+        else SnapshotVerifier(
+            table.metadata,
+            plan.splits,
+            set(split_by_id),
+            from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
+            collapsed=plan.collapsed,
+        )
+    )
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []
     held_snapshot: int | None = None
@@ -134,17 +151,39 @@ def iter_changes(
             on_chunk(chunk)
         snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
         if held_snapshot is not None and snapshot_id != held_snapshot:
-            yield from _reconciled(held, schema, identifiers, carry_over_removal)
+            if held:
+                yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
             held, held_snapshot = [], None
+        strict_hold = mode == VerifyMode.STRICT and verifier is not None and verifier.checks(snapshot_id)
+        hold = snapshot_id in gather or strict_hold
+        check = verifier.add(chunk) if verifier is not None else None
+        if check is not None:
+            if on_check is not None:
+                on_check(check)
+            report(check, mode)  # raises under strict: the held rows of the snapshot are dropped
+        if hold:
+            held_snapshot = snapshot_id
         if chunk.batch is None or chunk.batch.num_rows == 0:
             continue
-        if snapshot_id in gather:
+        if hold:
             held.append(chunk.batch)
-            held_snapshot = snapshot_id
         else:
             yield chunk.batch
     if held:
-        yield from _reconciled(held, schema, identifiers, carry_over_removal)
+        yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
+
+
+def _released(
+    batches: list[pa.RecordBatch],
+    reconcile: bool,
+    schema: pa.Schema,
+    identifiers: Sequence[str],
+    carry_over_removal: bool,
+) -> Iterator[pa.RecordBatch]:
+    if reconcile:
+        yield from _reconciled(batches, schema, identifiers, carry_over_removal)
+    else:
+        yield from batches
 
 
 def _reconciled(
@@ -249,12 +288,16 @@ def changes_batch_reader(
     carry_over_removal: bool = True,
     spark: Any = None,
     net: bool = False,
+    verify: str = "warn",
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
     Batches arrive in commit order; only a snapshot that can hold updates or carry-overs (both
     deletes and inserts) is gathered whole before it is reconciled. With `net`, the range's
     net changes (docs/semantics.md, "Net changes"): the whole range's changes are gathered first.
+    `verify`: off, warn (log a
+    snapshot whose changes disagree with its summary) or strict (raise SnapshotCheckError, a
+    TerminalError, before any row of that snapshot is returned); see docs/semantics.md.
     """
     plan = plan_range(
         table,
@@ -267,7 +310,13 @@ def changes_batch_reader(
         to_tag=to_tag,
     )
     batches = iter_changes(
-        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark, net=net
+        table,
+        plan,
+        identifier_columns=identifier_columns,
+        carry_over_removal=carry_over_removal,
+        spark=spark,
+        net=net,
+        verify=verify,
     )
     return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
 
@@ -286,6 +335,7 @@ def read_changes(
     carry_over_removal: bool = True,
     spark: Any = None,
     net: bool = False,
+    verify: str = "warn",
 ) -> pa.Table:
     """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
 
@@ -307,4 +357,5 @@ def read_changes(
         carry_over_removal=carry_over_removal,
         spark=spark,
         net=net,
+        verify=verify,
     ).read_all()

@@ -46,6 +46,7 @@ from icetail.monitor.engine.startup import (
     parse_start,
     recovery_for,
 )
+from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
@@ -79,6 +80,7 @@ class PipelineConfig:
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
     branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
     net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
+    verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
 
     def __post_init__(self) -> None:
         if self.net and not self.carry_over_removal:
@@ -86,6 +88,7 @@ class PipelineConfig:
         parse_start(self.start)
         if not self.branch or self.branch != self.branch.strip():
             raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
+        parse_verify_mode(self.verify)
         parse_missing_cursor_policy(self.on_missing_cursor)
         if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
@@ -122,6 +125,8 @@ class BatchOutcome:
     resumed: bool = False
     completed: bool = True
     collapsed: bool = False  # a repair batch: the net change (from, to] by a direct diff, history collapsed
+    snapshots_checked: int = 0  # snapshots whose summary proved at least one rule (--verify)
+    check_mismatches: int = 0  # rules those snapshots failed (delivered anyway: --verify warn)
 
     @property
     def rows(self) -> int:
@@ -138,6 +143,8 @@ class _Tally:
         self.row_groups = 0
         self.rows_decoded = 0
         self.deleted_rows = 0
+        self.snapshots_checked = 0
+        self.check_mismatches = 0
 
     def add_chunk(self, chunk: Chunk) -> None:
         self.bytes_read += chunk.bytes_read
@@ -172,6 +179,7 @@ class Pipeline:
         stop_event: threading.Event | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_chunk: Callable[[Chunk], None] | None = None,
+        on_check: Callable[[SnapshotCheck], None] | None = None,
     ) -> None:
         self.config = config
         self.consumer = config.consumer_id
@@ -182,6 +190,8 @@ class Pipeline:
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
         self._on_chunk = on_chunk
+        self._on_check = on_check
+        self._verify = parse_verify_mode(config.verify)
         self._owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
@@ -372,6 +382,8 @@ class Pipeline:
             resumed=resumed,
             completed=completed,
             collapsed=batch.shape.collapsed,
+            snapshots_checked=tally.snapshots_checked,
+            check_mismatches=tally.check_mismatches,
         )
         if self._on_batch is not None:
             self._on_batch(outcome)
@@ -520,8 +532,21 @@ class Pipeline:
         context = read_context(table, schema_id, tasks)
         spark = self._spark or spark_session()
         chunk_rows = batch.shape.chunk_rows
+        verifier = (
+            None
+            if self._verify == VerifyMode.OFF
+            else SnapshotVerifier(
+                table.metadata,
+                splits,
+                {r.split.split_id for r in requests if r.start_row_inclusive == 0},
+                from_snapshot_exclusive=batch.from_snapshot_exclusive,
+                collapsed=batch.shape.collapsed,
+            )
+        )
+        strict = self._verify == VerifyMode.STRICT
         held: list[tuple[int, Chunk]] = []
         held_snapshot: int | None = None
+        unchecked: list[tuple[int, Chunk]] = []  # strict: a checked snapshot's chunks, delivered once it passes
         for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows, stager=stager):
             if self._on_chunk is not None:
                 self._on_chunk(chunk)
@@ -535,12 +560,23 @@ class Pipeline:
                 held, held_snapshot = [], None
                 if self._stop.is_set():
                     return False
+            check = verifier.add(chunk) if verifier is not None else None
+            if check is not None:
+                self._checked(batch, check, tally)  # raises under strict: nothing of the snapshot is written yet
             if snapshot_id in gather:
                 held.append((split_index, chunk))
                 held_snapshot = snapshot_id
                 continue
-            self._deliver_chunk(batch, split_index, chunk, tally)
-            _hold_for_test(self._stop)
+            if strict and verifier is not None and verifier.checks(snapshot_id):
+                unchecked.append((split_index, chunk))
+                if check is None:
+                    continue
+                ready, unchecked = unchecked, []
+            else:
+                ready = [(split_index, chunk)]
+            for index, ready_chunk in ready:
+                self._deliver_chunk(batch, index, ready_chunk, tally)
+                _hold_for_test(self._stop)
             if self._stop.is_set():
                 return False
         if held_snapshot is not None:
@@ -603,6 +639,16 @@ class Pipeline:
         self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
         tally.add_rows(rows)
         return True
+
+    def _checked(self, batch: InflightBatch, check: SnapshotCheck, tally: _Tally) -> None:
+        """Count, report and log a snapshot's check; under strict a mismatch raises SnapshotCheckError."""
+        if check.rules:
+            tally.snapshots_checked += 1
+        tally.check_mismatches += len(check.mismatches)
+        if self._on_check is not None:
+            self._on_check(check)
+        context = {"consumer": self.consumer, "table": self.config.table, "batch_id": batch.batch_id}
+        report(check, self._verify, context)
 
     def _all_done(self) -> bool:
         checkpoint = self._store.load(self.consumer)

@@ -17,6 +17,7 @@ import yaml
 
 from icetail.kernel.errors import ConfigError, message_line
 from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.monitor.engine.verify import VERIFY_MODES
 
 PIPELINE_KEYS = {
     "catalog": "catalog",
@@ -33,12 +34,14 @@ PIPELINE_KEYS = {
     "protect_cursor": "protect_cursor",
     "branch": "branch",
     "net": "net",
+    "verify": "verify",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net"}
 DURATION_KEYS = {"interval", "shutdown_timeout"}
 LIST_KEYS = {"identifier_columns"}
+CHOICE_KEYS = {"verify": VERIFY_MODES}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
@@ -119,6 +122,10 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         return columns
     if name == "tables":
         return value
+    if name in CHOICE_KEYS:
+        if not isinstance(value, str) or value.strip().lower() not in CHOICE_KEYS[name]:
+            raise ConfigError(f"{where}: {name} must be one of {', '.join(CHOICE_KEYS[name])}, got {value!r}")
+        return value.strip().lower()
     if not isinstance(value, str):
         raise ConfigError(f"{where}: {name} must be a string, got {value!r}; quote it")
     return value
@@ -244,6 +251,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "protect_cursor": args.protect_cursor,
         "branch": getattr(args, "branch", None),
         "net": getattr(args, "net", None),
+        "verify": getattr(args, "verify", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

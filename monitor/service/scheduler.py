@@ -30,6 +30,7 @@ from icetail.kernel.errors import (
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import cursor_problem
+from icetail.monitor.engine.verify import SnapshotCheck
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.config import ServiceConfig
@@ -198,7 +199,13 @@ class Service:
             return
         try:
             if job.pipeline is None:
-                pipeline = Pipeline(config, spark=self._spark, stop_event=self._stop, on_batch=self._on_batch(config))
+                pipeline = Pipeline(
+                    config,
+                    spark=self._spark,
+                    stop_event=self._stop,
+                    on_batch=self._on_batch(config),
+                    on_check=self._on_check(config),
+                )
                 pipeline.open()
                 job.pipeline = pipeline
             self._update_lag(config, job)  # before: lag is visible while a long batch runs
@@ -208,6 +215,15 @@ class Service:
             job.consecutive_failures, job.last_ok, job.last_error = 0, True, ""
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
             self._on_failure(config, job, exc)
+
+    def _on_check(self, config: PipelineConfig) -> Any:
+        """Counted as the snapshot is checked, so a mismatch that stops a strict batch is counted too."""
+
+        def record(check: SnapshotCheck) -> None:
+            failed = [m.rule for m in check.mismatches]
+            self.metrics.record_snapshot_check(config.table, config.consumer_id, check.rules, failed)
+
+        return record
 
     def _on_batch(self, config: PipelineConfig) -> Any:
         def record(outcome: BatchOutcome) -> None:
