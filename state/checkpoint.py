@@ -53,12 +53,16 @@ class BatchShape:
     `first_ordinal`: the `_change_ordinal` of its first snapshot; `snapshot_count`: how many
     snapshots (commits) it holds, so the next batch's ordinals follow. `collapsed`: a repair
     batch whose one commit is the net change of a collapsed history (a direct diff).
+    `schema_id`: the table schema its rows are projected onto; a batch never spans a schema
+    change, so it is the schema every snapshot of the batch was written with. None for a batch
+    written before store schema 4, which is projected onto its to-snapshot's schema, as then.
     """
 
     chunk_rows: int | None = None
     first_ordinal: int = 0
     snapshot_count: int = 0
     collapsed: bool = False
+    schema_id: int | None = None
 
     def __post_init__(self) -> None:
         if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:

@@ -146,10 +146,18 @@ def _backfill_v3(tx: MigrationTx) -> None:
         )
 
 
+# The schema id each batch's rows are projected onto (BatchShape.schema_id). NULL for a batch
+# written before schema 4: it was planned across schema changes and projected onto its
+# to-snapshot's schema, which is what the pipeline keeps doing for it.
+_V4 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN schema_id INTEGER" for table in ("icetail_inflight_batches", "icetail_history")
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
     Migration(3, "each batch's chunk size, ordinals and collapsed marker in typed columns", _V3, _backfill_v3),
+    Migration(4, "the schema id each batch is projected onto", _V4),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

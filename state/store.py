@@ -268,7 +268,7 @@ _CONSUMER_COLUMNS = (
     "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
     "sink_url"
 )
-_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed"  # BatchShape, schema 3
+_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, schema_id"  # BatchShape, schemas 3 and 4
 _BATCH_COLUMNS = (
     "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
     + _SHAPE_COLUMNS
@@ -570,7 +570,7 @@ class SqlCheckpointStore:
                 )
             tx.execute(
                 f"INSERT INTO icetail_inflight_batches (consumer, {_BATCH_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     consumer,
                     batch.batch_id,
@@ -734,7 +734,7 @@ class SqlCheckpointStore:
             )
             tx.execute(
                 f"INSERT INTO icetail_history (consumer, seq, {_HISTORY_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     consumer,
                     generation,
@@ -846,23 +846,24 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
         split_count=int(r[4]),
         started_at_ms=int(r[5]),
         finished_at_ms=int(r[6]),
-        shape=_shape(r[7:11]),
+        shape=_shape(r[7:12]),
     )
 
 
 def _shape(columns: Sequence[Any]) -> BatchShape:
     """BatchShape from its typed columns (SQLite returns booleans as 0/1)."""
-    chunk_rows, first_ordinal, snapshot_count, collapsed = columns
+    chunk_rows, first_ordinal, snapshot_count, collapsed, schema_id = columns
     return BatchShape(
         chunk_rows=None if chunk_rows is None else int(chunk_rows),
         first_ordinal=int(first_ordinal),
         snapshot_count=int(snapshot_count),
         collapsed=bool(collapsed),
+        schema_id=None if schema_id is None else int(schema_id),
     )
 
 
-def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool]:
-    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed)
+def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, int | None]:
+    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed, shape.schema_id)
 
 
 def _ttl_ms(ttl_seconds: float) -> int:

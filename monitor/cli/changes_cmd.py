@@ -56,9 +56,11 @@ def cmd_changes(args: argparse.Namespace) -> int:
             carry_over_removal=not args.keep_carry_over,
             spark=session.result() if plan.splits else None,
             on_chunk=progress if args.output != "-" else None,
+            with_schema_id=args.with_schema_id,
         )
         try:
-            rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
+            schema = change_arrow_schema(table, plan.schema_id, with_schema_id=args.with_schema_id)
+            rows = write_output(args.output, schema, batches)
         finally:
             progress.close()
     finally:
@@ -79,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
+    changes.add_argument(
+        "--with-schema-id", action="store_true", help="add _schema_id: the schema id of each row's commit snapshot"
+    )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
     add_selection_arguments(plan)

@@ -49,6 +49,7 @@ def describe(outcome: BatchOutcome) -> str:
     collapsed = " collapsed history (repair by a direct diff)" if outcome.collapsed else ""
     return (
         f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
-        f"{collapsed}{' resumed' if outcome.resumed else ''}: {rows} in {outcome.chunks} chunks, "
+        f" schema {outcome.schema_id}{collapsed}{' resumed' if outcome.resumed else ''}: "
+        f"{rows} in {outcome.chunks} chunks, "
         f"{outcome.batch_seconds:.2f}s{state}"
     )

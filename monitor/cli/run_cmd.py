@@ -43,6 +43,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
     parser.add_argument(
+        "--with-schema-id", action="store_true", default=None, help="add _schema_id (the row's schema id)"
+    )
+    parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
 
@@ -91,6 +94,7 @@ def status_of(
             "splits": len(inflight.progress),
             "rows_emitted": inflight.rows_emitted,
             "collapsed": inflight.batch.shape.collapsed,
+            "schema_id": inflight.batch.shape.schema_id,
         }
     if last_batch is not None:
         report["last_batch"] = {
@@ -100,6 +104,7 @@ def status_of(
             "rows": last_batch.rows,
             "finished_at": _iso(last_batch.finished_at_ms),
             "collapsed": last_batch.shape.collapsed,
+            "schema_id": last_batch.shape.schema_id,
         }
     if with_table:
         report.update(lag_of(checkpoint))

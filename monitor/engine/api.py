@@ -22,7 +22,7 @@ from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
-from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
+from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
@@ -42,11 +42,14 @@ def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
     return snapshot.schema_id
 
 
-def change_arrow_schema(table: Table, schema_id: int | None) -> pa.Schema:
-    return change_schema(arrow_schema(output_schema(table, schema_id)))
+def change_arrow_schema(table: Table, schema_id: int | None, *, with_schema_id: bool = False) -> pa.Schema:
+    """Change rows: data columns (field ids as metadata), the changelog columns, `_schema_id` on request."""
+    return change_schema(arrow_schema_with_ids(output_schema(table, schema_id)), with_schema_id=with_schema_id)
 
 
-def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask]) -> ReadContext:
+def read_context(
+    table: Table, schema_id: int | None, tasks: Iterable[ChangeTask], *, with_schema_id: bool = False
+) -> ReadContext:
     equality_ids = {
         i
         for task in tasks
@@ -67,6 +70,7 @@ def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask
         equality_schema_json=Schema(*[fields[i] for i in sorted(fields)]).model_dump_json(),
         name_mapping_json=mapping,
         format_version=table.metadata.format_version,
+        with_schema_id=with_schema_id,
     )
 
 
@@ -105,12 +109,17 @@ def iter_changes(
     spark: Any = None,
     chunk_rows: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    with_schema_id: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
-    schema = change_arrow_schema(table, plan.schema_id)
+    """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
+
+    Rows are projected onto the plan's (to-snapshot's) schema; with `with_schema_id`, `_schema_id`
+    holds the schema id of each row's commit snapshot, which may be older than the plan's.
+    """
+    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
     if not plan.splits:
         return
-    context = read_context(table, plan.schema_id, plan.tasks)
+    context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
@@ -192,6 +201,7 @@ def changes_batch_reader(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    with_schema_id: bool = False,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -206,9 +216,15 @@ def changes_batch_reader(
         to_timestamp_inclusive=to_timestamp_inclusive,
     )
     batches = iter_changes(
-        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+        table,
+        plan,
+        identifier_columns=identifier_columns,
+        carry_over_removal=carry_over_removal,
+        spark=spark,
+        with_schema_id=with_schema_id,
     )
-    return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
+    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+    return pa.RecordBatchReader.from_batches(schema, batches)
 
 
 def read_changes(
@@ -221,8 +237,12 @@ def read_changes(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    with_schema_id: bool = False,
 ) -> pa.Table:
-    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one)."""
+    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one).
+
+    `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
+    """
     return changes_batch_reader(
         table,
         from_snapshot_id_exclusive,
@@ -232,4 +252,5 @@ def read_changes(
         identifier_columns=identifier_columns,
         carry_over_removal=carry_over_removal,
         spark=spark,
+        with_schema_id=with_schema_id,
     ).read_all()

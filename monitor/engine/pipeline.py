@@ -47,7 +47,7 @@ from icetail.monitor.engine.startup import (
     recovery_for,
 )
 from icetail.monitor.planning.lineage import snapshots_between
-from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
+from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
@@ -75,6 +75,7 @@ class PipelineConfig:
     protect_cursor: bool = False
     lease_ttl_seconds: float = 120.0
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
+    with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
 
     def __post_init__(self) -> None:
         parse_start(self.start)
@@ -114,6 +115,7 @@ class BatchOutcome:
     resumed: bool = False
     completed: bool = True
     collapsed: bool = False  # a repair batch: the net change (from, to] by a direct diff, history collapsed
+    schema_id: int | None = None  # the table schema the batch's rows are projected onto (one per batch)
 
     @property
     def rows(self) -> int:
@@ -341,6 +343,7 @@ class Pipeline:
             resumed=resumed,
             completed=completed,
             collapsed=batch.shape.collapsed,
+            schema_id=batch_schema_id(table, batch),
         )
         if self._on_batch is not None:
             self._on_batch(outcome)
@@ -386,10 +389,11 @@ class Pipeline:
             plan = self._planner.plan_full(current, ordinal_base=base)
             # the batch starts where the stored cursor is (CAS), even when that snapshot is gone
             return replace(plan, from_snapshot_id_exclusive=checkpoint.cursor.snapshot_id)
-        to_snapshot = current
+        # a batch never spans a schema change: it ends before the first snapshot of a new schema
+        chain = same_schema_prefix(metadata, snapshots_between(metadata, cursor.snapshot_id, current))
         if self.config.max_snapshots_per_batch is not None:
-            chain = snapshots_between(metadata, cursor.snapshot_id, current)
-            to_snapshot = chain[min(len(chain), self.config.max_snapshots_per_batch) - 1].snapshot_id
+            chain = chain[: self.config.max_snapshots_per_batch]
+        to_snapshot = chain[-1].snapshot_id
         return self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
 
     def _next_ordinal(self, cursor: Cursor) -> int:
@@ -418,7 +422,7 @@ class Pipeline:
     def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:
         """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
-        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed)
+        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed, plan.schema_id)
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
         """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
@@ -439,7 +443,8 @@ class Pipeline:
         splits = batch.splits
         if not splits:
             return True
-        schema_id = schema_id_of(table, batch.to_snapshot_inclusive)
+        schema_id = batch_schema_id(table, batch)
+        splits = _with_commit_schema_ids(table, splits)
         identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
         tasks = [s.task for s in splits]
         gather = snapshots_needing_reconcile(tasks) if (self.config.carry_over_removal or identifiers) else set()
@@ -450,7 +455,9 @@ class Pipeline:
             by_snapshot[split.task.commit.snapshot_id].append(split)
         # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
         stager = (
-            self.sink.stager(change_arrow_schema(table, schema_id)) if isinstance(self.sink, StagingSink) else None
+            self.sink.stager(change_arrow_schema(table, schema_id, with_schema_id=self.config.with_schema_id))
+            if isinstance(self.sink, StagingSink)
+            else None
         )
         staging = stager is not None
         requests: list[SplitRequest] = []
@@ -465,7 +472,7 @@ class Pipeline:
                 requests.append(SplitRequest(split, start, stage_as))
         if not requests:
             return True
-        context = read_context(table, schema_id, tasks)
+        context = read_context(table, schema_id, tasks, with_schema_id=self.config.with_schema_id)
         spark = self._spark or spark_session()
         chunk_rows = batch.shape.chunk_rows
         held: list[tuple[int, Chunk]] = []
@@ -582,6 +589,27 @@ class Pipeline:
                 manage.create_tag(snapshot_id, tag)
         except NotImplementedError as exc:  # pyiceberg cannot write this table's metadata
             raise ConfigError(_cannot_tag(table, self.consumer, str(exc))) from exc
+
+
+def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
+    """The schema a batch is projected onto: stored with it, or (written before store schema 4) its to-snapshot's."""
+    if batch.shape.schema_id is not None:
+        return batch.shape.schema_id
+    return schema_id_of(table, batch.to_snapshot_inclusive)
+
+
+def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:
+    """Splits persisted before split format 3 lack their commit's schema id (`_schema_id`): look it up."""
+    if all(s.task.commit.schema_id is not None for s in splits):
+        return splits
+    filled = []
+    for split in splits:
+        commit = split.task.commit
+        if commit.schema_id is None:
+            commit = replace(commit, schema_id=schema_id_of(table, commit.snapshot_id))
+            split = replace(split, task=replace(split.task, commit=commit))
+        filled.append(split)
+    return tuple(filled)
 
 
 def _check_can_tag(table: Table, consumer: str) -> None:
