@@ -40,7 +40,7 @@ class ChangePartitionSpec:
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        return change_schema(self.context.output_arrow_schema)
+        return change_schema(self.context.output_arrow_schema, with_schema_id=self.context.with_schema_id)
 
 
 def plan_partitions(
@@ -51,12 +51,13 @@ def plan_partitions(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     partition_bytes: int = DEFAULT_PARTITION_BYTES,
+    with_schema_id: bool = False,
 ) -> list[ChangePartitionSpec]:
     """The partitions of `plan`, in plan order; rows are projected onto `schema_id` (default: the plan's)."""
     if not plan.splits:
         return []
     output_schema_id = plan.schema_id if schema_id is None else schema_id
-    context = read_context(table, output_schema_id, plan.tasks)
+    context = read_context(table, output_schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, output_schema_id, identifier_columns)
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
 

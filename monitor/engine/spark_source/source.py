@@ -57,8 +57,9 @@ def _open_table(options: TableOptions) -> Table:
     return load_table(open_catalog(options.catalog, dict(options.catalog_properties)), options.table)
 
 
-def _spark_schema(table: Table, schema_id: int | None) -> StructType:
-    return from_arrow_schema(change_arrow_schema(table, schema_id), prefer_timestamp_ntz=True)
+def _spark_schema(table: Table, schema_id: int | None, with_schema_id: bool) -> StructType:
+    arrow = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+    return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
 def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -88,7 +89,7 @@ class ChangesDataSource(DataSource):
 
     def schema(self) -> StructType:
         table, _, schema_id = self._pin()
-        return _spark_schema(table, schema_id)
+        return _spark_schema(table, schema_id, parse_any_options(self.options)[0].with_schema_id)
 
     def _pin(self) -> tuple[Table, int | None, int | None]:
         source, to_option = parse_any_options(self.options)
@@ -132,7 +133,11 @@ class ChangesBatchReader(DataSourceReader):
             return []
         plan = plan_range(table, self._options.from_snapshot_id_exclusive, self._to_snapshot)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            with_schema_id=self._options.source.with_schema_id,
         )
         return [ChangePartition(spec) for spec in specs]
 
@@ -209,7 +214,11 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         assert self._planner is not None
         plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            with_schema_id=self._options.source.with_schema_id,
         )
         return [ChangePartition(spec) for spec in specs]
 
