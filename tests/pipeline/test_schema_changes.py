@@ -265,3 +265,26 @@ def test_a_batch_the_previous_release_planned_across_a_schema_change_resumes_exa
     assert [c for c in got.column_names if c not in (*METADATA_COLUMNS, SCHEMA_ID)] == ["id", "n", "w", "x", "e"]
     assert _multiset(got, names) == _multiset(want, names)  # exactly once; _schema_id per commit (0, 1, 2)
     assert set(got.column(SCHEMA_ID).to_pylist()) == {0, 1, 2}
+
+
+def test_the_command_line_flag_adds_the_column(evolving: Any, spark: Any, tmp_path: Path) -> None:
+    """`icetail changes --with-schema-id` is `read_changes(with_schema_id=True)`; `run --with-schema-id` too."""
+    from icetail.monitor.cli.main import main as cli_main
+
+    cat, table = evolving
+    out = tmp_path / "changes.parquet"
+    common = ["--catalog", cat.name, "--table", TABLE]
+    assert cli_main(["changes", *common, "--with-schema-id", "--output", str(out)]) == 0
+    got = pq.read_table(out)
+    want = read_changes(table, with_schema_id=True, spark=spark)
+    assert got.column_names == want.column_names and got.column_names[-1] == SCHEMA_ID
+    assert _multiset(got, got.column_names) == _multiset(want, want.column_names)
+    assert set(got.column(SCHEMA_ID).to_pylist()) == {0, 1, 2, 3, 4}
+
+    sink_dir = tmp_path / "sink"
+    run = ["run", *common, "--state", f"sqlite:///{tmp_path}/s.db", "--sink", f"parquet://{sink_dir}", "--once"]
+    assert cli_main([*run, "--with-schema-id"]) == 0
+    (first,) = sorted(sink_dir.glob("*.parquet"))[:1]
+    assert set(pq.read_table(first).column(SCHEMA_ID).to_pylist()) == {0}
+    assert cli_main(run) == 0  # without the flag: no column
+    assert SCHEMA_ID not in pq.read_table(sorted(sink_dir.glob("*.parquet"))[-1]).column_names

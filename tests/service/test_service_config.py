@@ -387,3 +387,14 @@ def test_run_reads_the_same_sources_the_same_way_as_serve(tmp_path: Path) -> Non
     # a service value is checked for run too: one configuration, one reading of it
     with pytest.raises(ConfigError, match="ICETAIL_INTERVAL"):
         run_config(build_parser().parse_args(["run", "--config", path]), {"ICETAIL_INTERVAL": "soon"})
+
+
+def test_with_schema_id_from_file_environment_and_flag(tmp_path: Path) -> None:
+    """`--with-schema-id` (add `_schema_id`) is read like every other switch: file < ICETAIL_* < flag."""
+    assert build(tmp_path, BASE).pipelines[0].with_schema_id is False
+    assert build(tmp_path, {**BASE, "with-schema-id": True}).pipelines[0].with_schema_id is True
+    assert build(tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="yes").pipelines[0].with_schema_id is True
+    assert build(tmp_path, {**BASE, "with_schema_id": False}, "--with-schema-id").pipelines[0].with_schema_id is True
+    assert "ICETAIL_WITH_SCHEMA_ID: with_schema_id must be true or false" in config_error(
+        tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="maybe"
+    )
