@@ -171,6 +171,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 line += (
                     f"; in flight {f['batch_id']}: {f['splits_done']}/{f['splits']} splits, {f['rows_emitted']} rows"
                 )
+                if f["schema_id"] is not None:
+                    line += f", schema {f['schema_id']}"
             if r.get("cursor_condition", "ok") != "ok":
                 line += f"; cursor {r['cursor_condition']}"
             if r.get("last_batch", {}).get("collapsed"):
