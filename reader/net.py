@@ -33,13 +33,15 @@ from icetail.reader.metadata_columns import (
     COMMIT_SNAPSHOT_ID,
     COMMIT_TIMESTAMP,
     METADATA_COLUMNS,
+    SCHEMA_ID,
 )
 from icetail.reader.reconcile import HIDDEN_PREFIX, cancelled_rows, one_delete_one_insert
 
 
 def data_columns(schema: pa.Schema) -> list[str]:
-    """The columns that make a row's content: everything but change metadata and hidden bookkeeping."""
-    return [n for n in schema.names if n not in METADATA_COLUMNS and not n.startswith(HIDDEN_PREFIX)]
+    """The columns that make a row's content: everything but change metadata (`_schema_id` too: a row
+    inserted under one schema and deleted under the next is the same row) and hidden bookkeeping."""
+    return [n for n in schema.names if n not in METADATA_COLUMNS and n != SCHEMA_ID and not n.startswith(HIDDEN_PREFIX)]
 
 
 def net_key_columns(schema: pa.Schema, identifier_columns: Sequence[str] | None) -> tuple[str, ...]:

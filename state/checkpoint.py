@@ -55,6 +55,9 @@ class BatchShape:
     batch whose one commit is the net change of a collapsed history (a direct diff). `net`: the
     batch delivers its net changes (`--net`) as one chunk; a resumed batch keeps this mode
     whatever the restart is configured with, so a batch is never half one and half the other.
+    `schema_id`: the table schema its rows are projected onto; a batch never spans a schema
+    change, so it is the schema every snapshot of the batch was written with. None for a batch
+    written before store schema 6, which is projected onto its to-snapshot's schema, as then.
     """
 
     chunk_rows: int | None = None
@@ -62,6 +65,7 @@ class BatchShape:
     snapshot_count: int = 0
     collapsed: bool = False
     net: bool = False
+    schema_id: int | None = None
 
     def __post_init__(self) -> None:
         if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:

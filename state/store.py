@@ -280,7 +280,7 @@ _CONSUMER_COLUMNS = (
     "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
     "sink_url, branch"
 )
-_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net"  # BatchShape, schema 3 (net: 4)
+_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id"  # BatchShape, schemas 3, 5, 6
 _BATCH_COLUMNS = (
     "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
     + _SHAPE_COLUMNS
@@ -908,18 +908,19 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
 
 def _shape(columns: Sequence[Any]) -> BatchShape:
     """BatchShape from its typed columns (SQLite returns booleans as 0/1)."""
-    chunk_rows, first_ordinal, snapshot_count, collapsed, net = columns
+    chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id = columns
     return BatchShape(
         chunk_rows=None if chunk_rows is None else int(chunk_rows),
         first_ordinal=int(first_ordinal),
         snapshot_count=int(snapshot_count),
         collapsed=bool(collapsed),
         net=bool(net),
+        schema_id=None if schema_id is None else int(schema_id),
     )
 
 
-def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool]:
-    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed, shape.net)
+def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, int | None]:
+    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed, shape.net, shape.schema_id)
 
 
 def _ttl_ms(ttl_seconds: float) -> int:

@@ -79,9 +79,11 @@ def cmd_changes(args: argparse.Namespace) -> int:
             on_chunk=progress if args.output != "-" else None,
             net=args.net,
             verify=args.verify,
+            with_schema_id=args.with_schema_id,
         )
         try:
-            rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
+            schema = change_arrow_schema(table, plan.schema_id, with_schema_id=args.with_schema_id)
+            rows = write_output(args.output, schema, batches)
         finally:
             progress.close()
     finally:
@@ -109,6 +111,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--verify",
         default="warn",
         help="check each snapshot against its summary: off | warn (default: log a mismatch) | strict (fail on it)",
+    )
+    changes.add_argument(
+        "--with-schema-id", action="store_true", help="add _schema_id: the schema id of each row's commit snapshot"
     )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")

@@ -54,6 +54,7 @@ def describe(outcome: BatchOutcome) -> str:
     )
     return (
         f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
-        f"{collapsed}{' resumed' if outcome.resumed else ''}: {rows} in {outcome.chunks} chunks, "
+        f" schema {outcome.schema_id}{collapsed}{' resumed' if outcome.resumed else ''}: "
+        f"{rows} in {outcome.chunks} chunks, "
         f"{outcome.batch_seconds:.2f}s{state}{mismatches}"
     )

@@ -54,6 +54,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         help="check each snapshot against its summary: off | warn (default: log, count) | strict (refuse the batch)",
     )
     parser.add_argument(
+        "--with-schema-id", action="store_true", default=None, help="add _schema_id (the row's schema id)"
+    )
+    parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
 
@@ -103,6 +106,7 @@ def status_of(
             "splits": len(inflight.progress),
             "rows_emitted": inflight.rows_emitted,
             "collapsed": inflight.batch.shape.collapsed,
+            "schema_id": inflight.batch.shape.schema_id,
         }
     if last_batch is not None:
         report["last_batch"] = {
@@ -112,6 +116,7 @@ def status_of(
             "rows": last_batch.rows,
             "finished_at": _iso(last_batch.finished_at_ms),
             "collapsed": last_batch.shape.collapsed,
+            "schema_id": last_batch.shape.schema_id,
         }
     if with_table:
         report.update(lag_of(checkpoint))
@@ -180,6 +185,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 line += (
                     f"; in flight {f['batch_id']}: {f['splits_done']}/{f['splits']} splits, {f['rows_emitted']} rows"
                 )
+                if f["schema_id"] is not None:
+                    line += f", schema {f['schema_id']}"
             if r.get("cursor_condition", "ok") != "ok":
                 line += f"; cursor {r['cursor_condition']}"
             if r.get("last_batch", {}).get("collapsed"):

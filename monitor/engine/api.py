@@ -26,7 +26,7 @@ from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snap
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
-from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
+from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
@@ -46,11 +46,14 @@ def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
     return snapshot.schema_id
 
 
-def change_arrow_schema(table: Table, schema_id: int | None) -> pa.Schema:
-    return change_schema(arrow_schema(output_schema(table, schema_id)))
+def change_arrow_schema(table: Table, schema_id: int | None, *, with_schema_id: bool = False) -> pa.Schema:
+    """Change rows: data columns (field ids as metadata), the changelog columns, `_schema_id` on request."""
+    return change_schema(arrow_schema_with_ids(output_schema(table, schema_id)), with_schema_id=with_schema_id)
 
 
-def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask]) -> ReadContext:
+def read_context(
+    table: Table, schema_id: int | None, tasks: Iterable[ChangeTask], *, with_schema_id: bool = False
+) -> ReadContext:
     equality_ids = {
         i
         for task in tasks
@@ -71,6 +74,7 @@ def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask
         equality_schema_json=Schema(*[fields[i] for i in sorted(fields)]).model_dump_json(),
         name_mapping_json=mapping,
         format_version=table.metadata.format_version,
+        with_schema_id=with_schema_id,
     )
 
 
@@ -112,20 +116,23 @@ def iter_changes(
     net: bool = False,
     verify: str = "warn",
     on_check: Callable[[SnapshotCheck], None] | None = None,
+    with_schema_id: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
 
+    Rows are projected onto the plan's (to-snapshot's) schema; with `with_schema_id`, `_schema_id`
+    holds the schema id of each row's commit snapshot, which may be older than the plan's.
     `net`: the range's net changes instead (reader/net.py), gathered before the first row is yielded.
     `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
     under strict a snapshot is held until checked, so a refused snapshot yields nothing.
     """
     mode = parse_verify_mode(verify, "verify")
-    schema = change_arrow_schema(table, plan.schema_id)
+    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
     if net and not carry_over_removal:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
     if not plan.splits:
         return
-    context = read_context(table, plan.schema_id, plan.tasks)
+    context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
     if net:
         yield from _net_changes(table, plan, context, schema, identifiers, spark, chunk_rows, on_chunk)
@@ -289,6 +296,7 @@ def changes_batch_reader(
     spark: Any = None,
     net: bool = False,
     verify: str = "warn",
+    with_schema_id: bool = False,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -317,8 +325,10 @@ def changes_batch_reader(
         spark=spark,
         net=net,
         verify=verify,
+        with_schema_id=with_schema_id,
     )
-    return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
+    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+    return pa.RecordBatchReader.from_batches(schema, batches)
 
 
 def read_changes(
@@ -336,6 +346,7 @@ def read_changes(
     spark: Any = None,
     net: bool = False,
     verify: str = "warn",
+    with_schema_id: bool = False,
 ) -> pa.Table:
     """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
 
@@ -343,6 +354,7 @@ def read_changes(
     bound the range by tag instead of by snapshot id or time.
 
     `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
+    `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
     """
     return changes_batch_reader(
         table,
@@ -358,4 +370,5 @@ def read_changes(
         spark=spark,
         net=net,
         verify=verify,
+        with_schema_id=with_schema_id,
     ).read_all()

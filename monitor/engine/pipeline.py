@@ -48,7 +48,7 @@ from icetail.monitor.engine.startup import (
 )
 from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
 from icetail.monitor.planning.lineage import snapshots_between
-from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
+from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.net import fold_range, net_key_columns
@@ -81,6 +81,7 @@ class PipelineConfig:
     branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
     net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
     verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
+    with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
 
     def __post_init__(self) -> None:
         if self.net and not self.carry_over_removal:
@@ -127,6 +128,7 @@ class BatchOutcome:
     collapsed: bool = False  # a repair batch: the net change (from, to] by a direct diff, history collapsed
     snapshots_checked: int = 0  # snapshots whose summary proved at least one rule (--verify)
     check_mismatches: int = 0  # rules those snapshots failed (delivered anyway: --verify warn)
+    schema_id: int | None = None  # the table schema the batch's rows are projected onto (one per batch)
 
     @property
     def rows(self) -> int:
@@ -384,6 +386,7 @@ class Pipeline:
             collapsed=batch.shape.collapsed,
             snapshots_checked=tally.snapshots_checked,
             check_mismatches=tally.check_mismatches,
+            schema_id=batch_schema_id(table, batch),
         )
         if self._on_batch is not None:
             self._on_batch(outcome)
@@ -447,10 +450,11 @@ class Pipeline:
             plan = self._planner.plan_full(current, ordinal_base=base)
             # the batch starts where the stored cursor is (CAS), even when that snapshot is gone
             return replace(plan, from_snapshot_id_exclusive=checkpoint.cursor.snapshot_id)
-        to_snapshot = current
+        # a batch never spans a schema change: it ends before the first snapshot of a new schema
+        chain = same_schema_prefix(metadata, snapshots_between(metadata, cursor.snapshot_id, current))
         if self.config.max_snapshots_per_batch is not None:
-            chain = snapshots_between(metadata, cursor.snapshot_id, current)
-            to_snapshot = chain[min(len(chain), self.config.max_snapshots_per_batch) - 1].snapshot_id
+            chain = chain[: self.config.max_snapshots_per_batch]
+        to_snapshot = chain[-1].snapshot_id
         return self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
 
     def _next_ordinal(self, cursor: Cursor) -> int:
@@ -479,7 +483,9 @@ class Pipeline:
     def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:
         """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
-        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed, self.config.net)
+        return BatchShape(
+            self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed, self.config.net, plan.schema_id
+        )
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
         """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
@@ -501,7 +507,8 @@ class Pipeline:
         splits = batch.splits
         if not splits:
             return True
-        schema_id = schema_id_of(table, batch.to_snapshot_inclusive)
+        schema_id = batch_schema_id(table, batch)
+        splits = _with_commit_schema_ids(table, splits)
         identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
         if batch.shape.net:
             return self._deliver_net(table, inflight, schema_id, identifiers, tally)
@@ -514,7 +521,9 @@ class Pipeline:
             by_snapshot[split.task.commit.snapshot_id].append(split)
         # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
         stager = (
-            self.sink.stager(change_arrow_schema(table, schema_id)) if isinstance(self.sink, StagingSink) else None
+            self.sink.stager(change_arrow_schema(table, schema_id, with_schema_id=self.config.with_schema_id))
+            if isinstance(self.sink, StagingSink)
+            else None
         )
         staging = stager is not None
         requests: list[SplitRequest] = []
@@ -529,7 +538,7 @@ class Pipeline:
                 requests.append(SplitRequest(split, start, stage_as))
         if not requests:
             return True
-        context = read_context(table, schema_id, tasks)
+        context = read_context(table, schema_id, tasks, with_schema_id=self.config.with_schema_id)
         spark = self._spark or spark_session()
         chunk_rows = batch.shape.chunk_rows
         verifier = (
@@ -598,10 +607,12 @@ class Pipeline:
         pending = [p for p in inflight.progress if not p.done]
         if not pending:
             return True
-        schema = change_arrow_schema(table, schema_id)
-        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in batch.splits}
-        requests = [SplitRequest(s) for s in batch.splits]
-        context = read_context(table, schema_id, [s.task for s in batch.splits])
+        with_schema_id = self.config.with_schema_id
+        schema = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+        splits = _with_commit_schema_ids(table, batch.splits)
+        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
+        requests = [SplitRequest(s) for s in splits]
+        context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
         next_rows: dict[str, int] = {}
 
         def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -618,7 +629,7 @@ class Pipeline:
                     yield snapshot_of[chunk.split_id], chunk.batch
 
         try:
-            net = fold_range(schema, batches(), snapshots_needing_reconcile(s.task for s in batch.splits))
+            net = fold_range(schema, batches(), snapshots_needing_reconcile(s.task for s in splits))
         except _Abandoned:
             return False
         rows = net.result(net_key_columns(schema, identifiers))
@@ -741,6 +752,27 @@ class Pipeline:
                 manage.create_tag(snapshot_id, tag)
         except NotImplementedError as exc:  # pyiceberg cannot write this table's metadata
             raise ConfigError(_cannot_tag(table, self.consumer, str(exc))) from exc
+
+
+def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
+    """The schema a batch is projected onto: stored with it, or (written before store schema 6) its to-snapshot's."""
+    if batch.shape.schema_id is not None:
+        return batch.shape.schema_id
+    return schema_id_of(table, batch.to_snapshot_inclusive)
+
+
+def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:
+    """Splits persisted before split format 3 lack their commit's schema id (`_schema_id`): look it up."""
+    if all(s.task.commit.schema_id is not None for s in splits):
+        return splits
+    filled = []
+    for split in splits:
+        commit = split.task.commit
+        if commit.schema_id is None:
+            commit = replace(commit, schema_id=schema_id_of(table, commit.snapshot_id))
+            split = replace(split, task=replace(split.task, commit=commit))
+        filled.append(split)
+    return tuple(filled)
 
 
 class _Abandoned(Exception):

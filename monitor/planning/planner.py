@@ -6,15 +6,24 @@ bigger), so one huge file becomes many Spark tasks instead of one that stalls ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
 from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
-from icetail.monitor.planning.diff import COLLAPSED, REPLACE, SnapshotDiffer, commit_info, operation_of
+from icetail.monitor.planning.diff import (
+    COLLAPSED,
+    REPLACE,
+    SnapshotDiffer,
+    commit_info,
+    operation_of,
+    snapshot_schema_id,
+)
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader
 from icetail.monitor.planning.refs import MAIN_BRANCH
@@ -143,7 +152,7 @@ class Planner:
             return ChangePlan(name, None, None, metadata.current_schema_id, (), (), (), branch=self._branch)
         snapshot = snapshot_or_raise(metadata, snapshot_id, "start")
         before = self._manifests.manifests_read
-        commit = commit_info(snapshot, ordinal_base)
+        commit = commit_info(snapshot, ordinal_base, metadata)
         deletes = [
             e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
         ]
@@ -182,7 +191,7 @@ class Planner:
         start = snapshot_or_raise(metadata, from_snapshot_id_exclusive, "cursor")
         end = snapshot_or_raise(metadata, to_snapshot_id_inclusive, "current")
         before_read = self._manifests.manifests_read
-        commit = replace(commit_info(end, ordinal_base), parent_id=start.snapshot_id, operation=COLLAPSED)
+        commit = replace(commit_info(end, ordinal_base, metadata), parent_id=start.snapshot_id, operation=COLLAPSED)
         spec_ids = global_spec_ids(metadata)
         data_before, index_before = self._live_files(start, spec_ids)
         data_after, index_after = self._live_files(end, spec_ids)
@@ -236,6 +245,20 @@ class Planner:
         return cached
 
 
+def same_schema_prefix(metadata: TableMetadata, chain: Sequence[Snapshot]) -> list[Snapshot]:
+    """The leading snapshots of `chain` (oldest first) written with the first one's schema.
+
+    A batch of `run`/`serve` ends before the first snapshot whose schema id differs, so each
+    batch holds one schema: its rows are exactly what a reader of its snapshots sees, and a sink
+    learns of the schema change between two batches (docs/semantics.md, "Schema changes").
+    """
+    if not chain:
+        return []
+    first = snapshot_schema_id(chain[0], metadata)
+    end = next((i for i, s in enumerate(chain) if snapshot_schema_id(s, metadata) != first), len(chain))
+    return list(chain[:end])
+
+
 def split_task(task: ChangeTask, target_split_bytes: int) -> list[ChangeSplit]:
     """Group consecutive row groups into splits of about `target_split_bytes`."""
     data_file = task.data_file
@@ -261,4 +284,4 @@ def _split(task: ChangeTask, start: int, end: int, size: int) -> ChangeSplit:
     return ChangeSplit(task, start, end, rows, size)
 
 
-__all__ = ["ChangePlan", "Planner", "SkippedSnapshot", "split_task", "commit_info"]
+__all__ = ["ChangePlan", "Planner", "SkippedSnapshot", "same_schema_prefix", "split_task", "commit_info"]

@@ -35,10 +35,11 @@ PIPELINE_KEYS = {
     "branch": "branch",
     "net": "net",
     "verify": "verify",
+    "with_schema_id": "with_schema_id",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
-BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net"}
+BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id"}
 DURATION_KEYS = {"interval", "shutdown_timeout"}
 LIST_KEYS = {"identifier_columns"}
 CHOICE_KEYS = {"verify": VERIFY_MODES}
@@ -252,6 +253,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "branch": getattr(args, "branch", None),
         "net": getattr(args, "net", None),
         "verify": getattr(args, "verify", None),
+        "with_schema_id": getattr(args, "with_schema_id", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

@@ -397,3 +397,14 @@ def test_net_from_file_environment_and_flag(tmp_path: Path) -> None:
     assert build(tmp_path, BASE, "--net").pipelines[0].net is True
     message = config_error(tmp_path, {**BASE, "net": True, "keep_carry_over": True})
     assert "--net always cancels carry-over rows; drop --keep-carry-over" in message
+
+
+def test_with_schema_id_from_file_environment_and_flag(tmp_path: Path) -> None:
+    """`--with-schema-id` (add `_schema_id`) is read like every other switch: file < ICETAIL_* < flag."""
+    assert build(tmp_path, BASE).pipelines[0].with_schema_id is False
+    assert build(tmp_path, {**BASE, "with-schema-id": True}).pipelines[0].with_schema_id is True
+    assert build(tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="yes").pipelines[0].with_schema_id is True
+    assert build(tmp_path, {**BASE, "with_schema_id": False}, "--with-schema-id").pipelines[0].with_schema_id is True
+    assert "ICETAIL_WITH_SCHEMA_ID: with_schema_id must be true or false" in config_error(
+        tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="maybe"
+    )

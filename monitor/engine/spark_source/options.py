@@ -24,8 +24,17 @@ BATCH_OPTIONS = (
     "from-tag",
     "to-tag",
     "net",
+    "with-schema-id",
 )
-STREAM_OPTIONS = ("catalog", "table", "identifier-columns", "starting", "max-snapshots-per-trigger", "branch")
+STREAM_OPTIONS = (
+    "catalog",
+    "table",
+    "identifier-columns",
+    "starting",
+    "max-snapshots-per-trigger",
+    "branch",
+    "with-schema-id",
+)
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
 
 
@@ -38,6 +47,7 @@ class TableOptions:
     catalog_properties: tuple[tuple[str, str], ...] = ()
     identifier_columns: tuple[str, ...] | None = None
     branch: str = MAIN_BRANCH  # the history read: its head is the current snapshot
+    with_schema_id: bool = False  # add `_schema_id`, the schema id of each row's commit snapshot
 
 
 @dataclass(frozen=True)
@@ -132,7 +142,8 @@ def _table_options(values: Mapping[str, str]) -> TableOptions:
     if raw_ids is not None and not identifiers:
         raise ConfigError("option 'identifier-columns' must name columns, e.g. 'a,b'")
     branch = _name(values, "branch") or MAIN_BRANCH
-    return TableOptions(values["catalog"].strip(), table, properties, identifiers, branch)
+    with_schema_id = _boolean(values, "with-schema-id")
+    return TableOptions(values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id)
 
 
 def _name(values: Mapping[str, str], option: str) -> str | None:

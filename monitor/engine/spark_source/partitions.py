@@ -42,7 +42,7 @@ class ChangePartitionSpec:
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        return change_schema(self.context.output_arrow_schema)
+        return change_schema(self.context.output_arrow_schema, with_schema_id=self.context.with_schema_id)
 
 
 def plan_partitions(
@@ -54,6 +54,7 @@ def plan_partitions(
     carry_over_removal: bool = True,
     partition_bytes: int = DEFAULT_PARTITION_BYTES,
     net: bool = False,
+    with_schema_id: bool = False,
 ) -> list[ChangePartitionSpec]:
     """The partitions of `plan`, in plan order; rows are projected onto `schema_id` (default: the plan's).
 
@@ -62,7 +63,7 @@ def plan_partitions(
     if not plan.splits:
         return []
     output_schema_id = plan.schema_id if schema_id is None else schema_id
-    context = read_context(table, output_schema_id, plan.tasks)
+    context = read_context(table, output_schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, output_schema_id, identifier_columns)
     if net:
         return [ChangePartitionSpec(context, plan.splits, True, identifiers, True, net=True)]

@@ -74,8 +74,9 @@ def _open_table(options: TableOptions, *, following: bool = False) -> Table:
         ) from exc
 
 
-def _spark_schema(table: Table, schema_id: int | None) -> StructType:
-    return from_arrow_schema(change_arrow_schema(table, schema_id), prefer_timestamp_ntz=True)
+def _spark_schema(table: Table, schema_id: int | None, with_schema_id: bool) -> StructType:
+    arrow = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+    return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
 def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -105,7 +106,7 @@ class ChangesDataSource(DataSource):
 
     def schema(self) -> StructType:
         table, _, schema_id = self._pin()
-        return _spark_schema(table, schema_id)
+        return _spark_schema(table, schema_id, parse_any_options(self.options)[0].with_schema_id)
 
     def _pin(self) -> tuple[Table, int | None, int | None]:
         source, to_option, to_tag = parse_any_options(self.options)
@@ -163,6 +164,7 @@ class ChangesBatchReader(DataSourceReader):
             schema_id=self._schema_id,
             identifier_columns=self._options.source.identifier_columns,
             net=self._options.net,
+            with_schema_id=self._options.source.with_schema_id,
         )
         return [ChangePartition(spec) for spec in specs]
 
@@ -239,7 +241,11 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         assert self._planner is not None
         plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            with_schema_id=self._options.source.with_schema_id,
         )
         return [ChangePartition(spec) for spec in specs]
 
