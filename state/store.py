@@ -280,6 +280,15 @@ _CONSUMER_COLUMNS = (
     "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
     "sink_url, branch"
 )
+def _column_count(columns: str) -> int:
+    return len(columns.split(","))
+
+
+def _placeholders(count: int) -> str:
+    """`?, ?, ...` for an INSERT of `count` columns: the column lists grow with the store schema."""
+    return ", ".join("?" * count)
+
+
 _SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id"  # BatchShape, schemas 3, 5, 6
 _BATCH_COLUMNS = (
     "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
@@ -613,7 +622,7 @@ class SqlCheckpointStore:
                 )
             tx.execute(
                 f"INSERT INTO icetail_inflight_batches (consumer, {_BATCH_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"VALUES ({_placeholders(1 + _column_count(_BATCH_COLUMNS))})",
                 (
                     consumer,
                     batch.batch_id,
@@ -777,7 +786,7 @@ class SqlCheckpointStore:
             )
             tx.execute(
                 f"INSERT INTO icetail_history (consumer, seq, {_HISTORY_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"VALUES ({_placeholders(2 + _column_count(_HISTORY_COLUMNS))})",
                 (
                     consumer,
                     generation,
@@ -902,7 +911,7 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
         split_count=int(r[4]),
         started_at_ms=int(r[5]),
         finished_at_ms=int(r[6]),
-        shape=_shape(r[7:12]),
+        shape=_shape(r[7:]),  # the shape columns close the history columns
     )
 
 

@@ -484,7 +484,12 @@ class Pipeline:
         """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
         return BatchShape(
-            self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed, self.config.net, plan.schema_id
+            self.config.chunk_rows or None,
+            first,
+            len(plan.commits),
+            plan.collapsed,
+            net=self.config.net,
+            schema_id=plan.schema_id,
         )
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:

@@ -104,7 +104,8 @@ def test_a_batch_written_by_the_previous_release_resumes_exactly(tmp_path: Path,
     with open_store(config.state_url) as store:
         checkpoint = store.load("up")
     assert checkpoint is not None and checkpoint.inflight is not None
-    assert checkpoint.inflight.batch.shape == BatchShape(CHUNK_ROWS, 1, 1, False, table.metadata.current_schema_id)
+    expected_shape = BatchShape(CHUNK_ROWS, 1, 1, False, schema_id=table.metadata.current_schema_id)
+    assert checkpoint.inflight.batch.shape == expected_shape
     assert checkpoint.inflight.rows_emitted == 2 * ROW_GROUP_ROWS + 2 * CHUNK_ROWS  # 8 chunks committed
 
     downgrade_to_previous_release(state, tmp_path)
