@@ -9,6 +9,9 @@ failures mean the store's contents are damaged: StateError.
 Versions (never edit a shipped one; add the next and its decoder):
 1. the fields of `ChangeSplit` as `dataclasses.asdict`, enums as their values; no version key.
 2. version 1 plus `"format_version": 2`: the text says which decoder reads it.
+3. version 2 plus the data file's `first_row_id` (v3 row lineage; null without lineage). A
+   version 1 or 2 split decodes with `first_row_id` None: a batch written ahead by an older
+   release resumes as that release would deliver it, without row lineage (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from icetail.kernel.model import (
 )
 
 VERSION_KEY = "format_version"
-SPLIT_FORMAT_VERSION = 2
+SPLIT_FORMAT_VERSION = 3
 
 
 def encode_split(split: ChangeSplit) -> str:
@@ -77,6 +80,13 @@ def _enum_value(value: Any) -> Any:
 
 def _decode_v1(raw: dict[str, Any]) -> ChangeSplit:
     """Version 1: `asdict` of the split, enums as values, tuples as lists."""
+    if "first_row_id" in raw["task"]["data_file"]:
+        raise ValueError("first_row_id is a field of split format version 3")
+    return _decode_v3(raw)
+
+
+def _decode_v3(raw: dict[str, Any]) -> ChangeSplit:
+    """Version 3: version 1's fields plus the data file's `first_row_id` (absent before: None)."""
     t = raw["task"]
     df = t["data_file"]
     data_file = DataFileRef(
@@ -113,6 +123,6 @@ def _decode_v2(raw: dict[str, Any]) -> ChangeSplit:
     return _decode_v1(raw)
 
 
-_DECODERS: dict[int, Callable[[dict[str, Any]], ChangeSplit]] = {1: _decode_v1, 2: _decode_v2}
+_DECODERS: dict[int, Callable[[dict[str, Any]], ChangeSplit]] = {1: _decode_v1, 2: _decode_v2, 3: _decode_v3}
 SUPPORTED_SPLIT_FORMAT_VERSIONS: tuple[int, ...] = tuple(_DECODERS)
 assert SUPPORTED_SPLIT_FORMAT_VERSIONS[-1] == SPLIT_FORMAT_VERSION, "the newest decoder reads what encode_split writes"

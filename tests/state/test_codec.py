@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -49,21 +50,42 @@ V1_TEXT = (
 )
 
 
+# Written by the release before row lineage (format 2), for make_split(3, 42, with_deletes=True).
+V2_TEXT = V1_TEXT.replace('{"estimated_bytes"', '{"format_version":2,"estimated_bytes"')
+
+
 def test_every_supported_version_decodes_to_the_same_split() -> None:
     split = make_split(3, 42, with_deletes=True)
-    v2 = encode_split(split)
-    assert json.loads(v2)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 2
-    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2)
-    for text in (V1_TEXT, v2):
+    v3 = encode_split(split)
+    assert json.loads(v3)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 3
+    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2, 3)
+    for text in (V1_TEXT, V2_TEXT, v3):
         assert decode_split(text, expected_split_id=split.split_id) == split
-    # a version-1 text is re-encoded as the current version, and only the version key differs
-    assert json.loads(encode_split(decode_split(V1_TEXT, expected_split_id=split.split_id))) == {
-        **json.loads(V1_TEXT),
-        VERSION_KEY: SPLIT_FORMAT_VERSION,
-    }
+    # an older text is re-encoded as the current version: the version key and first_row_id (None) differ
+    for old in (V1_TEXT, V2_TEXT):
+        expected = json.loads(old)
+        expected[VERSION_KEY] = SPLIT_FORMAT_VERSION
+        expected["task"]["data_file"]["first_row_id"] = None
+        assert json.loads(encode_split(decode_split(old, expected_split_id=split.split_id))) == expected
 
 
-@pytest.mark.parametrize("version", [3, 0, "2", None])
+def test_version_3_carries_the_first_row_id() -> None:
+    split = make_split(3, 42, with_deletes=True)
+    lineage = replace(split, task=replace(split.task, data_file=replace(split.task.data_file, first_row_id=1000)))
+    text = encode_split(lineage)
+    assert json.loads(text)["task"]["data_file"]["first_row_id"] == 1000
+    assert decode_split(text, expected_split_id=split.split_id).task.data_file.first_row_id == 1000
+
+
+def test_an_older_version_with_a_first_row_id_is_damaged() -> None:
+    split = make_split(3, 42, with_deletes=True)
+    raw = json.loads(encode_split(split))
+    raw[VERSION_KEY] = 2
+    with pytest.raises(StateError, match="damaged"):
+        decode_split(json.dumps(raw), expected_split_id=split.split_id)
+
+
+@pytest.mark.parametrize("version", [4, 0, "2", None])
 def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object) -> None:
     split = make_split(1)
     raw = {**json.loads(encode_split(split)), VERSION_KEY: version}
@@ -71,4 +93,4 @@ def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object
         decode_split(json.dumps(raw), expected_split_id=split.split_id)
     message = str(info.value)
     assert f"format version {version!r}" in message
-    assert "split format versions 1, 2;" in message and "release that started it" in message
+    assert "split format versions 1, 2, 3;" in message and "release that started it" in message
