@@ -70,7 +70,7 @@ def manifest_first_row_id(manifest: ManifestFile) -> int | None:
     """The manifest list's `first_row_id` of a manifest (v3, field 520; None before v3): pyiceberg's
     ManifestFile names only the v2 fields, so it is read by position."""
     index = _MANIFEST_LIST_FIELDS.index("first_row_id")
-    return manifest[index] if index < len(manifest) else None  # type: ignore[no-any-return]
+    return manifest[index] if index < len(manifest) else None
 
 
 def optional_data_file_field(data_file: DataFile, name: str) -> Any:

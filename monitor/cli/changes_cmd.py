@@ -9,7 +9,7 @@ import sys
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, iter_changes
+from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan, Planner
@@ -45,6 +45,7 @@ def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
 def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
     table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
+    check_row_lineage(table, args.with_row_lineage)
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
         plan = Planner(table).plan(args.from_snapshot, args.to_snapshot)
@@ -56,9 +57,11 @@ def cmd_changes(args: argparse.Namespace) -> int:
             carry_over_removal=not args.keep_carry_over,
             spark=session.result() if plan.splits else None,
             on_chunk=progress if args.output != "-" else None,
+            with_row_lineage=args.with_row_lineage,
         )
         try:
-            rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
+            schema = change_arrow_schema(table, plan.schema_id, with_row_lineage=args.with_row_lineage)
+            rows = write_output(args.output, schema, batches)
         finally:
             progress.close()
     finally:
@@ -79,6 +82,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
+    changes.add_argument(
+        "--with-row-lineage",
+        action="store_true",
+        help="v3 tables: add _row_id and _last_updated_sequence_number after the data columns",
+    )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
     add_selection_arguments(plan)

@@ -43,6 +43,12 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
     parser.add_argument(
+        "--with-row-lineage",
+        action="store_true",
+        default=None,
+        help="v3 tables: add _row_id and _last_updated_sequence_number to the change rows",
+    )
+    parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.row_lineage import LINEAGE_COLUMNS, MIN_FORMAT_VERSION, with_lineage_fields
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 
@@ -42,8 +44,42 @@ def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
     return snapshot.schema_id
 
 
-def change_arrow_schema(table: Table, schema_id: int | None) -> pa.Schema:
-    return change_schema(arrow_schema(output_schema(table, schema_id)))
+def change_arrow_schema(table: Table, schema_id: int | None, *, with_row_lineage: bool = False) -> pa.Schema:
+    """The columns of the change rows: data, then `_row_id` and `_last_updated_sequence_number` if
+    asked for, then the changelog columns."""
+    data = arrow_schema(output_schema(table, schema_id))
+    return change_schema(with_lineage_fields(data) if with_row_lineage else data)
+
+
+def has_row_lineage(table: Table) -> bool:
+    """v3 and later tables track row lineage: their updates pair by `_row_id` (reader/reconcile.py)."""
+    return table.metadata.format_version >= MIN_FORMAT_VERSION
+
+
+def check_row_lineage(table: Table, with_row_lineage: bool) -> None:
+    """Refuse the lineage output columns on a table that has no row lineage."""
+    if with_row_lineage and not has_row_lineage(table):
+        raise ConfigError(
+            f"--with-row-lineage needs a format-version 3 table, but {'.'.join(table.name())} is format-version "
+            f"{table.metadata.format_version} and has no _row_id; drop the option, or upgrade the table to v3"
+        )
+
+
+def split_requests(
+    splits: Iterable[ChangeSplit], gather: set[int], *, lineage_pairing: bool, with_row_lineage: bool
+) -> list[SplitRequest]:
+    """Fresh requests; a split reads lineage when it is output, or when its snapshot is paired by it."""
+    return [
+        SplitRequest(
+            s, with_row_lineage=with_row_lineage or (lineage_pairing and s.task.commit.snapshot_id in gather)
+        )
+        for s in splits
+    ]
+
+
+def without_lineage(rows: pa.Table) -> pa.Table:
+    """`rows` without the lineage columns read only for pairing."""
+    return rows.drop_columns([c for c in LINEAGE_COLUMNS if c in rows.column_names])
 
 
 def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask]) -> ReadContext:
@@ -105,24 +141,34 @@ def iter_changes(
     spark: Any = None,
     chunk_rows: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    with_row_lineage: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
-    schema = change_arrow_schema(table, plan.schema_id)
+    """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
+
+    On a v3 table the updates of a snapshot pair by `_row_id` first (docs/semantics.md);
+    `with_row_lineage` adds the `_row_id` and `_last_updated_sequence_number` columns.
+    """
+    check_row_lineage(table, with_row_lineage)
     if not plan.splits:
         return
     context = read_context(table, plan.schema_id, plan.tasks)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
-    gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
+    lineage_pairing = has_row_lineage(table)
+    reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
+    gather = snapshots_needing_reconcile(plan.tasks) if reconciling else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []
     held_snapshot: int | None = None
-    for chunk in run_splits(session, context, [SplitRequest(s) for s in plan.splits], chunk_rows=chunk_rows):
+    requests = split_requests(plan.splits, gather, lineage_pairing=lineage_pairing, with_row_lineage=with_row_lineage)
+    read_schema = change_arrow_schema(table, plan.schema_id, with_row_lineage=lineage_pairing or with_row_lineage)
+    pairing = _Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_row_lineage)
+    for chunk in run_splits(session, context, requests, chunk_rows=chunk_rows):
         if on_chunk is not None:
             on_chunk(chunk)
         snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
         if held_snapshot is not None and snapshot_id != held_snapshot:
-            yield from _reconciled(held, schema, identifiers, carry_over_removal)
+            yield from pairing.reconciled(held)
             held, held_snapshot = [], None
         if chunk.batch is None or chunk.batch.num_rows == 0:
             continue
@@ -132,14 +178,27 @@ def iter_changes(
         else:
             yield chunk.batch
     if held:
-        yield from _reconciled(held, schema, identifiers, carry_over_removal)
+        yield from pairing.reconciled(held)
 
 
-def _reconciled(
-    batches: list[pa.RecordBatch], schema: pa.Schema, identifiers: Sequence[str], carry_over_removal: bool
-) -> Iterator[pa.RecordBatch]:
-    table = reconcile_snapshot(pa.Table.from_batches(batches, schema=schema), identifiers or None, carry_over_removal)
-    yield from table.to_batches()
+@dataclass(frozen=True)
+class _Pairing:
+    """How one snapshot's gathered rows are reconciled, and which columns leave."""
+
+    read_schema: pa.Schema  # the gathered rows: with the lineage columns when pairing reads them
+    identifiers: Sequence[str]
+    carry_over_removal: bool
+    lineage_pairing: bool
+    with_row_lineage: bool
+
+    def reconciled(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = reconcile_snapshot(
+            pa.Table.from_batches(batches, schema=self.read_schema),
+            self.identifiers or None,
+            self.carry_over_removal,
+            row_lineage=self.lineage_pairing,
+        )
+        yield from (rows if self.with_row_lineage else without_lineage(rows)).to_batches()
 
 
 Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
@@ -192,6 +251,7 @@ def changes_batch_reader(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    with_row_lineage: bool = False,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -206,9 +266,15 @@ def changes_batch_reader(
         to_timestamp_inclusive=to_timestamp_inclusive,
     )
     batches = iter_changes(
-        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+        table,
+        plan,
+        identifier_columns=identifier_columns,
+        carry_over_removal=carry_over_removal,
+        spark=spark,
+        with_row_lineage=with_row_lineage,
     )
-    return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
+    schema = change_arrow_schema(table, plan.schema_id, with_row_lineage=with_row_lineage)
+    return pa.RecordBatchReader.from_batches(schema, batches)
 
 
 def read_changes(
@@ -221,8 +287,12 @@ def read_changes(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    with_row_lineage: bool = False,
 ) -> pa.Table:
-    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one)."""
+    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one).
+
+    `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.
+    """
     return changes_batch_reader(
         table,
         from_snapshot_id_exclusive,
@@ -232,4 +302,5 @@ def read_changes(
         identifier_columns=identifier_columns,
         carry_over_removal=carry_over_removal,
         spark=spark,
+        with_row_lineage=with_row_lineage,
     ).read_all()

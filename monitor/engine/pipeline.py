@@ -30,10 +30,13 @@ from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
     change_arrow_schema,
+    check_row_lineage,
+    has_row_lineage,
     identifier_names,
     read_context,
     schema_id_of,
     snapshots_needing_reconcile,
+    without_lineage,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.startup import (
@@ -75,6 +78,7 @@ class PipelineConfig:
     protect_cursor: bool = False
     lease_ttl_seconds: float = 120.0
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
+    with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
 
     def __post_init__(self) -> None:
         parse_start(self.start)
@@ -178,6 +182,7 @@ class Pipeline:
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
         self._full_next = False
+        self._lineage_pairing = False  # the batch being delivered pairs its updates by _row_id
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -292,6 +297,7 @@ class Pipeline:
         started = time.monotonic()
         self._renew_lease()  # also fails fast if another run took the consumer over
         table = self._load_table()
+        check_row_lineage(table, self.config.with_row_lineage)
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
         planning_seconds = 0.0
@@ -442,7 +448,10 @@ class Pipeline:
         schema_id = schema_id_of(table, batch.to_snapshot_inclusive)
         identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
         tasks = [s.task for s in splits]
-        gather = snapshots_needing_reconcile(tasks) if (self.config.carry_over_removal or identifiers) else set()
+        lineage_pairing = has_row_lineage(table)
+        reconciling = self.config.carry_over_removal or bool(identifiers) or lineage_pairing
+        gather = snapshots_needing_reconcile(tasks) if reconciling else set()
+        with_lineage = self.config.with_row_lineage
         progress = {p.split_id: p for p in inflight.progress}
         index_of = {s.split_id: i for i, s in enumerate(splits)}
         by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
@@ -450,7 +459,9 @@ class Pipeline:
             by_snapshot[split.task.commit.snapshot_id].append(split)
         # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
         stager = (
-            self.sink.stager(change_arrow_schema(table, schema_id)) if isinstance(self.sink, StagingSink) else None
+            self.sink.stager(change_arrow_schema(table, schema_id, with_row_lineage=with_lineage))
+            if isinstance(self.sink, StagingSink)
+            else None
         )
         staging = stager is not None
         requests: list[SplitRequest] = []
@@ -458,14 +469,16 @@ class Pipeline:
             snapshot_id = split.task.commit.snapshot_id
             if snapshot_id in gather:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
-                    requests.append(SplitRequest(split, 0))  # reconcile needs the whole snapshot again
+                    # reconcile needs the whole snapshot again, with the row ids it pairs by
+                    requests.append(SplitRequest(split, 0, with_row_lineage=with_lineage or lineage_pairing))
             elif not progress[split.split_id].done:
                 start = progress[split.split_id].next_row_exclusive or 0
                 stage_as = (self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
-                requests.append(SplitRequest(split, start, stage_as))
+                requests.append(SplitRequest(split, start, stage_as, with_row_lineage=with_lineage))
         if not requests:
             return True
         context = read_context(table, schema_id, tasks)
+        self._lineage_pairing = lineage_pairing
         spark = self._spark or spark_session()
         chunk_rows = batch.shape.chunk_rows
         held: list[tuple[int, Chunk]] = []
@@ -533,10 +546,17 @@ class Pipeline:
         """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split."""
         batches = [chunk.batch for _, chunk in held if chunk.batch is not None and chunk.batch.num_rows]
         rows = (
-            reconcile_snapshot(pa.Table.from_batches(batches), identifiers or None, self.config.carry_over_removal)
+            reconcile_snapshot(
+                pa.Table.from_batches(batches),
+                identifiers or None,
+                self.config.carry_over_removal,
+                row_lineage=self._lineage_pairing,
+            )
             if batches
             else pa.table({})
         )
+        if not self.config.with_row_lineage and rows.num_rows:
+            rows = without_lineage(rows)
         anchor = snapshot_splits[0]
         token = None
         if rows.num_rows:

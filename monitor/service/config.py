@@ -31,10 +31,11 @@ PIPELINE_KEYS = {
     "keep_carry_over": "keep_carry_over",
     "on_missing_cursor": "on_missing_cursor",
     "protect_cursor": "protect_cursor",
+    "with_row_lineage": "with_row_lineage",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
-BOOL_KEYS = {"keep_carry_over", "protect_cursor"}
+BOOL_KEYS = {"keep_carry_over", "protect_cursor", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout"}
 LIST_KEYS = {"identifier_columns"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -240,6 +241,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
         "on_missing_cursor": args.on_missing_cursor,
         "protect_cursor": args.protect_cursor,
+        "with_row_lineage": getattr(args, "with_row_lineage", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

@@ -13,8 +13,15 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, parse_start
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
-BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns")
-STREAM_OPTIONS = ("catalog", "table", "identifier-columns", "starting", "max-snapshots-per-trigger")
+BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns", "with-row-lineage")
+STREAM_OPTIONS = (
+    "catalog",
+    "table",
+    "identifier-columns",
+    "with-row-lineage",
+    "starting",
+    "max-snapshots-per-trigger",
+)
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601")
 
 
@@ -26,6 +33,7 @@ class TableOptions:
     table: str
     catalog_properties: tuple[tuple[str, str], ...] = ()
     identifier_columns: tuple[str, ...] | None = None
+    with_row_lineage: bool = False  # v3 tables: `_row_id` and `_last_updated_sequence_number` columns
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,14 @@ def _table_options(values: Mapping[str, str]) -> TableOptions:
     identifiers = tuple(c.strip() for c in raw_ids.split(",") if c.strip()) if raw_ids is not None else None
     if raw_ids is not None and not identifiers:
         raise ConfigError("option 'identifier-columns' must name columns, e.g. 'a,b'")
-    return TableOptions(values["catalog"].strip(), table, properties, identifiers)
+    return TableOptions(values["catalog"].strip(), table, properties, identifiers, _flag(values, "with-row-lineage"))
+
+
+def _flag(values: Mapping[str, str], name: str) -> bool:
+    raw = values.get(name, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"option {name!r} must be true or false, got {values.get(name)!r}")
+    return raw == "true"
 
 
 def _snapshot_id(values: Mapping[str, str], name: str) -> int | None:

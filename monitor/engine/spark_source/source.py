@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from icetail.monitor.engine.api import change_arrow_schema, plan_range, schema_id_of
+from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, plan_range, schema_id_of
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import (
@@ -57,8 +57,10 @@ def _open_table(options: TableOptions) -> Table:
     return load_table(open_catalog(options.catalog, dict(options.catalog_properties)), options.table)
 
 
-def _spark_schema(table: Table, schema_id: int | None) -> StructType:
-    return from_arrow_schema(change_arrow_schema(table, schema_id), prefer_timestamp_ntz=True)
+def _spark_schema(table: Table, schema_id: int | None, with_row_lineage: bool) -> StructType:
+    check_row_lineage(table, with_row_lineage)
+    schema = change_arrow_schema(table, schema_id, with_row_lineage=with_row_lineage)
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)
 
 
 def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -88,7 +90,8 @@ class ChangesDataSource(DataSource):
 
     def schema(self) -> StructType:
         table, _, schema_id = self._pin()
-        return _spark_schema(table, schema_id)
+        source, _ = parse_any_options(self.options)
+        return _spark_schema(table, schema_id, source.with_row_lineage)
 
     def _pin(self) -> tuple[Table, int | None, int | None]:
         source, to_option = parse_any_options(self.options)
@@ -132,7 +135,11 @@ class ChangesBatchReader(DataSourceReader):
             return []
         plan = plan_range(table, self._options.from_snapshot_id_exclusive, self._to_snapshot)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            with_row_lineage=self._options.source.with_row_lineage,
         )
         return [ChangePartition(spec) for spec in specs]
 
@@ -209,7 +216,11 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         assert self._planner is not None
         plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            with_row_lineage=self._options.source.with_row_lineage,
         )
         return [ChangePartition(spec) for spec in specs]
 
