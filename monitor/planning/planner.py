@@ -14,7 +14,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
 from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
-from icetail.monitor.planning.diff import COLLAPSED, REPLACE, SnapshotDiffer, commit_info, operation_of
+from icetail.monitor.planning.diff import COLLAPSED, REPLACE, SnapshotDiffer, as_read_at, commit_info, operation_of
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader
 from icetail.reader.deletes import referenced_data_files
@@ -168,13 +168,16 @@ class Planner:
             old, new = data_before.get(path), data_after.get(path)
             if new is None:
                 assert old is not None
-                tasks.append(ChangeTask(old, FileChangeKind.REMOVED, commit, deletes_before=index_before.for_file(old)))
+                deletes_of_old = index_before.for_file(old)
+                removed = as_read_at(old, start)
+                tasks.append(ChangeTask(removed, FileChangeKind.REMOVED, commit, deletes_before=deletes_of_old))
             elif old is None:
                 tasks.append(ChangeTask(new, FileChangeKind.ADDED, commit, deletes_after=index_after.for_file(new)))
             else:
                 deletes_before, deletes_after = index_before.for_file(old), index_after.for_file(new)
                 if deletes_before != deletes_after:
-                    tasks.append(ChangeTask(new, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+                    modified = as_read_at(new, start)
+                    tasks.append(ChangeTask(modified, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
         return ChangePlan(
             table=name,
             from_snapshot_id_exclusive=start.snapshot_id,

@@ -1,0 +1,202 @@
+"""Update pairing by v3 row lineage, against Java's own `_row_id` reads of parent and child snapshot.
+
+Java Iceberg 1.10 on Spark 3.5 writes the tables (merge-on-read and copy-on-write UPDATE, a MERGE
+that updates, inserts and deletes in one statement, `rewrite_data_files`, DELETE). For every
+snapshot S with parent P, Java's `SELECT _row_id, _last_updated_sequence_number, * ... VERSION AS OF`
+of P and S gives the expected changes: a row id in both with other data is an UPDATE pair, a row
+id only at P a DELETE, only at S an INSERT; equal data is no change. No identifier columns are
+given anywhere. `--with-row-lineage`'s values must equal Java's too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from icetail.kernel.errors import ConfigError
+from tests.support.javaref import spark_df_to_arrow
+from tests.support.oracle import assert_changes_match, normalize
+from tests.support.workloads import COW, MOR, table_properties
+
+DATA = ("id", "p", "v", "d")
+LINEAGE = ("_row_id", "_last_updated_sequence_number")
+Row = tuple[Any, ...]  # (_row_id, _last_updated_sequence_number, *DATA)
+
+STATEMENTS = (
+    "INSERT INTO {cat}.ns.t VALUES " + ", ".join(f"({i}L, {i % 2}, 'v{i}', {i}.5D)" for i in range(1, 11)),
+    "UPDATE {cat}.ns.t SET v = concat(v, 'u') WHERE id IN (2, 3, 8)",
+    "DELETE FROM {cat}.ns.t WHERE id = 4",
+    # one statement that updates (5), deletes (1) and inserts (20)
+    "MERGE INTO {cat}.ns.t t USING (SELECT * FROM VALUES (1L, 'm', 0), (5L, 'm', 1), (20L, 'new', 1) "
+    "AS s(id, v, op)) s ON t.id = s.id "
+    "WHEN MATCHED AND s.op = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET t.v = s.v, t.d = t.d + 1D "
+    "WHEN NOT MATCHED THEN INSERT (id, p, v, d) VALUES (s.id, 0, s.v, 0D)",
+    "UPDATE {cat}.ns.t SET v = v WHERE id = 6",  # rewritten, unchanged: carry-over
+    "CALL {cat}.system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
+    "UPDATE {cat}.ns.t SET v = 'after-compaction' WHERE id IN (3, 7)",
+    "INSERT INTO {cat}.ns.t VALUES (21L, 1, 'x', NULL), (22L, 0, 'y', 2.5D)",
+    "UPDATE {cat}.ns.t SET id = id + 100 WHERE id IN (21, 9)",  # the key itself changes: still the same row
+    "DELETE FROM {cat}.ns.t WHERE id IN (2, 122)",
+)
+
+
+def _java_rows(catalog: Any, snapshot_id: int | None) -> dict[int | None, list[Row]]:
+    """Java's rows at a snapshot by `_row_id` (with lineage and data columns, normalized)."""
+    if snapshot_id is None:
+        return {}
+    df = catalog.sql(f"SELECT {', '.join(LINEAGE + DATA)} FROM {{cat}}.ns.t VERSION AS OF {snapshot_id}")
+    rows: dict[int | None, list[Row]] = {}
+    for row in _tuples(spark_df_to_arrow(df), LINEAGE + DATA):
+        rows.setdefault(row[0], []).append(row)
+    return rows
+
+
+def _tuples(table: pa.Table, columns: tuple[str, ...]) -> list[Row]:
+    values = [table.column(c).to_pylist() for c in columns]
+    return [tuple(normalize(v) for v in row) for row in zip(*values, strict=True)]
+
+
+def _expected(parent: dict[int | None, list[Row]], child: dict[int | None, list[Row]]) -> Counter[tuple[str, Row]]:
+    """The changes of one snapshot by Java's row ids (each row id is one row in these tables)."""
+    assert None not in parent and None not in child, "every row of a v3 table written by Java has a _row_id"
+    expected: Counter[tuple[str, Row]] = Counter()
+    for row_id in parent.keys() | child.keys():
+        (before,) = parent.get(row_id, [None])
+        (after,) = child.get(row_id, [None])
+        if before is not None and after is not None:
+            if before[2:] != after[2:]:
+                expected[("UPDATE_BEFORE", before)] += 1
+                expected[("UPDATE_AFTER", after)] += 1
+        elif before is not None:
+            expected[("DELETE", before)] += 1
+        else:
+            expected[("INSERT", after)] += 1
+    return expected
+
+
+def _java_rows_by_id(catalog: Any, snapshot_id: int) -> dict[Any, Any]:
+    """The `_row_id` of each row at a snapshot, by the row's `id` column."""
+    return {rows[0][2]: row_id for row_id, rows in _java_rows(catalog, snapshot_id).items()}
+
+
+def _ancestors_through(catalog: Any, snapshot_id: int) -> list[int]:
+    ids = catalog.snapshot_ids("t")
+    return ids[: ids.index(snapshot_id) + 1]
+
+
+def _check_pairs_adjacent(changes: pa.Table) -> list[str]:
+    """Each UPDATE_BEFORE is followed by the UPDATE_AFTER of the same row id."""
+    kinds = changes.column("_change_type").to_pylist()
+    ids = changes.column("_row_id").to_pylist()
+    return [
+        f"row {i}: UPDATE_BEFORE of row id {ids[i]} is followed by {kinds[i + 1] if i + 1 < len(kinds) else None}"
+        for i, kind in enumerate(kinds)
+        if kind == "UPDATE_BEFORE" and (i + 1 >= len(kinds) or kinds[i + 1] != "UPDATE_AFTER" or ids[i + 1] != ids[i])
+    ]
+
+
+def _check_every_snapshot(catalog: Any, changes: pa.Table, in_range: list[int] | None = None) -> list[str]:
+    """Every snapshot of `in_range` (default: the whole history) against Java's reads."""
+    table = catalog.load_table("t")
+    problems = _check_pairs_adjacent(changes)
+    snapshot_ids = changes.column("_commit_snapshot_id").to_pylist()
+    kinds = changes.column("_change_type").to_pylist()
+    rows = _tuples(changes, LINEAGE + DATA)
+    for snapshot in catalog.snapshots("t"):
+        if in_range is not None and snapshot.snapshot_id not in in_range:
+            continue
+        got = Counter((k, r) for k, r, s in zip(kinds, rows, snapshot_ids, strict=True) if s == snapshot.snapshot_id)
+        parent = _java_rows(catalog, snapshot.parent_snapshot_id)
+        expected = _expected(parent, _java_rows(catalog, snapshot.snapshot_id))
+        if got != expected:
+            operation = table.snapshot_by_id(snapshot.snapshot_id).summary.operation
+            problems.append(f"snapshot {snapshot.snapshot_id} ({operation}) (_change_type, {LINEAGE + DATA}):")
+            problems += [f"  icetail only: {n} x {row}" for row, n in sorted((got - expected).items(), key=repr)]
+            problems += [f"  java only: {n} x {row}" for row, n in sorted((expected - got).items(), key=repr)]
+    return problems
+
+
+@pytest.mark.parametrize("mode", [MOR, COW])
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+def test_updates_pair_by_row_id_as_java_reads_them(catalog, mode, partitioned) -> None:
+    from icetail.monitor.engine.api import read_changes
+
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, mode).items())
+    part = " PARTITIONED BY (p)" if partitioned else ""
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint, p int, v string, d double) USING iceberg{part} TBLPROPERTIES ({props})"
+    )
+    for statement in STATEMENTS:
+        catalog.sql(statement)
+    table = catalog.load_table("t")
+
+    with_lineage = read_changes(table, with_row_lineage=True)
+    assert with_lineage.column_names[: len(DATA) + 2] == [*DATA, *LINEAGE]
+    problems = _check_every_snapshot(catalog, with_lineage)
+    assert not problems, "\n".join(problems)
+    assert {"UPDATE_BEFORE", "UPDATE_AFTER", "DELETE", "INSERT"} <= set(with_lineage.column("_change_type").to_pylist())
+
+    # the default output pairs the same way, without the lineage columns; the data invariant holds
+    plain = read_changes(table)
+    assert plain.column_names == [c for c in with_lineage.column_names if c not in LINEAGE]
+    assert plain.equals(with_lineage.drop_columns(list(LINEAGE)))
+    assert_changes_match(plain, catalog, "t")
+
+    # sub-ranges pair the same way, snapshot by snapshot
+    ids = catalog.snapshot_ids("t")
+    middle = read_changes(table, ids[2], ids[-2], with_row_lineage=True)
+    problems = _check_every_snapshot(catalog, middle, ids[3:-1])
+    assert not problems, "\n".join(problems)
+
+
+def test_tables_without_lineage_fall_back_to_identifier_columns(catalog) -> None:
+    """v2 has no row lineage; a v2 table upgraded to v3 has none for the snapshots before the upgrade."""
+    from icetail.monitor.engine.api import read_changes
+
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint, p int, v string, d double) USING iceberg TBLPROPERTIES ({props})"
+    )
+    for statement in STATEMENTS[:4]:
+        catalog.sql(statement)
+    v2 = catalog.load_table("t")
+    with pytest.raises(ConfigError, match="needs a format-version 3 table.*format-version 2"):
+        read_changes(v2, with_row_lineage=True)
+    kinds = Counter(read_changes(v2).column("_change_type").to_pylist())
+    assert kinds["UPDATE_BEFORE"] == 0 and kinds["DELETE"] > 0
+    by_key = read_changes(v2, identifier_columns=["id"])
+    assert Counter(by_key.column("_change_type").to_pylist())["UPDATE_BEFORE"] == 4  # 2, 3, 8, then 5
+    assert_changes_match(by_key, catalog, "t", identifier_columns=["id"])
+
+    upgraded_at = catalog.current_snapshot_id("t")
+    catalog.sql("ALTER TABLE {cat}.ns.t SET TBLPROPERTIES ('format-version'='3')")
+    catalog.sql("UPDATE {cat}.ns.t SET v = 'after-upgrade' WHERE id IN (3, 6)")
+    catalog.sql("INSERT INTO {cat}.ns.t VALUES (30L, 0, 'n', 1.0D)")
+    catalog.sql("UPDATE {cat}.ns.t SET v = 'again' WHERE id IN (3, 30)")
+    v3 = catalog.load_table("t")
+    changes = read_changes(v3, with_row_lineage=True)
+    old = changes.filter(pa.compute.less_equal(changes.column("_change_ordinal"), 3))
+    # before the upgrade: no row ids, so no pairs without identifier columns
+    assert old.column("_row_id").null_count == old.num_rows
+    assert old.column("_last_updated_sequence_number").null_count == old.num_rows
+    assert "UPDATE_BEFORE" not in old.column("_change_type").to_pylist()
+    new = changes.filter(pa.compute.greater(changes.column("_change_ordinal"), 3))
+    problems = _check_pairs_adjacent(new)
+    upgrade_commit, *later = [s for s in catalog.snapshot_ids("t") if s not in _ancestors_through(catalog, upgraded_at)]
+    # the first v3 commit assigns row ids to the files written before, and Java's UPDATE gives the
+    # rows it rewrites new ones: their old images have no row id (Java reads the parent without)
+    first = new.filter(pa.compute.equal(new.column("_commit_snapshot_id"), upgrade_commit))
+    assert _tuples(first, ("_change_type", "id", "v", "_row_id")) == [
+        ("DELETE", 3, "v3u", None),
+        ("DELETE", 6, "v6", None),
+        ("INSERT", 3, "after-upgrade", _java_rows_by_id(catalog, upgrade_commit)[3]),
+        ("INSERT", 6, "after-upgrade", _java_rows_by_id(catalog, upgrade_commit)[6]),
+    ]
+    paired = read_changes(v3, upgraded_at, upgrade_commit, identifier_columns=["id"])
+    assert paired.column("_change_type").to_pylist() == ["UPDATE_BEFORE", "UPDATE_AFTER"] * 2
+    problems += _check_every_snapshot(catalog, new, later)
+    assert not problems, "\n".join(problems)
+    assert_changes_match(read_changes(v3), catalog, "t")
