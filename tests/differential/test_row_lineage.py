@@ -10,10 +10,14 @@ given anywhere. `--with-row-lineage`'s values must equal Java's too.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from icetail.kernel.errors import ConfigError
@@ -200,3 +204,114 @@ def test_tables_without_lineage_fall_back_to_identifier_columns(catalog) -> None
     problems += _check_every_snapshot(catalog, new, later)
     assert not problems, "\n".join(problems)
     assert_changes_match(read_changes(v3), catalog, "t")
+
+
+def _pipeline_config(catalog: Any, root: Path, consumer: str, **options: Any) -> Any:
+    from icetail.monitor.engine.pipeline import PipelineConfig
+
+    return PipelineConfig(
+        catalog.name, "ns.t", f"sqlite:///{root}/state.db", f"parquet://{root}/{consumer}", consumer=consumer, **options
+    )
+
+
+def _v3_table(catalog: Any, mode: str) -> None:
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, mode).items())
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint, p int, v string, d double) USING iceberg TBLPROPERTIES ({props})"
+    )
+
+
+def _ordered_rows(rows: pa.Table) -> list[Row]:
+    columns = tuple(c for c in rows.column_names if c != "_commit_timestamp")
+    return sorted(_tuples(rows, columns), key=repr)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staging-sink", "driver-sink"])
+def test_run_delivers_lineage_pairs_and_values(catalog, spark, tmp_path, monkeypatch, staged) -> None:
+    """`icetail run`'s pipeline pairs by lineage by default and delivers the lineage columns on request."""
+    from icetail.monitor.engine.api import read_changes
+    from icetail.monitor.engine.pipeline import Pipeline
+    from icetail.sinks.parquet_sink import ParquetDirSink
+    from tests.support.sinks import CrashingSink
+
+    catalog.set_env(monkeypatch)
+    _v3_table(catalog, MOR)
+    for statement in STATEMENTS[:5]:
+        catalog.sql(statement)
+    table = catalog.load_table("t")
+    for consumer, with_lineage in (("plain", False), ("lineage", True)):
+        config = _pipeline_config(
+            catalog, tmp_path, consumer, with_row_lineage=with_lineage, max_snapshots_per_batch=2
+        )
+        # a wrapped sink (that never crashes) is not a staging sink: the driver writes every chunk
+        parquet = ParquetDirSink(tmp_path / consumer, consumer=consumer)
+        sink = None if staged else CrashingSink(parquet, 0, after_write=True)
+        with Pipeline(config, spark=spark, sink=sink) as pipeline:
+            assert all(o.completed for o in pipeline.run())
+        delivered = pq.read_table(tmp_path / consumer)
+        expected = read_changes(table, with_row_lineage=with_lineage, spark=spark)
+        assert delivered.column_names == expected.column_names
+        assert _ordered_rows(delivered) == _ordered_rows(expected)
+    assert "UPDATE_AFTER" in delivered.column("_change_type").to_pylist()
+
+
+def test_with_row_lineage_is_refused_on_a_v2_table_by_run_and_changes(catalog, tmp_path, monkeypatch, capsys) -> None:
+    from icetail.monitor.cli.main import main
+    from icetail.monitor.engine.pipeline import Pipeline
+
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    catalog.sql("INSERT INTO {cat}.ns.t VALUES (1L, 'a')")
+    with pytest.raises(ConfigError, match="--with-row-lineage needs a format-version 3 table"):
+        with Pipeline(_pipeline_config(catalog, tmp_path, "c", with_row_lineage=True)) as pipeline:
+            pipeline.run()
+    code = main(["changes", "--catalog", catalog.name, "--table", "ns.t", "--with-row-lineage", "--output", "-"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "format-version 3" in err[0] and "format-version 2" in err[0]
+
+
+def test_a_batch_written_ahead_by_the_previous_release_resumes_without_lineage(
+    catalog, spark, tmp_path, monkeypatch
+) -> None:
+    """Split format 2 has no first_row_id: its batch resumes as the previous release delivers it (no
+    lineage pairs), and the next batch, planned by this release, pairs by lineage."""
+    from icetail.monitor.engine.pipeline import Pipeline
+    from icetail.sinks.parquet_sink import ParquetDirSink
+    from icetail.state.codec import VERSION_KEY
+    from tests.support.sinks import CrashingSink, SimulatedCrash
+
+    catalog.set_env(monkeypatch)
+    _v3_table(catalog, MOR)
+    catalog.sql(STATEMENTS[0])
+    catalog.sql(STATEMENTS[1])  # S2: updates 2, 3, 8
+    config = _pipeline_config(catalog, tmp_path, "up", max_snapshots_per_batch=1)
+    with Pipeline(config, spark=spark) as first:
+        first.run(once=True)  # S1 delivered
+    crashing = CrashingSink(ParquetDirSink(tmp_path / "up", consumer="up"), 1, after_write=False)
+    with pytest.raises(SimulatedCrash), Pipeline(config, sink=crashing, spark=spark) as second:
+        second.run()  # S2's batch is written ahead; its one (reconciled) write crashes
+    db = sqlite3.connect(tmp_path / "state.db")
+    with db:
+        texts = db.execute("SELECT consumer, batch_id, split_id, split_json FROM icetail_inflight_splits").fetchall()
+        assert texts
+        for consumer, batch_id, split_id, text in texts:
+            raw = json.loads(text)
+            assert raw[VERSION_KEY] == 3 and raw["task"]["data_file"]["first_row_id"] is not None
+            raw[VERSION_KEY] = 2  # what the previous release wrote
+            del raw["task"]["data_file"]["first_row_id"]
+            db.execute(
+                "UPDATE icetail_inflight_splits SET split_json = ? "
+                "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
+                (json.dumps(raw, sort_keys=True, separators=(",", ":")), consumer, batch_id, split_id),
+            )
+    db.close()
+    catalog.sql("UPDATE {cat}.ns.t SET v = 'later' WHERE id = 5")  # S3, planned by this release
+    with Pipeline(config, spark=spark) as third:
+        outcomes = third.run()
+    assert [(o.resumed, o.completed) for o in outcomes] == [(True, True), (False, True)]
+    delivered = pq.read_table(tmp_path / "up")
+    kinds = Counter(_tuples(delivered, ("_change_ordinal", "_change_type")))
+    assert kinds == Counter({(0, "INSERT"): 10, (1, "DELETE"): 3, (1, "INSERT"): 3, (2, "UPDATE_BEFORE"): 1,
+                             (2, "UPDATE_AFTER"): 1})  # fmt: skip
+    assert_changes_match(delivered, catalog, "t")
