@@ -21,69 +21,33 @@ import pyarrow.parquet as pq
 import pytest
 
 from icetail.kernel.errors import ConfigError
-from tests.support.javaref import spark_df_to_arrow
-from tests.support.oracle import assert_changes_match, normalize
+from tests.support.lineage_workload import (
+    DATA,
+    LINEAGE,
+    STATEMENTS,
+    check_pairs_adjacent,
+    check_snapshots,
+    create_table,
+    java_rows,
+    tuples,
+)
+from tests.support.oracle import assert_changes_match
 from tests.support.workloads import COW, MOR, table_properties
 
-DATA = ("id", "p", "v", "d")
-LINEAGE = ("_row_id", "_last_updated_sequence_number")
-Row = tuple[Any, ...]  # (_row_id, _last_updated_sequence_number, *DATA)
 
-STATEMENTS = (
-    "INSERT INTO {cat}.ns.t VALUES " + ", ".join(f"({i}L, {i % 2}, 'v{i}', {i}.5D)" for i in range(1, 11)),
-    "UPDATE {cat}.ns.t SET v = concat(v, 'u') WHERE id IN (2, 3, 8)",
-    "DELETE FROM {cat}.ns.t WHERE id = 4",
-    # one statement that updates (5), deletes (1) and inserts (20)
-    "MERGE INTO {cat}.ns.t t USING (SELECT * FROM VALUES (1L, 'm', 0), (5L, 'm', 1), (20L, 'new', 1) "
-    "AS s(id, v, op)) s ON t.id = s.id "
-    "WHEN MATCHED AND s.op = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET t.v = s.v, t.d = t.d + 1D "
-    "WHEN NOT MATCHED THEN INSERT (id, p, v, d) VALUES (s.id, 0, s.v, 0D)",
-    "UPDATE {cat}.ns.t SET v = v WHERE id = 6",  # rewritten, unchanged: carry-over
-    "CALL {cat}.system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
-    "UPDATE {cat}.ns.t SET v = 'after-compaction' WHERE id IN (3, 7)",
-    "INSERT INTO {cat}.ns.t VALUES (21L, 1, 'x', NULL), (22L, 0, 'y', 2.5D)",
-    "UPDATE {cat}.ns.t SET id = id + 100 WHERE id IN (21, 9)",  # the key itself changes: still the same row
-    "DELETE FROM {cat}.ns.t WHERE id IN (2, 122)",
-)
-
-
-def _java_rows(catalog: Any, snapshot_id: int | None) -> dict[int | None, list[Row]]:
-    """Java's rows at a snapshot by `_row_id` (with lineage and data columns, normalized)."""
-    if snapshot_id is None:
-        return {}
-    df = catalog.sql(f"SELECT {', '.join(LINEAGE + DATA)} FROM {{cat}}.ns.t VERSION AS OF {snapshot_id}")
-    rows: dict[int | None, list[Row]] = {}
-    for row in _tuples(spark_df_to_arrow(df), LINEAGE + DATA):
-        rows.setdefault(row[0], []).append(row)
-    return rows
-
-
-def _tuples(table: pa.Table, columns: tuple[str, ...]) -> list[Row]:
-    values = [table.column(c).to_pylist() for c in columns]
-    return [tuple(normalize(v) for v in row) for row in zip(*values, strict=True)]
-
-
-def _expected(parent: dict[int | None, list[Row]], child: dict[int | None, list[Row]]) -> Counter[tuple[str, Row]]:
-    """The changes of one snapshot by Java's row ids (each row id is one row in these tables)."""
-    assert None not in parent and None not in child, "every row of a v3 table written by Java has a _row_id"
-    expected: Counter[tuple[str, Row]] = Counter()
-    for row_id in parent.keys() | child.keys():
-        (before,) = parent.get(row_id, [None])
-        (after,) = child.get(row_id, [None])
-        if before is not None and after is not None:
-            if before[2:] != after[2:]:
-                expected[("UPDATE_BEFORE", before)] += 1
-                expected[("UPDATE_AFTER", after)] += 1
-        elif before is not None:
-            expected[("DELETE", before)] += 1
-        else:
-            expected[("INSERT", after)] += 1
-    return expected
+def _check_every_snapshot(catalog: Any, changes: pa.Table, in_range: list[int] | None = None) -> list[str]:
+    """Every snapshot of `in_range` (default: the whole history) against Java's live reads."""
+    snapshots = [
+        (s.snapshot_id, s.parent_snapshot_id)
+        for s in catalog.snapshots("t")
+        if in_range is None or s.snapshot_id in in_range
+    ]
+    return check_snapshots(changes, snapshots, lambda snapshot_id: java_rows(catalog, snapshot_id))
 
 
 def _java_rows_by_id(catalog: Any, snapshot_id: int) -> dict[Any, Any]:
     """The `_row_id` of each row at a snapshot, by the row's `id` column."""
-    return {rows[0][2]: row_id for row_id, rows in _java_rows(catalog, snapshot_id).items()}
+    return {rows[0][2]: row_id for row_id, rows in java_rows(catalog, snapshot_id).items()}
 
 
 def _ancestors_through(catalog: Any, snapshot_id: int) -> list[int]:
@@ -91,48 +55,12 @@ def _ancestors_through(catalog: Any, snapshot_id: int) -> list[int]:
     return ids[: ids.index(snapshot_id) + 1]
 
 
-def _check_pairs_adjacent(changes: pa.Table) -> list[str]:
-    """Each UPDATE_BEFORE is followed by the UPDATE_AFTER of the same row id."""
-    kinds = changes.column("_change_type").to_pylist()
-    ids = changes.column("_row_id").to_pylist()
-    return [
-        f"row {i}: UPDATE_BEFORE of row id {ids[i]} is followed by {kinds[i + 1] if i + 1 < len(kinds) else None}"
-        for i, kind in enumerate(kinds)
-        if kind == "UPDATE_BEFORE" and (i + 1 >= len(kinds) or kinds[i + 1] != "UPDATE_AFTER" or ids[i + 1] != ids[i])
-    ]
-
-
-def _check_every_snapshot(catalog: Any, changes: pa.Table, in_range: list[int] | None = None) -> list[str]:
-    """Every snapshot of `in_range` (default: the whole history) against Java's reads."""
-    table = catalog.load_table("t")
-    problems = _check_pairs_adjacent(changes)
-    snapshot_ids = changes.column("_commit_snapshot_id").to_pylist()
-    kinds = changes.column("_change_type").to_pylist()
-    rows = _tuples(changes, LINEAGE + DATA)
-    for snapshot in catalog.snapshots("t"):
-        if in_range is not None and snapshot.snapshot_id not in in_range:
-            continue
-        got = Counter((k, r) for k, r, s in zip(kinds, rows, snapshot_ids, strict=True) if s == snapshot.snapshot_id)
-        parent = _java_rows(catalog, snapshot.parent_snapshot_id)
-        expected = _expected(parent, _java_rows(catalog, snapshot.snapshot_id))
-        if got != expected:
-            operation = table.snapshot_by_id(snapshot.snapshot_id).summary.operation
-            problems.append(f"snapshot {snapshot.snapshot_id} ({operation}) (_change_type, {LINEAGE + DATA}):")
-            problems += [f"  icetail only: {n} x {row}" for row, n in sorted((got - expected).items(), key=repr)]
-            problems += [f"  java only: {n} x {row}" for row, n in sorted((expected - got).items(), key=repr)]
-    return problems
-
-
 @pytest.mark.parametrize("mode", [MOR, COW])
 @pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
 def test_updates_pair_by_row_id_as_java_reads_them(catalog, mode, partitioned) -> None:
     from icetail.monitor.engine.api import read_changes
 
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, mode).items())
-    part = " PARTITIONED BY (p)" if partitioned else ""
-    catalog.sql(
-        f"CREATE TABLE {{cat}}.ns.t (id bigint, p int, v string, d double) USING iceberg{part} TBLPROPERTIES ({props})"
-    )
+    create_table(catalog, mode, partitioned=partitioned)
     for statement in STATEMENTS:
         catalog.sql(statement)
     table = catalog.load_table("t")
@@ -160,10 +88,7 @@ def test_tables_without_lineage_fall_back_to_identifier_columns(catalog) -> None
     """v2 has no row lineage; a v2 table upgraded to v3 has none for the snapshots before the upgrade."""
     from icetail.monitor.engine.api import read_changes
 
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
-    catalog.sql(
-        f"CREATE TABLE {{cat}}.ns.t (id bigint, p int, v string, d double) USING iceberg TBLPROPERTIES ({props})"
-    )
+    create_table(catalog, MOR, format_version=2)
     for statement in STATEMENTS[:4]:
         catalog.sql(statement)
     v2 = catalog.load_table("t")
@@ -188,12 +113,12 @@ def test_tables_without_lineage_fall_back_to_identifier_columns(catalog) -> None
     assert old.column("_last_updated_sequence_number").null_count == old.num_rows
     assert "UPDATE_BEFORE" not in old.column("_change_type").to_pylist()
     new = changes.filter(pa.compute.greater(changes.column("_change_ordinal"), 3))
-    problems = _check_pairs_adjacent(new)
+    problems = check_pairs_adjacent(new)
     upgrade_commit, *later = [s for s in catalog.snapshot_ids("t") if s not in _ancestors_through(catalog, upgraded_at)]
     # the first v3 commit assigns row ids to the files written before, and Java's UPDATE gives the
     # rows it rewrites new ones: their old images have no row id (Java reads the parent without)
     first = new.filter(pa.compute.equal(new.column("_commit_snapshot_id"), upgrade_commit))
-    assert _tuples(first, ("_change_type", "id", "v", "_row_id")) == [
+    assert sorted(tuples(first, ("_change_type", "id", "v", "_row_id"))) == [
         ("DELETE", 3, "v3u", None),
         ("DELETE", 6, "v6", None),
         ("INSERT", 3, "after-upgrade", _java_rows_by_id(catalog, upgrade_commit)[3]),
@@ -214,16 +139,9 @@ def _pipeline_config(catalog: Any, root: Path, consumer: str, **options: Any) ->
     )
 
 
-def _v3_table(catalog: Any, mode: str) -> None:
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, mode).items())
-    catalog.sql(
-        f"CREATE TABLE {{cat}}.ns.t (id bigint, p int, v string, d double) USING iceberg TBLPROPERTIES ({props})"
-    )
-
-
-def _ordered_rows(rows: pa.Table) -> list[Row]:
+def _ordered_rows(rows: pa.Table) -> list[tuple[Any, ...]]:
     columns = tuple(c for c in rows.column_names if c != "_commit_timestamp")
-    return sorted(_tuples(rows, columns), key=repr)
+    return sorted(tuples(rows, columns), key=repr)
 
 
 @pytest.mark.parametrize("staged", [True, False], ids=["staging-sink", "driver-sink"])
@@ -235,7 +153,7 @@ def test_run_delivers_lineage_pairs_and_values(catalog, spark, tmp_path, monkeyp
     from tests.support.sinks import CrashingSink
 
     catalog.set_env(monkeypatch)
-    _v3_table(catalog, MOR)
+    create_table(catalog, MOR)
     for statement in STATEMENTS[:5]:
         catalog.sql(statement)
     table = catalog.load_table("t")
@@ -282,7 +200,7 @@ def test_a_batch_written_ahead_by_the_previous_release_resumes_without_lineage(
     from tests.support.sinks import CrashingSink, SimulatedCrash
 
     catalog.set_env(monkeypatch)
-    _v3_table(catalog, MOR)
+    create_table(catalog, MOR)
     catalog.sql(STATEMENTS[0])
     catalog.sql(STATEMENTS[1])  # S2: updates 2, 3, 8
     config = _pipeline_config(catalog, tmp_path, "up", max_snapshots_per_batch=1)
@@ -311,7 +229,7 @@ def test_a_batch_written_ahead_by_the_previous_release_resumes_without_lineage(
         outcomes = third.run()
     assert [(o.resumed, o.completed) for o in outcomes] == [(True, True), (False, True)]
     delivered = pq.read_table(tmp_path / "up")
-    kinds = Counter(_tuples(delivered, ("_change_ordinal", "_change_type")))
+    kinds = Counter(tuples(delivered, ("_change_ordinal", "_change_type")))
     assert kinds == Counter({(0, "INSERT"): 10, (1, "DELETE"): 3, (1, "INSERT"): 3, (2, "UPDATE_BEFORE"): 1,
                              (2, "UPDATE_AFTER"): 1})  # fmt: skip
     assert_changes_match(delivered, catalog, "t")
