@@ -182,7 +182,6 @@ class Pipeline:
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
         self._full_next = False
-        self._lineage_pairing = False  # the batch being delivered pairs its updates by _row_id
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -478,7 +477,6 @@ class Pipeline:
         if not requests:
             return True
         context = read_context(table, schema_id, tasks)
-        self._lineage_pairing = lineage_pairing
         spark = self._spark or spark_session()
         chunk_rows = batch.shape.chunk_rows
         held: list[tuple[int, Chunk]] = []
@@ -491,7 +489,7 @@ class Pipeline:
             snapshot_id = splits[split_index].task.commit.snapshot_id
             if held_snapshot is not None and snapshot_id != held_snapshot:
                 self._deliver_reconciled(
-                    batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally
+                    batch, held, by_snapshot[held_snapshot], progress, index_of, (identifiers, lineage_pairing), tally
                 )
                 held, held_snapshot = [], None
                 if self._stop.is_set():
@@ -505,7 +503,8 @@ class Pipeline:
             if self._stop.is_set():
                 return False
         if held_snapshot is not None:
-            self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally)
+            pairing = (identifiers, lineage_pairing)
+            self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, pairing, tally)
         return not self._stop.is_set() or self._all_done()
 
     def _all_done(self) -> bool:
@@ -540,17 +539,21 @@ class Pipeline:
         snapshot_splits: list[ChangeSplit],
         progress: dict[str, Any],
         index_of: dict[str, int],
-        identifiers: tuple[str, ...],
+        pairing: tuple[tuple[str, ...], bool],
         tally: _Tally,
     ) -> None:
-        """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split."""
+        """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split.
+
+        `pairing`: the identifier columns, and whether updates pair by `_row_id` first (a v3 table).
+        """
+        identifiers, lineage_pairing = pairing
         batches = [chunk.batch for _, chunk in held if chunk.batch is not None and chunk.batch.num_rows]
         rows = (
             reconcile_snapshot(
                 pa.Table.from_batches(batches),
                 identifiers or None,
                 self.config.carry_over_removal,
-                row_lineage=self._lineage_pairing,
+                row_lineage=lineage_pairing,
             )
             if batches
             else pa.table({})
