@@ -15,7 +15,6 @@ from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
-    DEFAULT_READ_VERSION,
     MANIFEST_ENTRY_SCHEMAS,
     MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
@@ -34,14 +33,16 @@ from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payl
 # need (referenced_data_file, content_offset, content_size_in_bytes); read with v3, a superset.
 MANIFEST_READ_VERSION = 3
 _DATA_FILE_FIELDS = [f.name for f in DATA_FILE_TYPE[MANIFEST_READ_VERSION].fields]
+_MANIFEST_LIST_FIELDS = [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[MANIFEST_READ_VERSION].fields]
 
 
 def open_manifest_list(io: FileIO, path: str) -> AvroFile[ManifestFile]:
     """The manifest list as pyiceberg's `read_manifest_list` decodes it, one record at a time (so a
-    reader can stop early), where pyiceberg only offers the whole list."""
+    reader can stop early), where pyiceberg only offers the whole list; read with the v3 schema (a
+    superset of v2's) so that `manifest_first_row_id` is there."""
     return AvroFile[ManifestFile](
         io.new_input(path),
-        MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+        MANIFEST_LIST_FILE_SCHEMAS[MANIFEST_READ_VERSION],
         read_types={-1: ManifestFile, 508: PartitionFieldSummary},
         read_enums={517: ManifestContent},
     )
@@ -57,6 +58,19 @@ def read_manifest_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEn
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
     ) as reader:
         return [_inherit_from_manifest(entry, manifest) for entry in reader]
+
+
+def read_manifest_list(io: FileIO, path: str) -> list[ManifestFile]:
+    """Every manifest of a manifest list, with the v3 fields (pyiceberg's `Snapshot.manifests` drops them)."""
+    with open_manifest_list(io, path) as reader:
+        return list(reader)
+
+
+def manifest_first_row_id(manifest: ManifestFile) -> int | None:
+    """The manifest list's `first_row_id` of a manifest (v3, field 520; None before v3): pyiceberg's
+    ManifestFile names only the v2 fields, so it is read by position."""
+    index = _MANIFEST_LIST_FIELDS.index("first_row_id")
+    return manifest[index] if index < len(manifest) else None
 
 
 def optional_data_file_field(data_file: DataFile, name: str) -> Any:

@@ -1,10 +1,15 @@
-"""Per-snapshot post-processing of change rows: carry-over removal and update pairing.
+"""Per-snapshot post-processing of change rows: update pairing and carry-over removal.
 
-Carry-over: a copy-on-write rewrite deletes a file and re-inserts its unchanged rows; an
-identical DELETE/INSERT pair inside one snapshot is no change, cancelled as a multiset (two
-identical deletes and one identical insert leave one delete). Update pairing: after that, one
-DELETE and one INSERT of the same snapshot with equal identifier values become UPDATE_BEFORE /
-UPDATE_AFTER; keys with several rows on a side stay DELETE/INSERT.
+Row lineage first (v3 tables, rows read with `_row_id`): one DELETE and one INSERT of the
+snapshot with the same `_row_id` are the same row before and after the commit; equal data
+columns make it a carry-over (dropped), different ones an UPDATE_BEFORE / UPDATE_AFTER pair.
+The rows lineage does not pair (no row id, or a row id on one side only) then go through the
+rules for tables without lineage: carry-over removal cancels identical DELETE/INSERT pairs as a
+multiset (two identical deletes and one identical insert leave one delete; it is what a
+copy-on-write rewrite by a writer that does not keep lineage needs), and after that one DELETE
+and one INSERT with equal identifier values become UPDATE_BEFORE / UPDATE_AFTER; keys with
+several rows on a side stay DELETE/INSERT. docs/semantics.md, "Update pairing", says why
+lineage comes first.
 """
 
 from __future__ import annotations
@@ -18,39 +23,98 @@ import pyarrow.compute as pc
 from icetail.kernel.model import ChangeType
 from icetail.reader.equality import row_codes
 from icetail.reader.metadata_columns import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS
+from icetail.reader.row_lineage import LINEAGE_COLUMNS, ROW_ID
 
 HIDDEN_PREFIX = "__icetail_"  # bookkeeping columns a caller may carry through; never compared
 
 
-def needs_reconcile(changes: pa.Table, identifier_columns: Sequence[str] | None, remove_carry_over: bool) -> bool:
+def needs_reconcile(
+    changes: pa.Table,
+    identifier_columns: Sequence[str] | None,
+    remove_carry_over: bool,
+    row_lineage: bool = False,
+) -> bool:
     """Only a snapshot with both deletes and inserts can hold carry-overs or updates."""
-    if not (remove_carry_over or identifier_columns):
+    if not (remove_carry_over or identifier_columns or row_lineage):
         return False
     types = set(pc.unique(changes.column(CHANGE_TYPE)).to_pylist()) if changes.num_rows else set()
     return ChangeType.DELETE.value in types and ChangeType.INSERT.value in types
 
 
 def reconcile_snapshot(
-    changes: pa.Table, identifier_columns: Sequence[str] | None = None, remove_carry_over: bool = True
+    changes: pa.Table,
+    identifier_columns: Sequence[str] | None = None,
+    remove_carry_over: bool = True,
+    *,
+    row_lineage: bool = False,
 ) -> pa.Table:
-    """Changes of ONE snapshot (DELETE/INSERT rows) after carry-over removal and update pairing.
+    """Changes of ONE snapshot (DELETE/INSERT rows) after update pairing and carry-over removal.
 
-    Output order: DELETEs, then UPDATE_BEFORE/UPDATE_AFTER pairs, then INSERTs; stable otherwise.
+    `row_lineage`: pair by the `_row_id` column first (the table must have it). Output order:
+    DELETEs, then UPDATE_BEFORE/UPDATE_AFTER pairs (in the order of their DELETE), then INSERTs;
+    stable otherwise.
     """
-    if not needs_reconcile(changes, identifier_columns, remove_carry_over):
+    if not needs_reconcile(changes, identifier_columns, remove_carry_over, row_lineage):
         return changes
     if len(pc.unique(changes.column(COMMIT_SNAPSHOT_ID))) > 1:
         raise ValueError("reconcile_snapshot takes the changes of one snapshot")
     is_delete = pc.equal(changes.column(CHANGE_TYPE), ChangeType.DELETE.value).to_numpy(zero_copy_only=False)
-    data_columns = [c for c in changes.column_names if c not in METADATA_COLUMNS and not c.startswith(HIDDEN_PREFIX)]
-    keep = np.ones(changes.num_rows, dtype=bool)
-    if remove_carry_over:
-        keep = ~_cancelled(row_codes(changes.select(data_columns)), is_delete)
-    changes, is_delete = changes.filter(pa.array(keep)), is_delete[keep]
-    if not identifier_columns:
-        return _ordered(changes, is_delete, np.zeros(changes.num_rows, dtype=bool), None)
-    key_codes = row_codes(changes.select(list(identifier_columns)))
-    return _ordered(changes, is_delete, _paired(key_codes, is_delete), key_codes)
+    ignored = set(METADATA_COLUMNS) | set(LINEAGE_COLUMNS)
+    data_columns = [c for c in changes.column_names if c not in ignored and not c.startswith(HIDDEN_PREFIX)]
+    n = changes.num_rows
+    dropped = np.zeros(n, dtype=bool)
+    settled = np.zeros(n, dtype=bool)  # decided by lineage: paired, dropped or kept as they are
+    befores: list[np.ndarray] = []
+    afters: list[np.ndarray] = []
+    content: np.ndarray | None = None
+    if row_lineage and ROW_ID in changes.column_names:
+        before, after = _lineage_pairs(changes.column(ROW_ID), is_delete)
+        content = row_codes(changes.select(data_columns))
+        unchanged = content[before] == content[after]
+        settled[before] = settled[after] = True
+        if remove_carry_over:
+            dropped[before[unchanged]] = dropped[after[unchanged]] = True
+        befores.append(before[~unchanged])
+        afters.append(after[~unchanged])
+    rest = np.nonzero(~settled)[0]
+    if remove_carry_over and len(rest):
+        codes = content[rest] if content is not None else row_codes(changes.select(data_columns).take(rest))
+        dropped[rest[_cancelled(codes, is_delete[rest])]] = True
+    if identifier_columns:
+        rest = np.nonzero(~settled & ~dropped)[0]
+        key_codes = row_codes(changes.select(list(identifier_columns)).take(rest))
+        before, after = _key_pairs(key_codes, is_delete[rest])
+        befores.append(rest[before])
+        afters.append(rest[after])
+    return _ordered(changes, is_delete, dropped, _concat(befores), _concat(afters))
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+
+
+def _lineage_pairs(row_ids: pa.ChunkedArray | pa.Array, is_delete: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(DELETE rows, their INSERT rows): row ids with exactly one DELETE and one INSERT; null ids never pair."""
+    valid = row_ids.is_valid().to_numpy(zero_copy_only=False)
+    ids = pc.fill_null(row_ids, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    rows = np.nonzero(valid)[0]
+    if not len(rows):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    _, codes = np.unique(ids[rows], return_inverse=True)
+    before, after = _key_pairs(codes.astype(np.int64), is_delete[rows])
+    return rows[before], rows[after]
+
+
+def _key_pairs(key_codes: np.ndarray, is_delete: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(DELETE rows, their INSERT rows), by index into `key_codes`: keys with exactly one of each."""
+    if not len(key_codes):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    paired = _paired(key_codes, is_delete)
+    before = np.nonzero(is_delete & paired)[0]
+    after = np.nonzero(~is_delete & paired)[0]
+    after_by_key = dict(zip(key_codes[after].tolist(), after.tolist(), strict=True))
+    matched = np.array([after_by_key[k] for k in key_codes[before].tolist()], dtype=np.int64)
+    return before, matched
 
 
 def _cancelled(codes: np.ndarray, is_delete: np.ndarray) -> np.ndarray:
@@ -87,25 +151,24 @@ def _paired(key_codes: np.ndarray, is_delete: np.ndarray) -> np.ndarray:
     return (deletes[key_codes] == 1) & (inserts[key_codes] == 1)
 
 
-def _ordered(changes: pa.Table, is_delete: np.ndarray, paired: np.ndarray, key_codes: np.ndarray | None) -> pa.Table:
+def _ordered(
+    changes: pa.Table, is_delete: np.ndarray, dropped: np.ndarray, before: np.ndarray, after: np.ndarray
+) -> pa.Table:
     """DELETEs, then UPDATE_BEFORE/UPDATE_AFTER pairs (each before next to its after), then INSERTs."""
-    deletes = np.nonzero(is_delete & ~paired)[0]
-    inserts = np.nonzero(~is_delete & ~paired)[0]
-    parts = [changes.take(pa.array(deletes, pa.int64()))]
-    if key_codes is not None and paired.any():
-        before = np.nonzero(is_delete & paired)[0]
-        after = np.nonzero(~is_delete & paired)[0]
-        # each paired key has one row per side: sort the afters by key in the befores' order
-        after_by_key = dict(zip(key_codes[after].tolist(), after.tolist(), strict=True))
-        matched = np.array([after_by_key[k] for k in key_codes[before].tolist()], dtype=np.int64)
+    paired = np.zeros(len(is_delete), dtype=bool)
+    paired[before] = paired[after] = True
+    plain = ~paired & ~dropped
+    parts = [changes.take(pa.array(np.nonzero(is_delete & plain)[0], pa.int64()))]
+    if len(before):
+        order = np.argsort(before, kind="stable")
         interleaved = np.empty(2 * len(before), dtype=np.int64)
-        interleaved[0::2], interleaved[1::2] = before, matched
+        interleaved[0::2], interleaved[1::2] = before[order], after[order]
         kinds = [ChangeType.UPDATE_BEFORE.value, ChangeType.UPDATE_AFTER.value] * len(before)
         updates = changes.take(pa.array(interleaved))
         position = updates.column_names.index(CHANGE_TYPE)
         updates = updates.set_column(position, updates.field(position), pa.array(kinds, updates.field(position).type))
         parts.append(updates)
-    parts.append(changes.take(pa.array(inserts, pa.int64())))
+    parts.append(changes.take(pa.array(np.nonzero(~is_delete & plain)[0], pa.int64())))
     return pa.concat_tables(parts)
 
 

@@ -175,6 +175,8 @@ class SplitRequest:
     start_row_inclusive: int = 0
     # with a stager: the task writes the chunks itself under keys (consumer, batch id, split index)
     stage_as: tuple[str, str, int] | None = None
+    # rows carry `_row_id` and `_last_updated_sequence_number` (for the output, or for update pairing)
+    with_row_lineage: bool = False
 
 
 @dataclass(frozen=True)
@@ -491,7 +493,11 @@ def _run_split(
     """Yields the split's chunk payloads; returns True after yielding an error (the task stops)."""
     try:
         for chunk in read_split(
-            context, request.split, start_row_inclusive=request.start_row_inclusive, chunk_rows=chunk_rows
+            context,
+            request.split,
+            start_row_inclusive=request.start_row_inclusive,
+            chunk_rows=chunk_rows,
+            with_row_lineage=request.with_row_lineage,
         ):
             if stager is not None and request.stage_as is not None:
                 chunk = _staged(stager, request.stage_as, chunk)

@@ -30,6 +30,7 @@ from icetail.reader.fileio import file_io_for
 from icetail.reader.lru import LRU
 from icetail.reader.metadata_columns import change_schema, with_metadata
 from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
+from icetail.reader.row_lineage import LINEAGE_FIELD_IDS, lineage_arrays, with_lineage_fields
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,12 @@ def read_split(
     *,
     start_row_inclusive: int = 0,
     chunk_rows: int | None = None,
+    with_row_lineage: bool = False,
 ) -> Iterator[Chunk]:
     """Chunks of change rows of `split`, starting at file row `start_row_inclusive`.
 
-    Without `chunk_rows` a chunk is one row group.
+    Without `chunk_rows` a chunk is one row group. `with_row_lineage`: the rows also carry
+    `_row_id` and `_last_updated_sequence_number` (reader/row_lineage.py), after the data columns.
     """
     io = file_io_for(dict(context.io_properties))
     task = split.task
@@ -103,13 +106,17 @@ def read_split(
 
     output_schema = context.output_schema
     output_arrow = context.output_arrow_schema
-    out_arrow = change_schema(output_arrow, with_schema_id=context.with_schema_id)
+    out_arrow = change_schema(
+        with_lineage_fields(output_arrow) if with_row_lineage else output_arrow,
+        with_schema_id=context.with_schema_id,
+    )
     stream = _open_data_file(io, data_file.path)
     with stream:
         parquet = pq.ParquetFile(stream)
         meta = parquet.metadata
         schema_of_file = _file_schema(parquet.schema_arrow, context)
-        columns = columns_to_read(schema_of_file, set(output_schema.field_ids) | equality_ids)
+        lineage_ids = set(LINEAGE_FIELD_IDS) if with_row_lineage else set()
+        columns = columns_to_read(schema_of_file, set(output_schema.field_ids) | equality_ids | lineage_ids)
         key_fields = _key_fields(context.equality_schema, equality_ids)
         row_groups = _row_groups_of(split, meta.num_row_groups)
         starts = np.concatenate([[0], np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])])
@@ -145,6 +152,7 @@ def read_split(
                     key_fields,
                     context.format_version,
                     split,
+                    with_row_lineage,
                     context.with_schema_id,
                 )
                 yield Chunk(
@@ -226,6 +234,7 @@ def _changes(
     key_fields: tuple[NestedField, ...],
     format_version: int,
     split: ChangeSplit,
+    with_row_lineage: bool,
     with_schema_id: bool = False,
 ) -> tuple[pa.RecordBatch, int, tuple[tuple[str, int], ...]]:
     """The chunk's change rows, how many decoded rows the deletes hid, and the rows per change type."""
@@ -240,6 +249,11 @@ def _changes(
     deleted = visible_before & ~visible_after
     inserted = visible_after & ~visible_before
     projected = project(batch, schema_of_file, output_schema, format_version).cast(output_arrow)
+    if with_row_lineage:
+        row_id, sequence = lineage_arrays(batch, schema_of_file, lo, split.task.data_file)
+        projected = pa.RecordBatch.from_arrays(
+            [*projected.columns, row_id, sequence], schema=with_lineage_fields(projected.schema)
+        )
     commit = split.task.commit
     hidden = int((~visible_after).sum()) if after is not None else int((~visible_before).sum())
     counted = [

@@ -12,6 +12,9 @@ Versions (never edit a shipped one; add the next and its decoder):
 3. version 2 plus `task.commit.schema_id`, the schema the commit's snapshot was written with
    (the `_schema_id` column); versions 1 and 2 decode with it None, and the pipeline fills it
    in from the table's metadata.
+4. version 3 plus the data file's `first_row_id` (v3 row lineage; null without lineage). A
+   version 1, 2 or 3 split decodes with `first_row_id` None: a batch written ahead by an older
+   release resumes as that release would deliver it, without row lineage (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from icetail.kernel.model import (
 )
 
 VERSION_KEY = "format_version"
-SPLIT_FORMAT_VERSION = 3
+SPLIT_FORMAT_VERSION = 4
 
 
 def encode_split(split: ChangeSplit) -> str:
@@ -80,6 +83,13 @@ def _enum_value(value: Any) -> Any:
 
 def _decode_v1(raw: dict[str, Any]) -> ChangeSplit:
     """Version 1: `asdict` of the split, enums as values, tuples as lists."""
+    if "first_row_id" in raw["task"]["data_file"]:
+        raise ValueError("first_row_id is a field of split format version 4")
+    return _decode_fields(raw)
+
+
+def _decode_fields(raw: dict[str, Any]) -> ChangeSplit:
+    """The split from its fields (every version's): a field an older version lacks takes its default (None)."""
     t = raw["task"]
     df = t["data_file"]
     data_file = DataFileRef(
@@ -117,12 +127,28 @@ def _decode_v2(raw: dict[str, Any]) -> ChangeSplit:
 
 
 def _decode_v3(raw: dict[str, Any]) -> ChangeSplit:
-    """Version 3: the fields of version 2 with the commit's `schema_id` (read by the same keyword decode)."""
+    """Version 3: the fields of version 2 with the commit's `schema_id`, no `first_row_id` yet."""
     if "schema_id" not in raw["task"]["commit"]:
         raise KeyError("task.commit.schema_id")
-    return _decode_v1(raw)
+    if "first_row_id" in raw["task"]["data_file"]:
+        raise ValueError("first_row_id is a field of split format version 4")
+    return _decode_fields(raw)
 
 
-_DECODERS: dict[int, Callable[[dict[str, Any]], ChangeSplit]] = {1: _decode_v1, 2: _decode_v2, 3: _decode_v3}
+def _decode_v4(raw: dict[str, Any]) -> ChangeSplit:
+    """Version 4: the fields of version 3 with the data file's `first_row_id`."""
+    if "schema_id" not in raw["task"]["commit"]:
+        raise KeyError("task.commit.schema_id")
+    if "first_row_id" not in raw["task"]["data_file"]:
+        raise KeyError("task.data_file.first_row_id")
+    return _decode_fields(raw)
+
+
+_DECODERS: dict[int, Callable[[dict[str, Any]], ChangeSplit]] = {
+    1: _decode_v1,
+    2: _decode_v2,
+    3: _decode_v3,
+    4: _decode_v4,
+}
 SUPPORTED_SPLIT_FORMAT_VERSIONS: tuple[int, ...] = tuple(_DECODERS)
 assert SUPPORTED_SPLIT_FORMAT_VERSIONS[-1] == SPLIT_FORMAT_VERSION, "the newest decoder reads what encode_split writes"

@@ -51,6 +51,9 @@ class DataFileRef:
     partition: str  # canonical text of the partition tuple, only compared for equality
     data_sequence_number: int
     split_offsets: tuple[int, ...] | None = None
+    # v3 row lineage: `_row_id` of the file's row 0 (explicit or inherited from its manifest, per the
+    # spec's First Row ID Inheritance); None when the file has no lineage (v1/v2, written before v3)
+    first_row_id: int | None = None
 
 
 @dataclass(frozen=True)

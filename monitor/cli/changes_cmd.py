@@ -11,7 +11,7 @@ from pyiceberg.table import Table
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, iter_changes, plan_range
+from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, iter_changes, plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
@@ -66,6 +66,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
     parse_verify_mode(args.verify)
     table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
+    check_row_lineage(table, args.with_row_lineage)
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
         plan = _plan_of(table, args)
@@ -80,9 +81,15 @@ def cmd_changes(args: argparse.Namespace) -> int:
             net=args.net,
             verify=args.verify,
             with_schema_id=args.with_schema_id,
+            with_row_lineage=args.with_row_lineage,
         )
         try:
-            schema = change_arrow_schema(table, plan.schema_id, with_schema_id=args.with_schema_id)
+            schema = change_arrow_schema(
+                table,
+                plan.schema_id,
+                with_schema_id=args.with_schema_id,
+                with_row_lineage=args.with_row_lineage,
+            )
             rows = write_output(args.output, schema, batches)
         finally:
             progress.close()
@@ -114,6 +121,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     changes.add_argument(
         "--with-schema-id", action="store_true", help="add _schema_id: the schema id of each row's commit snapshot"
+    )
+    changes.add_argument(
+        "--with-row-lineage",
+        action="store_true",
+        help="v3 tables: add _row_id and _last_updated_sequence_number after the data columns",
     )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")

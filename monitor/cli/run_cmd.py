@@ -57,6 +57,12 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         "--with-schema-id", action="store_true", default=None, help="add _schema_id (the row's schema id)"
     )
     parser.add_argument(
+        "--with-row-lineage",
+        action="store_true",
+        default=None,
+        help="v3 tables: add _row_id and _last_updated_sequence_number to the change rows",
+    )
+    parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +28,7 @@ from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.row_lineage import LINEAGE_COLUMNS, MIN_FORMAT_VERSION, with_lineage_fields
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 
@@ -46,9 +47,44 @@ def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
     return snapshot.schema_id
 
 
-def change_arrow_schema(table: Table, schema_id: int | None, *, with_schema_id: bool = False) -> pa.Schema:
-    """Change rows: data columns (field ids as metadata), the changelog columns, `_schema_id` on request."""
-    return change_schema(arrow_schema_with_ids(output_schema(table, schema_id)), with_schema_id=with_schema_id)
+def change_arrow_schema(
+    table: Table, schema_id: int | None, *, with_schema_id: bool = False, with_row_lineage: bool = False
+) -> pa.Schema:
+    """The columns of the change rows: data (field ids as metadata), then `_row_id` and
+    `_last_updated_sequence_number` if asked for, then the changelog columns, `_schema_id` on request."""
+    data = arrow_schema_with_ids(output_schema(table, schema_id))
+    return change_schema(with_lineage_fields(data) if with_row_lineage else data, with_schema_id=with_schema_id)
+
+
+def has_row_lineage(table: Table) -> bool:
+    """v3 and later tables track row lineage: their updates pair by `_row_id` (reader/reconcile.py)."""
+    return table.metadata.format_version >= MIN_FORMAT_VERSION
+
+
+def check_row_lineage(table: Table, with_row_lineage: bool) -> None:
+    """Refuse the lineage output columns on a table that has no row lineage."""
+    if with_row_lineage and not has_row_lineage(table):
+        raise ConfigError(
+            f"--with-row-lineage needs a format-version 3 table, but {'.'.join(table.name())} is format-version "
+            f"{table.metadata.format_version} and has no _row_id; drop the option, or upgrade the table to v3"
+        )
+
+
+def split_requests(
+    splits: Iterable[ChangeSplit], gather: set[int], *, lineage_pairing: bool, with_row_lineage: bool
+) -> list[SplitRequest]:
+    """Fresh requests; a split reads lineage when it is output, or when its snapshot is paired by it."""
+    return [
+        SplitRequest(
+            s, with_row_lineage=with_row_lineage or (lineage_pairing and s.task.commit.snapshot_id in gather)
+        )
+        for s in splits
+    ]
+
+
+def without_lineage(rows: pa.Table) -> pa.Table:
+    """`rows` without the lineage columns read only for pairing."""
+    return rows.drop_columns([c for c in LINEAGE_COLUMNS if c in rows.column_names])
 
 
 def read_context(
@@ -117,19 +153,25 @@ def iter_changes(
     verify: str = "warn",
     on_check: Callable[[SnapshotCheck], None] | None = None,
     with_schema_id: bool = False,
+    with_row_lineage: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
 
     Rows are projected onto the plan's (to-snapshot's) schema; with `with_schema_id`, `_schema_id`
     holds the schema id of each row's commit snapshot, which may be older than the plan's.
     `net`: the range's net changes instead (reader/net.py), gathered before the first row is yielded.
+    On a v3 table the updates of a snapshot pair by `_row_id` first (docs/semantics.md);
+    `with_row_lineage` adds the `_row_id` and `_last_updated_sequence_number` columns.
     `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
     under strict a snapshot is held until checked, so a refused snapshot yields nothing.
     """
     mode = parse_verify_mode(verify, "verify")
+    check_row_lineage(table, with_row_lineage)
     schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
     if net and not carry_over_removal:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
+    if net and with_row_lineage:
+        raise ConfigError("net changes cannot carry the row lineage columns yet; drop --with-row-lineage or --net")
     if not plan.splits:
         return
     context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
@@ -137,7 +179,9 @@ def iter_changes(
     if net:
         yield from _net_changes(table, plan, context, schema, identifiers, spark, chunk_rows, on_chunk)
         return
-    gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
+    lineage_pairing = has_row_lineage(table)
+    reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
+    gather = snapshots_needing_reconcile(plan.tasks) if reconciling else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
     verifier = (
         None
@@ -153,13 +197,18 @@ def iter_changes(
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []
     held_snapshot: int | None = None
-    for chunk in run_splits(session, context, [SplitRequest(s) for s in plan.splits], chunk_rows=chunk_rows):
+    requests = split_requests(plan.splits, gather, lineage_pairing=lineage_pairing, with_row_lineage=with_row_lineage)
+    read_schema = change_arrow_schema(
+        table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=lineage_pairing or with_row_lineage
+    )
+    pairing = _Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_row_lineage)
+    for chunk in run_splits(session, context, requests, chunk_rows=chunk_rows):
         if on_chunk is not None:
             on_chunk(chunk)
         snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
         if held_snapshot is not None and snapshot_id != held_snapshot:
             if held:
-                yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
+                yield from _released(held, held_snapshot in gather, pairing)
             held, held_snapshot = [], None
         strict_hold = mode == VerifyMode.STRICT and verifier is not None and verifier.checks(snapshot_id)
         hold = snapshot_id in gather or strict_hold
@@ -177,27 +226,35 @@ def iter_changes(
         else:
             yield chunk.batch
     if held:
-        yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
+        yield from _released(held, held_snapshot in gather, pairing)
 
 
-def _released(
-    batches: list[pa.RecordBatch],
-    reconcile: bool,
-    schema: pa.Schema,
-    identifiers: Sequence[str],
-    carry_over_removal: bool,
-) -> Iterator[pa.RecordBatch]:
+def _released(batches: list[pa.RecordBatch], reconcile: bool, pairing: _Pairing) -> Iterator[pa.RecordBatch]:
+    """A held snapshot's rows: reconciled if it was gathered for that, else (held only to be checked) as read."""
     if reconcile:
-        yield from _reconciled(batches, schema, identifiers, carry_over_removal)
+        yield from pairing.reconciled(batches)
     else:
         yield from batches
 
 
-def _reconciled(
-    batches: list[pa.RecordBatch], schema: pa.Schema, identifiers: Sequence[str], carry_over_removal: bool
-) -> Iterator[pa.RecordBatch]:
-    table = reconcile_snapshot(pa.Table.from_batches(batches, schema=schema), identifiers or None, carry_over_removal)
-    yield from table.to_batches()
+@dataclass(frozen=True)
+class _Pairing:
+    """How one snapshot's gathered rows are reconciled, and which columns leave."""
+
+    read_schema: pa.Schema  # the gathered rows: with the lineage columns when pairing reads them
+    identifiers: Sequence[str]
+    carry_over_removal: bool
+    lineage_pairing: bool
+    with_row_lineage: bool
+
+    def reconciled(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = reconcile_snapshot(
+            pa.Table.from_batches(batches, schema=self.read_schema),
+            self.identifiers or None,
+            self.carry_over_removal,
+            row_lineage=self.lineage_pairing,
+        )
+        yield from (rows if self.with_row_lineage else without_lineage(rows)).to_batches()
 
 
 def _net_changes(
@@ -297,6 +354,7 @@ def changes_batch_reader(
     net: bool = False,
     verify: str = "warn",
     with_schema_id: bool = False,
+    with_row_lineage: bool = False,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -326,8 +384,11 @@ def changes_batch_reader(
         net=net,
         verify=verify,
         with_schema_id=with_schema_id,
+        with_row_lineage=with_row_lineage,
     )
-    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+    schema = change_arrow_schema(
+        table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=with_row_lineage
+    )
     return pa.RecordBatchReader.from_batches(schema, batches)
 
 
@@ -347,6 +408,7 @@ def read_changes(
     net: bool = False,
     verify: str = "warn",
     with_schema_id: bool = False,
+    with_row_lineage: bool = False,
 ) -> pa.Table:
     """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
 
@@ -355,6 +417,7 @@ def read_changes(
 
     `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
     `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
+    `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.
     """
     return changes_batch_reader(
         table,
@@ -371,4 +434,5 @@ def read_changes(
         net=net,
         verify=verify,
         with_schema_id=with_schema_id,
+        with_row_lineage=with_row_lineage,
     ).read_all()

@@ -30,10 +30,13 @@ from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
     change_arrow_schema,
+    check_row_lineage,
+    has_row_lineage,
     identifier_names,
     read_context,
     schema_id_of,
     snapshots_needing_reconcile,
+    without_lineage,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.startup import (
@@ -82,10 +85,13 @@ class PipelineConfig:
     net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
     verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
     with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
+    with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
 
     def __post_init__(self) -> None:
         if self.net and not self.carry_over_removal:
             raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
+        if self.net and self.with_row_lineage:
+            raise ConfigError("--net cannot carry the row lineage columns yet; drop --with-row-lineage or --net")
         parse_start(self.start)
         if not self.branch or self.branch != self.branch.strip():
             raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
@@ -335,6 +341,7 @@ class Pipeline:
             if stored is None or stored.inflight is None:
                 raise self._branch_dropped() from exc
             table = self._load_table_as_is()  # a batch written ahead needs no branch: it is finished first
+        check_row_lineage(table, self.config.with_row_lineage)
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
         planning_seconds = 0.0
@@ -518,7 +525,10 @@ class Pipeline:
         if batch.shape.net:
             return self._deliver_net(table, inflight, schema_id, identifiers, tally)
         tasks = [s.task for s in splits]
-        gather = snapshots_needing_reconcile(tasks) if (self.config.carry_over_removal or identifiers) else set()
+        lineage_pairing = has_row_lineage(table)
+        reconciling = self.config.carry_over_removal or bool(identifiers) or lineage_pairing
+        gather = snapshots_needing_reconcile(tasks) if reconciling else set()
+        with_lineage = self.config.with_row_lineage
         progress = {p.split_id: p for p in inflight.progress}
         index_of = {s.split_id: i for i, s in enumerate(splits)}
         by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
@@ -526,7 +536,11 @@ class Pipeline:
             by_snapshot[split.task.commit.snapshot_id].append(split)
         # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
         stager = (
-            self.sink.stager(change_arrow_schema(table, schema_id, with_schema_id=self.config.with_schema_id))
+            self.sink.stager(
+                change_arrow_schema(
+                    table, schema_id, with_schema_id=self.config.with_schema_id, with_row_lineage=with_lineage
+                )
+            )
             if isinstance(self.sink, StagingSink)
             else None
         )
@@ -536,11 +550,12 @@ class Pipeline:
             snapshot_id = split.task.commit.snapshot_id
             if snapshot_id in gather:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
-                    requests.append(SplitRequest(split, 0))  # reconcile needs the whole snapshot again
+                    # reconcile needs the whole snapshot again, with the row ids it pairs by
+                    requests.append(SplitRequest(split, 0, with_row_lineage=with_lineage or lineage_pairing))
             elif not progress[split.split_id].done:
                 start = progress[split.split_id].next_row_exclusive or 0
                 stage_as = (self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
-                requests.append(SplitRequest(split, start, stage_as))
+                requests.append(SplitRequest(split, start, stage_as, with_row_lineage=with_lineage))
         if not requests:
             return True
         context = read_context(table, schema_id, tasks, with_schema_id=self.config.with_schema_id)
@@ -569,7 +584,7 @@ class Pipeline:
             snapshot_id = splits[split_index].task.commit.snapshot_id
             if held_snapshot is not None and snapshot_id != held_snapshot:
                 self._deliver_reconciled(
-                    batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally
+                    batch, held, by_snapshot[held_snapshot], progress, index_of, (identifiers, lineage_pairing), tally
                 )
                 held, held_snapshot = [], None
                 if self._stop.is_set():
@@ -594,7 +609,8 @@ class Pipeline:
             if self._stop.is_set():
                 return False
         if held_snapshot is not None:
-            self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally)
+            pairing = (identifiers, lineage_pairing)
+            self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, pairing, tally)
         return not self._stop.is_set() or self._all_done()
 
     def _deliver_net(
@@ -698,16 +714,27 @@ class Pipeline:
         snapshot_splits: list[ChangeSplit],
         progress: dict[str, Any],
         index_of: dict[str, int],
-        identifiers: tuple[str, ...],
+        pairing: tuple[tuple[str, ...], bool],
         tally: _Tally,
     ) -> None:
-        """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split."""
+        """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split.
+
+        `pairing`: the identifier columns, and whether updates pair by `_row_id` first (a v3 table).
+        """
+        identifiers, lineage_pairing = pairing
         batches = [chunk.batch for _, chunk in held if chunk.batch is not None and chunk.batch.num_rows]
         rows = (
-            reconcile_snapshot(pa.Table.from_batches(batches), identifiers or None, self.config.carry_over_removal)
+            reconcile_snapshot(
+                pa.Table.from_batches(batches),
+                identifiers or None,
+                self.config.carry_over_removal,
+                row_lineage=lineage_pairing,
+            )
             if batches
             else pa.table({})
         )
+        if not self.config.with_row_lineage and rows.num_rows:
+            rows = without_lineage(rows)
         anchor = snapshot_splits[0]
         token = None
         if rows.num_rows:

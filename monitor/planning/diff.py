@@ -10,7 +10,7 @@ delete files changed; the manifest cache makes repeated reads free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table.metadata import TableMetadata
@@ -28,6 +28,18 @@ COLLAPSED = "collapsed"  # the operation of a direct diff's one commit: the hist
 class SnapshotDiff:
     commit: CommitInfo
     tasks: tuple[ChangeTask, ...]
+
+
+def as_read_at(data_file: DataFileRef, parent: Snapshot | None) -> DataFileRef:
+    """`data_file` with the row lineage its rows had at `parent`, the snapshot its DELETEs are read at.
+
+    A snapshot from before a v3 upgrade has no `first-row-id`: its rows have no `_row_id` (the
+    spec's Row Lineage for Upgraded Tables), though the first v3 commit assigns the same files
+    ids in its own manifests, which is where a removed or modified file's entry is read from.
+    """
+    if data_file.first_row_id is None or (parent is not None and parent.first_row_id is not None):
+        return data_file
+    return replace(data_file, first_row_id=None)
 
 
 def commit_info(snapshot: Snapshot, ordinal: int, metadata: TableMetadata) -> CommitInfo:
@@ -90,9 +102,11 @@ class SnapshotDiffer:
 
         tasks = [ChangeTask(f, FileChangeKind.ADDED, commit, deletes_after=after.for_file(f)) for f in data_added]
         tasks += [
-            ChangeTask(f, FileChangeKind.REMOVED, commit, deletes_before=before.for_file(f)) for f in data_removed
+            ChangeTask(as_read_at(f, parent), FileChangeKind.REMOVED, commit, deletes_before=before.for_file(f))
+            for f in data_removed
         ]
-        tasks += self._modified(snapshot, commit, deletes_added + deletes_removed, data_added, before, after)
+        modified = self._modified(snapshot, commit, deletes_added + deletes_removed, data_added, before, after)
+        tasks += [replace(t, data_file=as_read_at(t.data_file, parent)) for t in modified]
         return SnapshotDiff(commit, tuple(tasks))
 
     def _modified(

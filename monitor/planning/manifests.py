@@ -17,6 +17,7 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     ManifestContent,
+    ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
 )
@@ -26,7 +27,13 @@ from icetail.kernel.errors import IcetailError, MetadataError
 from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.lru import LRU
-from icetail.reader.pyiceberg_compat import open_manifest_list, optional_data_file_field, read_manifest_entries
+from icetail.reader.pyiceberg_compat import (
+    manifest_first_row_id,
+    open_manifest_list,
+    optional_data_file_field,
+    read_manifest_entries,
+    read_manifest_list,
+)
 
 
 def partition_text(partition: Any) -> str:
@@ -45,7 +52,7 @@ class FileEntry:
     file: DataFileRef | DeleteFileRef
 
 
-def _to_ref(data_file: DataFile, data_sequence_number: int) -> DataFileRef | DeleteFileRef:
+def _to_ref(data_file: DataFile, data_sequence_number: int, first_row_id: int | None) -> DataFileRef | DeleteFileRef:
     fmt = str(data_file.file_format.value if hasattr(data_file.file_format, "value") else data_file.file_format)
     partition = partition_text(data_file.partition)
     if data_file.content == DataFileContent.DATA:
@@ -59,6 +66,7 @@ def _to_ref(data_file: DataFile, data_sequence_number: int) -> DataFileRef | Del
             partition=partition,
             data_sequence_number=data_sequence_number,
             split_offsets=tuple(sorted(offsets)) if offsets else None,
+            first_row_id=first_row_id,
         )
     if data_file.content == DataFileContent.EQUALITY_DELETES:
         content = DeleteContent.EQUALITY
@@ -80,6 +88,32 @@ def _to_ref(data_file: DataFile, data_sequence_number: int) -> DataFileRef | Del
         content_offset=optional_data_file_field(data_file, "content_offset"),
         content_size_in_bytes=optional_data_file_field(data_file, "content_size_in_bytes"),
     )
+
+
+def first_row_ids(entries: list[ManifestEntry], manifest_first_row_id: int | None) -> list[int | None]:
+    """Each entry's data-file `first_row_id` (v3 row lineage), per the spec's First Row ID Inheritance.
+
+    An explicit value is kept. A live (ADDED or EXISTING) data file without one inherits the
+    manifest's `first_row_id` plus the record counts of the live data files before it in the
+    manifest that had none either; without a manifest `first_row_id` (a snapshot from before a
+    v3 upgrade) it stays None. A DELETED entry never inherits: the snapshot that removes a file
+    copies the value the file had, and the manifest's range is for files it assigns ids to.
+    Delete files have no row ids.
+    """
+    next_row_id = manifest_first_row_id
+    found: list[int | None] = []
+    for entry in entries:
+        data_file = entry.data_file
+        explicit = optional_data_file_field(data_file, "first_row_id")
+        if data_file.content != DataFileContent.DATA or explicit is not None:
+            found.append(explicit if data_file.content == DataFileContent.DATA else None)
+            continue
+        if entry.status == ManifestEntryStatus.DELETED or next_row_id is None:
+            found.append(None)
+            continue
+        found.append(next_row_id)
+        next_row_id += data_file.record_count
+    return found
 
 
 # Snapshot summary keys counting the files a commit added and removed (Java's SnapshotSummary,
@@ -134,7 +168,7 @@ class ManifestReader:
         if cached is not None:
             return cached
         try:
-            manifests = tuple(snapshot.manifests(self._io))
+            manifests = tuple(read_manifest_list(self._io, key))
         except (OSError, ValueError) as exc:
             raise _list_error(snapshot, exc) from exc
         self._cache_list(key, manifests)
@@ -208,8 +242,11 @@ class ManifestReader:
         return tuple(own)
 
     def entries(self, manifest: ManifestFile) -> tuple[FileEntry, ...]:
-        """Every entry of the manifest, DELETED ones included, with inherited sequence numbers."""
-        key = manifest.manifest_path
+        """Every entry of the manifest, DELETED ones included, with inherited sequence numbers and
+        first row ids (`first_row_ids`)."""
+        manifest_row_id = manifest_first_row_id(manifest)
+        # a manifest written before a v3 upgrade gets a first_row_id in later lists only: key by both
+        key = manifest.manifest_path if manifest_row_id is None else f"{manifest.manifest_path}#{manifest_row_id}"
         cached = self._entries.get(key)
         if cached is not None:
             return cached
@@ -223,13 +260,14 @@ class ManifestReader:
             raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
         except ValueError as exc:
             raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
+        row_ids = first_row_ids(raw, manifest_row_id)
         entries = tuple(
             FileEntry(
                 status=e.status,
                 snapshot_id=e.snapshot_id,
-                file=_to_ref(e.data_file, e.sequence_number if e.sequence_number is not None else 0),
+                file=_to_ref(e.data_file, e.sequence_number if e.sequence_number is not None else 0, row_id),
             )
-            for e in raw
+            for e, row_id in zip(raw, row_ids, strict=True)
         )
         with self._lock:
             self.manifests_read += 1

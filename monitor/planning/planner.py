@@ -20,6 +20,7 @@ from icetail.monitor.planning.diff import (
     COLLAPSED,
     REPLACE,
     SnapshotDiffer,
+    as_read_at,
     commit_info,
     operation_of,
     snapshot_schema_id,
@@ -200,13 +201,16 @@ class Planner:
             old, new = data_before.get(path), data_after.get(path)
             if new is None:
                 assert old is not None
-                tasks.append(ChangeTask(old, FileChangeKind.REMOVED, commit, deletes_before=index_before.for_file(old)))
+                deletes_of_old = index_before.for_file(old)
+                removed = as_read_at(old, start)
+                tasks.append(ChangeTask(removed, FileChangeKind.REMOVED, commit, deletes_before=deletes_of_old))
             elif old is None:
                 tasks.append(ChangeTask(new, FileChangeKind.ADDED, commit, deletes_after=index_after.for_file(new)))
             else:
                 deletes_before, deletes_after = index_before.for_file(old), index_after.for_file(new)
                 if deletes_before != deletes_after:
-                    tasks.append(ChangeTask(new, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+                    modified = as_read_at(new, start)
+                    tasks.append(ChangeTask(modified, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
         return ChangePlan(
             table=name,
             from_snapshot_id_exclusive=start.snapshot_id,

@@ -36,10 +36,11 @@ PIPELINE_KEYS = {
     "net": "net",
     "verify": "verify",
     "with_schema_id": "with_schema_id",
+    "with_row_lineage": "with_row_lineage",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
-BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id"}
+BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout"}
 LIST_KEYS = {"identifier_columns"}
 CHOICE_KEYS = {"verify": VERIFY_MODES}
@@ -254,6 +255,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "net": getattr(args, "net", None),
         "verify": getattr(args, "verify", None),
         "with_schema_id": getattr(args, "with_schema_id", None),
+        "with_row_lineage": getattr(args, "with_row_lineage", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

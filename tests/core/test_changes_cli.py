@@ -65,6 +65,7 @@ def test_plan_json(small_table: SmallTable, capsys: Any) -> None:
         (["--catalog", "core", "--table", "ns.missing"], "table 'ns.missing' does not exist"),
         (["--catalog", "core", "--table", "ns.t", "--to-snapshot", "42"], "to snapshot 42 is not in the table"),
         (["--catalog", "core", "--table", "ns.t", "--from-snapshot", "42"], "from snapshot 42 is not in the table"),
+        (["--catalog", "core", "--table", "ns.t", "--with-row-lineage"], "--with-row-lineage needs a format-version 3"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

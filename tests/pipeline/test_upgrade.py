@@ -52,8 +52,9 @@ def downgrade_to_previous_release(db: Path, tmp_path: Path) -> None:
         rows = conn.execute("SELECT consumer, batch_id, split_id, split_json FROM icetail_inflight_splits").fetchall()
         for consumer, batch_id, split_id, text in rows:
             raw = json.loads(text)
-            assert raw.pop(VERSION_KEY) == 3
+            assert raw.pop(VERSION_KEY) == 4
             del raw["task"]["commit"]["schema_id"]
+            assert raw["task"]["data_file"].pop("first_row_id") is None  # a v2 table: no row lineage
             conn.execute(
                 "UPDATE icetail_inflight_splits SET split_json = ? "
                 "WHERE consumer = ? AND batch_id = ? AND split_id = ?",

@@ -408,3 +408,20 @@ def test_with_schema_id_from_file_environment_and_flag(tmp_path: Path) -> None:
     assert "ICETAIL_WITH_SCHEMA_ID: with_schema_id must be true or false" in config_error(
         tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="maybe"
     )
+
+
+def test_with_row_lineage_from_file_environment_and_flag(tmp_path: Path) -> None:
+    def lineage(content: dict[str, Any], *flags: str, **env: str) -> bool:
+        return build(tmp_path, content, *flags, **env).pipelines[0].with_row_lineage
+
+    assert lineage(BASE) is False
+    assert lineage({**BASE, "with-row-lineage": True}) is True
+    assert lineage({**BASE, "with_row_lineage": True}, ICETAIL_WITH_ROW_LINEAGE="false") is False  # env over file
+    assert lineage(BASE, "--with-row-lineage", ICETAIL_WITH_ROW_LINEAGE="no") is True  # flag over env
+    assert "ICETAIL_WITH_ROW_LINEAGE" in config_error(tmp_path, BASE, ICETAIL_WITH_ROW_LINEAGE="ture")
+    run = run_config(build_parser().parse_args(["run", "--with-row-lineage", *_flags(BASE)]), environ={})
+    assert run.with_row_lineage is True
+
+
+def _flags(values: dict[str, str]) -> list[str]:
+    return [part for key, value in values.items() for part in (f"--{key}", value)]

@@ -50,24 +50,32 @@ V1_TEXT = (
 )
 
 
+# Format 2 (a version key), for make_split(3, 42, with_deletes=True).
+V2_TEXT = V1_TEXT.replace('{"estimated_bytes"', '{"format_version":2,"estimated_bytes"')
+# Format 3 (the commit's schema id, here unknown), the release before row lineage.
+V3_TEXT = V2_TEXT.replace('"format_version":2', '"format_version":3').replace(
+    '"operation":"append"', '"operation":"append","schema_id":null'
+)
+
+
 def test_every_supported_version_decodes_to_the_same_split() -> None:
     split = make_split(3, 42, with_deletes=True)
     current = encode_split(split)
-    assert json.loads(current)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 3
-    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2, 3)
-    v2_text = json.dumps({**json.loads(V1_TEXT), VERSION_KEY: 2})  # what icetail wrote before schema ids
-    for text in (V1_TEXT, v2_text, current):
+    assert json.loads(current)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 4
+    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2, 3, 4)
+    for text in (V1_TEXT, V2_TEXT, V3_TEXT, current):
         assert decode_split(text, expected_split_id=split.split_id) == split
-    # a version-1 text is re-encoded as the current version: the version key and the (unknown) schema id differ
-    v1 = json.loads(V1_TEXT)
-    v1["task"]["commit"]["schema_id"] = None
-    assert json.loads(encode_split(decode_split(V1_TEXT, expected_split_id=split.split_id))) == {
-        **v1,
-        VERSION_KEY: SPLIT_FORMAT_VERSION,
-    }
+    # an older text is re-encoded as the current version: the version key and the fields it lacked
+    # (the commit's schema id before 3, the data file's first_row_id before 4: None) differ
+    for old in (V1_TEXT, V2_TEXT, V3_TEXT):
+        expected = json.loads(old)
+        expected[VERSION_KEY] = SPLIT_FORMAT_VERSION
+        expected["task"]["commit"]["schema_id"] = None
+        expected["task"]["data_file"]["first_row_id"] = None
+        assert json.loads(encode_split(decode_split(old, expected_split_id=split.split_id))) == expected
 
 
-def test_version_3_keeps_the_commit_schema_id() -> None:
+def test_version_3_and_later_keep_the_commit_schema_id() -> None:
     split = make_split(3, 42)
     split = replace(split, task=replace(split.task, commit=replace(split.task.commit, schema_id=7)))
     text = encode_split(split)
@@ -77,15 +85,36 @@ def test_version_3_keeps_the_commit_schema_id() -> None:
     assert decoded.split_id == make_split(3, 42).split_id  # the schema id is no part of the split's identity
 
 
-def test_a_version_3_text_without_a_schema_id_is_damaged() -> None:
+def test_a_version_3_or_4_text_without_a_schema_id_is_damaged() -> None:
     split = make_split(3, 42)
-    raw = json.loads(encode_split(split))
-    del raw["task"]["commit"]["schema_id"]
-    with pytest.raises(StateError, match="damaged"):
-        decode_split(json.dumps(raw), expected_split_id=split.split_id)
+    for version in (3, 4):
+        raw = json.loads(encode_split(split))
+        raw[VERSION_KEY] = version
+        if version == 3:
+            del raw["task"]["data_file"]["first_row_id"]
+        del raw["task"]["commit"]["schema_id"]
+        with pytest.raises(StateError, match="damaged"):
+            decode_split(json.dumps(raw), expected_split_id=split.split_id)
 
 
-@pytest.mark.parametrize("version", [4, 0, "2", None])
+def test_version_4_carries_the_first_row_id() -> None:
+    split = make_split(3, 42, with_deletes=True)
+    lineage = replace(split, task=replace(split.task, data_file=replace(split.task.data_file, first_row_id=1000)))
+    text = encode_split(lineage)
+    assert json.loads(text)["task"]["data_file"]["first_row_id"] == 1000
+    assert decode_split(text, expected_split_id=split.split_id).task.data_file.first_row_id == 1000
+
+
+def test_an_older_version_with_a_first_row_id_is_damaged() -> None:
+    split = make_split(3, 42, with_deletes=True)
+    for version in (2, 3):
+        raw = json.loads(encode_split(split))
+        raw[VERSION_KEY] = version
+        with pytest.raises(StateError, match="damaged"):
+            decode_split(json.dumps(raw), expected_split_id=split.split_id)
+
+
+@pytest.mark.parametrize("version", [5, 0, "2", None])
 def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object) -> None:
     split = make_split(1)
     raw = {**json.loads(encode_split(split)), VERSION_KEY: version}
@@ -93,4 +122,4 @@ def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object
         decode_split(json.dumps(raw), expected_split_id=split.split_id)
     message = str(info.value)
     assert f"format version {version!r}" in message
-    assert "split format versions 1, 2, 3;" in message and "release that started it" in message
+    assert "split format versions 1, 2, 3, 4;" in message and "release that started it" in message

@@ -109,9 +109,11 @@ def test_pending_migrations_message_lists_supported_versions() -> None:
 
 
 def _v1_split_text(split: ChangeSplit) -> str:
-    """The split as icetail before split format 2 wrote it: the same JSON without a version key."""
+    """The split as icetail before split format 2 wrote it: the same JSON without a version key (and
+    without format 3's first_row_id)."""
     raw = json.loads(encode_split(split))
     del raw[VERSION_KEY]
+    del raw["task"]["data_file"]["first_row_id"]
     return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
 

@@ -25,6 +25,7 @@ BATCH_OPTIONS = (
     "to-tag",
     "net",
     "with-schema-id",
+    "with-row-lineage",
 )
 STREAM_OPTIONS = (
     "catalog",
@@ -34,6 +35,7 @@ STREAM_OPTIONS = (
     "max-snapshots-per-trigger",
     "branch",
     "with-schema-id",
+    "with-row-lineage",
 )
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
 
@@ -48,6 +50,7 @@ class TableOptions:
     identifier_columns: tuple[str, ...] | None = None
     branch: str = MAIN_BRANCH  # the history read: its head is the current snapshot
     with_schema_id: bool = False  # add `_schema_id`, the schema id of each row's commit snapshot
+    with_row_lineage: bool = False  # v3 tables: `_row_id` and `_last_updated_sequence_number` columns
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,10 @@ def _table_options(values: Mapping[str, str]) -> TableOptions:
         raise ConfigError("option 'identifier-columns' must name columns, e.g. 'a,b'")
     branch = _name(values, "branch") or MAIN_BRANCH
     with_schema_id = _boolean(values, "with-schema-id")
-    return TableOptions(values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id)
+    with_row_lineage = _boolean(values, "with-row-lineage")
+    return TableOptions(
+        values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id, with_row_lineage
+    )
 
 
 def _name(values: Mapping[str, str], option: str) -> str | None:

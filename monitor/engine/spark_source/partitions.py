@@ -15,14 +15,21 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.table import Table
 
-from icetail.kernel.errors import DataFileError, IcetailError
+from icetail.kernel.errors import ConfigError, DataFileError, IcetailError
 from icetail.kernel.model import ChangeSplit
-from icetail.monitor.engine.api import identifier_names, read_context, snapshots_needing_reconcile
+from icetail.monitor.engine.api import (
+    has_row_lineage,
+    identifier_names,
+    read_context,
+    snapshots_needing_reconcile,
+    without_lineage,
+)
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.row_lineage import with_lineage_fields
 from icetail.reader.split_reader import read_split
 
 DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024  # estimated parquet bytes of packed (unreconciled) splits
@@ -38,11 +45,20 @@ class ChangePartitionSpec:
     reconcile: bool
     identifier_columns: tuple[str, ...]
     carry_over_removal: bool = True
+    lineage_pairing: bool = False  # a v3 table: updates pair by _row_id first
+    with_row_lineage: bool = False  # the rows keep `_row_id` and `_last_updated_sequence_number`
     net: bool = False  # the partition is the whole range, folded into its net changes
 
     @property
+    def reads_lineage(self) -> bool:
+        return self.with_row_lineage or (self.reconcile and self.lineage_pairing)
+
+    @property
     def arrow_schema(self) -> pa.Schema:
-        return change_schema(self.context.output_arrow_schema, with_schema_id=self.context.with_schema_id)
+        """The rows as read (with the lineage columns when they are read, for output or for pairing)."""
+        data = self.context.output_arrow_schema
+        with_lineage = with_lineage_fields(data) if self.reads_lineage else data
+        return change_schema(with_lineage, with_schema_id=self.context.with_schema_id)
 
 
 def plan_partitions(
@@ -55,6 +71,7 @@ def plan_partitions(
     partition_bytes: int = DEFAULT_PARTITION_BYTES,
     net: bool = False,
     with_schema_id: bool = False,
+    with_row_lineage: bool = False,
 ) -> list[ChangePartitionSpec]:
     """The partitions of `plan`, in plan order; rows are projected onto `schema_id` (default: the plan's).
 
@@ -66,11 +83,17 @@ def plan_partitions(
     context = read_context(table, output_schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, output_schema_id, identifier_columns)
     if net:
+        if with_row_lineage:
+            raise ConfigError("net changes cannot carry row lineage columns yet; drop with-row-lineage or net")
         return [ChangePartitionSpec(context, plan.splits, True, identifiers, True, net=True)]
-    gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
+    lineage_pairing = has_row_lineage(table)
+    reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
+    gather = snapshots_needing_reconcile(plan.tasks) if reconciling else set()
 
     def spec(splits: list[ChangeSplit], reconcile: bool) -> ChangePartitionSpec:
-        return ChangePartitionSpec(context, tuple(splits), reconcile, identifiers, carry_over_removal)
+        return ChangePartitionSpec(
+            context, tuple(splits), reconcile, identifiers, carry_over_removal, lineage_pairing, with_row_lineage
+        )
 
     partitions: list[ChangePartitionSpec] = []
     packed: list[ChangeSplit] = []
@@ -105,27 +128,32 @@ def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     if spec.net:
         yield from _net_batches(spec)
         return
+    lineage = spec.reads_lineage
     if not spec.reconcile:
         for split in spec.splits:
-            yield from _split_batches(spec.context, split)
+            yield from _split_batches(spec.context, split, lineage)
         return
-    batches = [batch for split in spec.splits for batch in _split_batches(spec.context, split)]
+    batches = [batch for split in spec.splits for batch in _split_batches(spec.context, split, lineage)]
     changes = pa.Table.from_batches(batches, schema=spec.arrow_schema)
-    reconciled = reconcile_snapshot(changes, spec.identifier_columns or None, spec.carry_over_removal)
+    reconciled = reconcile_snapshot(
+        changes, spec.identifier_columns or None, spec.carry_over_removal, row_lineage=spec.lineage_pairing
+    )
+    if not spec.with_row_lineage:
+        reconciled = without_lineage(reconciled)
     yield from (batch for batch in reconciled.to_batches() if batch.num_rows)
 
 
 def _net_batches(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     """The net changes of the range in `spec` (reader/net.py)."""
-    batches = ((s.task.commit.snapshot_id, b) for s in spec.splits for b in _split_batches(spec.context, s))
+    batches = ((s.task.commit.snapshot_id, b) for s in spec.splits for b in _split_batches(spec.context, s, False))
     net = fold_range(spec.arrow_schema, batches, snapshots_needing_reconcile(s.task for s in spec.splits))
     result = net.result(net_key_columns(spec.arrow_schema, spec.identifier_columns))
     yield from (batch for batch in result.to_batches() if batch.num_rows)
 
 
-def _split_batches(context: ReadContext, split: ChangeSplit) -> Iterator[pa.RecordBatch]:
+def _split_batches(context: ReadContext, split: ChangeSplit, with_row_lineage: bool) -> Iterator[pa.RecordBatch]:
     try:
-        for chunk in read_split(context, split):
+        for chunk in read_split(context, split, with_row_lineage=with_row_lineage):
             if chunk.batch is not None and chunk.batch.num_rows:
                 yield chunk.batch
     except IcetailError:

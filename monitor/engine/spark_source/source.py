@@ -19,7 +19,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from icetail.kernel.errors import BranchDroppedError, RefNotFoundError
-from icetail.monitor.engine.api import change_arrow_schema, plan_range, schema_id_of
+from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, plan_range, schema_id_of
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import (
@@ -74,8 +74,11 @@ def _open_table(options: TableOptions, *, following: bool = False) -> Table:
         ) from exc
 
 
-def _spark_schema(table: Table, schema_id: int | None, with_schema_id: bool) -> StructType:
-    arrow = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+def _spark_schema(table: Table, schema_id: int | None, source: TableOptions) -> StructType:
+    check_row_lineage(table, source.with_row_lineage)
+    arrow = change_arrow_schema(
+        table, schema_id, with_schema_id=source.with_schema_id, with_row_lineage=source.with_row_lineage
+    )
     return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
@@ -106,7 +109,7 @@ class ChangesDataSource(DataSource):
 
     def schema(self) -> StructType:
         table, _, schema_id = self._pin()
-        return _spark_schema(table, schema_id, parse_any_options(self.options)[0].with_schema_id)
+        return _spark_schema(table, schema_id, parse_any_options(self.options)[0])
 
     def _pin(self) -> tuple[Table, int | None, int | None]:
         source, to_option, to_tag = parse_any_options(self.options)
@@ -165,6 +168,7 @@ class ChangesBatchReader(DataSourceReader):
             identifier_columns=self._options.source.identifier_columns,
             net=self._options.net,
             with_schema_id=self._options.source.with_schema_id,
+            with_row_lineage=self._options.source.with_row_lineage,
         )
         return [ChangePartition(spec) for spec in specs]
 
@@ -246,6 +250,7 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
             schema_id=self._schema_id,
             identifier_columns=self._options.source.identifier_columns,
             with_schema_id=self._options.source.with_schema_id,
+            with_row_lineage=self._options.source.with_row_lineage,
         )
         return [ChangePartition(spec) for spec in specs]
 
