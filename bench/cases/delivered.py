@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import generate as gen  # noqa: E402
-from bench.run import cpu_by_kind  # noqa: E402
+from bench.procs import cpu_by_kind  # noqa: E402
 
 CATALOG = "icebench"
 # cli_jsonl is left out by default: JSON encoding costs ~20x the decode (ask for it with --readers)
@@ -273,7 +273,7 @@ def print_report(title: str, report: dict[str, Any]) -> None:
 
 
 def case_delivered(ctx: Any) -> Any:
-    from bench.run import CaseResult, Goal
+    from bench.results import CaseResult, Goal
 
     result = CaseResult("delivered")
     cat, data, rounds = ctx.catalog, ctx.data, max(ctx.scale.repeat, 5)
