@@ -172,13 +172,12 @@ def raw_rw_parquet_rows(t: Target, spark: Any, scratch: Path) -> int:
 
 
 def raw_rw_jsonl_rows(t: Target, spark: Any, scratch: Path) -> int:
-    from icetail.sinks.jsonl_sink import encode_lines
+    from icetail.sinks.jsonl_encoding import write_jsonl_to
 
     table = raw_decode(t.files)
     out = scratch / "raw.jsonl"
     with open(out, "w", encoding="utf-8") as stream:
-        for batch in table.to_batches():
-            stream.writelines(encode_lines(batch))
+        write_jsonl_to(stream, table)
     out.unlink()
     return table.num_rows
 

@@ -17,16 +17,12 @@ import pyarrow.parquet as pq
 
 from icetail.kernel.errors import ConfigError
 from icetail.sinks.factory import remote_scheme
-from icetail.sinks.jsonl_sink import encode_lines
+from icetail.sinks.jsonl_encoding import write_jsonl_to
 
 
 def write_jsonl(batches: Iterable[pa.RecordBatch], stream: IO[str]) -> int:
     """Strict JSON lines, encoded as the JSONL sink encodes them (one encoding for every JSON output)."""
-    rows = 0
-    for batch in batches:
-        stream.writelines(encode_lines(batch))
-        rows += batch.num_rows
-    return rows
+    return sum(write_jsonl_to(stream, batch) for batch in batches)
 
 
 def check_output_path(path: str) -> None:

@@ -13,14 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icetail.sinks.jsonl_sink import encode_lines
+from icetail.sinks.jsonl_encoding import encode_jsonl
 from tests.support.jsonl_reference import every_type_table, reference_lines
 
 GOLDEN = Path(__file__).parent / "data" / "every_type.jsonl"
 
 
 def encoded(rows: pa.Table | pa.RecordBatch) -> str:
-    return "".join(encode_lines(rows))
+    return encode_jsonl(rows).decode("utf-8")
 
 
 def reference(rows: pa.Table | pa.RecordBatch) -> str:
@@ -74,4 +74,19 @@ def test_strings_with_every_escape_match_json_dumps() -> None:
         {"mixed": pa.array(values), "plain": pa.array(plain), "keys": pa.array([[(v, v)] for v in values],
                                                                               pa.map_(pa.string(), pa.string()))}
     )  # fmt: skip
+    assert encoded(table) == reference(table)
+
+
+def test_timestamps_and_times_of_every_unit_and_year_match() -> None:
+    rng = np.random.default_rng(17)
+    columns = {}
+    for unit, per_second in (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9)):
+        low, high = (-62_135_596_800, 253_402_300_799) if unit != "ns" else (-9_223_372_036, 9_223_372_035)
+        values = rng.integers(low, high, 2_000) * per_second + rng.integers(0, per_second, 2_000)
+        for tz in (None, "UTC", "America/New_York"):
+            columns[f"ts_{unit}_{tz}"] = pa.array(values, pa.timestamp(unit, tz))
+        time_type = pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)
+        storage = pa.int32() if unit in ("s", "ms") else pa.int64()
+        columns[f"time_{unit}"] = pa.array(rng.integers(0, 86_400 * per_second, 2_000), storage).cast(time_type)
+    table = pa.table(columns)
     assert encoded(table) == reference(table)
