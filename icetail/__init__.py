@@ -4,7 +4,8 @@ Every row-level change of a table (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER),
 snapshot, read on Spark with merge-on-read deletes applied. Two ways in:
 
 * a range, once: `read_changes` (an Arrow table) or `changes_batch_reader` (a stream of
-  record batches for ranges too large for memory), by snapshot id or by commit time;
+  record batches for ranges too large for memory), by snapshot id, tag or commit time, on
+  `main` or any branch (`branch=`, `from_tag=`, `to_tag=`);
 * a table followed exactly once into a sink, resumable to the row: `Pipeline(PipelineConfig(...))`.
 
 Everything below `icetail.monitor`, `icetail.reader`, `icetail.state`, `icetail.sinks` and

@@ -10,7 +10,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
 from icetail.kernel.secrets import redacted_items
-from icetail.reader.projection import arrow_schema
+from icetail.reader.projection import arrow_schema_with_ids
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class ReadContext:
     equality_schema_json: str  # one flat field per equality-delete field id (projection.key_field), newest type
     name_mapping_json: str | None  # schema.name-mapping.default, for files written without field ids
     format_version: int
+    with_schema_id: bool = False  # append `_schema_id` (metadata_columns.SCHEMA_ID) to every change row
 
     def __repr__(self) -> str:
         """Credentials redacted: a repr may end up in a log, a traceback or a task description."""
@@ -35,7 +36,7 @@ class ReadContext:
 
     @property
     def output_arrow_schema(self) -> pa.Schema:
-        """`output_schema` as Arrow (without field ids): the data columns of every change row."""
+        """`output_schema` as Arrow, field ids as metadata: the data columns of every change row."""
         return _arrow(self.output_schema_json)
 
     @property
@@ -54,7 +55,7 @@ def _schema(raw: str) -> Schema:
 
 @functools.lru_cache(maxsize=32)
 def _arrow(raw: str) -> pa.Schema:
-    return arrow_schema(_schema(raw))
+    return arrow_schema_with_ids(_schema(raw))
 
 
 @functools.lru_cache(maxsize=8)

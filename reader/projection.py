@@ -250,3 +250,10 @@ def check_readable(schema: Schema, table_name: str) -> None:
 
 def arrow_schema(schema: Schema) -> pa.Schema:
     return schema_to_pyarrow(schema, include_field_ids=False)
+
+
+def arrow_schema_with_ids(schema: Schema) -> pa.Schema:
+    """`arrow_schema` with each field's Iceberg id as `PARQUET:field_id` metadata: the data columns of
+    change rows carry the source table's field ids, so the parquet sink's files keep them and the
+    Iceberg sink evolves its table by id (a renamed column keeps its id)."""
+    return schema_to_pyarrow(schema, include_field_ids=True)

@@ -107,3 +107,8 @@ def _ordered(changes: pa.Table, is_delete: np.ndarray, paired: np.ndarray, key_c
         parts.append(updates)
     parts.append(changes.take(pa.array(inserts, pa.int64())))
     return pa.concat_tables(parts)
+
+
+# The same multiset rules, shared with net changes over a range (reader/net.py).
+cancelled_rows = _cancelled
+one_delete_one_insert = _paired

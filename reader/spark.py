@@ -31,7 +31,7 @@ from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import METADATA_COLUMNS, with_constant_metadata
+from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
 from icetail.sinks.base import ChunkKey, ChunkStager
 
@@ -532,9 +532,10 @@ def _encode(chunk: Chunk, handoff: str | None = None) -> _ChunkPayload:
     if chunk.batch is None:
         return _ChunkPayload(chunk, b"", None)
     batch, constant = chunk.batch, None
-    if len(chunk.change_counts) == 1 and batch.num_rows and batch.schema.names[-4:] == list(METADATA_COLUMNS):
-        data_width = batch.num_columns - len(METADATA_COLUMNS)
-        constant = tuple(_first_value(batch.column(data_width + i)) for i in range(len(METADATA_COLUMNS)))
+    constants = constant_column_count(batch.schema)
+    if len(chunk.change_counts) == 1 and batch.num_rows and constants:
+        data_width = batch.num_columns - constants
+        constant = tuple(_first_value(batch.column(data_width + i)) for i in range(constants))
         batch = batch.select(range(data_width))
     if handoff is not None:
         path = os.path.join(handoff, f"{uuid.uuid4().hex}.arrow")

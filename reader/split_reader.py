@@ -103,7 +103,7 @@ def read_split(
 
     output_schema = context.output_schema
     output_arrow = context.output_arrow_schema
-    out_arrow = change_schema(output_arrow)
+    out_arrow = change_schema(output_arrow, with_schema_id=context.with_schema_id)
     stream = _open_data_file(io, data_file.path)
     with stream:
         parquet = pq.ParquetFile(stream)
@@ -145,6 +145,7 @@ def read_split(
                     key_fields,
                     context.format_version,
                     split,
+                    context.with_schema_id,
                 )
                 yield Chunk(
                     split.split_id,
@@ -225,6 +226,7 @@ def _changes(
     key_fields: tuple[NestedField, ...],
     format_version: int,
     split: ChangeSplit,
+    with_schema_id: bool = False,
 ) -> tuple[pa.RecordBatch, int, tuple[tuple[str, int], ...]]:
     """The chunk's change rows, how many decoded rows the deletes hid, and the rows per change type."""
     batches = rows.to_batches() if rows.num_rows else []
@@ -248,11 +250,17 @@ def _changes(
     counts = tuple((change_type.value, count) for _, change_type, count in counted)
     parts = [
         # a mask that keeps every row (a whole added or removed file) needs no filter copy
-        with_metadata(projected if count == n else projected.filter(pa.array(mask)), change_type, commit)
+        with_metadata(
+            projected if count == n else projected.filter(pa.array(mask)),
+            change_type,
+            commit,
+            with_schema_id=with_schema_id,
+        )
         for mask, change_type, count in counted
     ]
     if not parts:
-        return with_metadata(projected.slice(0, 0), ChangeType.INSERT, commit), hidden, counts
+        empty = with_metadata(projected.slice(0, 0), ChangeType.INSERT, commit, with_schema_id=with_schema_id)
+        return empty, hidden, counts
     if len(parts) == 1:
         return parts[0], hidden, counts
     return pa.Table.from_batches(parts).combine_chunks().to_batches()[0], hidden, counts

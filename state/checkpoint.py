@@ -52,13 +52,20 @@ class BatchShape:
     resumed batch cuts exactly the same chunks whatever the restart is configured with.
     `first_ordinal`: the `_change_ordinal` of its first snapshot; `snapshot_count`: how many
     snapshots (commits) it holds, so the next batch's ordinals follow. `collapsed`: a repair
-    batch whose one commit is the net change of a collapsed history (a direct diff).
+    batch whose one commit is the net change of a collapsed history (a direct diff). `net`: the
+    batch delivers its net changes (`--net`) as one chunk; a resumed batch keeps this mode
+    whatever the restart is configured with, so a batch is never half one and half the other.
+    `schema_id`: the table schema its rows are projected onto; a batch never spans a schema
+    change, so it is the schema every snapshot of the batch was written with. None for a batch
+    written before store schema 6, which is projected onto its to-snapshot's schema, as then.
     """
 
     chunk_rows: int | None = None
     first_ordinal: int = 0
     snapshot_count: int = 0
     collapsed: bool = False
+    net: bool = False
+    schema_id: int | None = None
 
     def __post_init__(self) -> None:
         if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:
@@ -170,6 +177,7 @@ class Checkpoint:
     inflight: Inflight | None
     as_of_ms: int  # store clock when this was read; compare lease expiry against it
     sink: str | None = None  # normalized sink URL; None until a run records it (stores before schema 2)
+    branch: str = "main"  # the branch whose history the consumer follows (schema 4; main before)
 
     def lease_is_live(self) -> bool:
         return self.lease is not None and self.lease.is_live(self.as_of_ms)
@@ -187,6 +195,7 @@ class ConsumerSummary:
     lease: Lease | None
     inflight_batch_id: str | None
     sink: str | None = None
+    branch: str = "main"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ failures mean the store's contents are damaged: StateError.
 Versions (never edit a shipped one; add the next and its decoder):
 1. the fields of `ChangeSplit` as `dataclasses.asdict`, enums as their values; no version key.
 2. version 1 plus `"format_version": 2`: the text says which decoder reads it.
+3. version 2 plus `task.commit.schema_id`, the schema the commit's snapshot was written with
+   (the `_schema_id` column); versions 1 and 2 decode with it None, and the pipeline fills it
+   in from the table's metadata.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from icetail.kernel.model import (
 )
 
 VERSION_KEY = "format_version"
-SPLIT_FORMAT_VERSION = 2
+SPLIT_FORMAT_VERSION = 3
 
 
 def encode_split(split: ChangeSplit) -> str:
@@ -113,6 +116,13 @@ def _decode_v2(raw: dict[str, Any]) -> ChangeSplit:
     return _decode_v1(raw)
 
 
-_DECODERS: dict[int, Callable[[dict[str, Any]], ChangeSplit]] = {1: _decode_v1, 2: _decode_v2}
+def _decode_v3(raw: dict[str, Any]) -> ChangeSplit:
+    """Version 3: the fields of version 2 with the commit's `schema_id` (read by the same keyword decode)."""
+    if "schema_id" not in raw["task"]["commit"]:
+        raise KeyError("task.commit.schema_id")
+    return _decode_v1(raw)
+
+
+_DECODERS: dict[int, Callable[[dict[str, Any]], ChangeSplit]] = {1: _decode_v1, 2: _decode_v2, 3: _decode_v3}
 SUPPORTED_SPLIT_FORMAT_VERSIONS: tuple[int, ...] = tuple(_DECODERS)
 assert SUPPORTED_SPLIT_FORMAT_VERSIONS[-1] == SPLIT_FORMAT_VERSION, "the newest decoder reads what encode_split writes"

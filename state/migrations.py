@@ -146,10 +146,33 @@ def _backfill_v3(tx: MigrationTx) -> None:
         )
 
 
+# The branch each consumer follows; consumers created before this version followed the current
+# snapshot, which is the head of `main`.
+_V4 = ("ALTER TABLE icetail_consumers ADD COLUMN branch TEXT NOT NULL DEFAULT 'main'",)
+
+
+# Whether a batch delivers its net changes (`--net`): a resumed batch keeps the mode it began with.
+_V5 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN net BOOLEAN NOT NULL DEFAULT FALSE"
+    for table in ("icetail_inflight_batches", "icetail_history")
+)
+
+
+# The schema id each batch's rows are projected onto (BatchShape.schema_id). NULL for a batch
+# written before schema 6: it was planned across schema changes and projected onto its
+# to-snapshot's schema, which is what the pipeline keeps doing for it.
+_V6 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN schema_id INTEGER" for table in ("icetail_inflight_batches", "icetail_history")
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
     Migration(3, "each batch's chunk size, ordinals and collapsed marker in typed columns", _V3, _backfill_v3),
+    Migration(4, "the branch each consumer follows", _V4),
+    Migration(5, "whether each batch delivers net changes", _V5),
+    Migration(6, "the schema id each batch is projected onto", _V6),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

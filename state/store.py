@@ -70,9 +70,16 @@ class CheckpointStore(Protocol):
         ...
 
     def ensure_consumer(
-        self, consumer: str, catalog: str, table: str, initial_cursor: Cursor, sink: str | None = None
+        self,
+        consumer: str,
+        catalog: str,
+        table: str,
+        initial_cursor: Cursor,
+        sink: str | None = None,
+        branch: str = "main",
     ) -> Checkpoint:
-        """Create the consumer at `initial_cursor` (and `sink`) if missing; an existing one keeps its own.
+        """Create the consumer at `initial_cursor` (with `sink`, following `branch`) if missing; an
+        existing one keeps its own.
 
         ConfigError if the consumer exists but follows another catalog or table.
         """
@@ -87,6 +94,10 @@ class CheckpointStore(Protocol):
 
     def change_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> None:
         """Record a different sink (an operator action); refused while a batch is in flight."""
+        ...
+
+    def change_branch(self, consumer: str, branch: str, *, owner: str | None = None) -> None:
+        """Follow another branch from now on (an operator action); refused while a batch is in flight."""
         ...
 
     def acquire_lease(self, consumer: str, owner: str, ttl_seconds: float) -> Lease:
@@ -251,6 +262,7 @@ class _ConsumerRow:
     lease: Lease | None
     now_ms: int
     sink: str | None
+    branch: str
 
 
 @dataclass(frozen=True)
@@ -266,9 +278,9 @@ class _BatchHeader:
 
 _CONSUMER_COLUMNS = (
     "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
-    "sink_url"
+    "sink_url, branch"
 )
-_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed"  # BatchShape, schema 3
+_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id"  # BatchShape, schemas 3, 5, 6
 _BATCH_COLUMNS = (
     "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
     + _SHAPE_COLUMNS
@@ -374,6 +386,7 @@ class SqlCheckpointStore:
             inflight=inflight,
             as_of_ms=row.now_ms,
             sink=row.sink,
+            branch=row.branch,
         )
 
     def _inflight(self, tx: Tx, consumer: str, header: _BatchHeader) -> Inflight:
@@ -420,7 +433,7 @@ class SqlCheckpointStore:
         def work(tx: Tx) -> tuple[ConsumerSummary, ...]:
             rows = tx.query(
                 "SELECT c.consumer, c.catalog_name, c.table_name, c.cursor_snapshot_id, c.cursor_timestamp_ms, "
-                "c.generation, c.lease_owner, c.lease_expires_at_ms, b.batch_id, c.sink_url "
+                "c.generation, c.lease_owner, c.lease_expires_at_ms, b.batch_id, c.sink_url, c.branch "
                 "FROM icetail_consumers c LEFT JOIN icetail_inflight_batches b ON b.consumer = c.consumer "
                 "ORDER BY c.consumer"
             )
@@ -434,6 +447,7 @@ class SqlCheckpointStore:
                     lease=None if r[6] is None else Lease(r[6], int(r[7])),
                     inflight_batch_id=r[8],
                     sink=r[9],
+                    branch=r[10],
                 )
                 for r in rows
             )
@@ -443,7 +457,13 @@ class SqlCheckpointStore:
     # -- consumer and lease ----------------------------------------------------------------
 
     def ensure_consumer(
-        self, consumer: str, catalog: str, table: str, initial_cursor: Cursor, sink: str | None = None
+        self,
+        consumer: str,
+        catalog: str,
+        table: str,
+        initial_cursor: Cursor,
+        sink: str | None = None,
+        branch: str = "main",
     ) -> Checkpoint:
         if not consumer:
             raise ValueError("consumer id must not be empty")
@@ -453,8 +473,9 @@ class SqlCheckpointStore:
             tx.execute(
                 "INSERT INTO icetail_consumers (consumer, catalog_name, table_name, cursor_snapshot_id, "
                 "cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, created_at_ms, updated_at_ms, "
-                f"sink_url) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, {now}, {now}, ?) ON CONFLICT (consumer) DO NOTHING",
-                (consumer, catalog, table, initial_cursor.snapshot_id, initial_cursor.timestamp_ms, sink),
+                f"sink_url, branch) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, {now}, {now}, ?, ?) "
+                "ON CONFLICT (consumer) DO NOTHING",
+                (consumer, catalog, table, initial_cursor.snapshot_id, initial_cursor.timestamp_ms, sink, branch),
             )
             row = self._require(tx, consumer, lock=False)
             if (row.catalog, row.table) != (catalog, table):
@@ -488,17 +509,39 @@ class SqlCheckpointStore:
             raise ValueError("sink must not be empty")
 
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            _check_writer(consumer, owner, row)
-            header = self._batch_header(tx, consumer)
-            if header is not None:
-                raise StateConflictError(
-                    f"consumer {consumer!r} has batch {header.batch_id} in flight, part of it delivered to "
+            row = self._require_idle(
+                tx,
+                consumer,
+                owner,
+                lambda row, batch_id: (
+                    f"consumer {consumer!r} has batch {batch_id} in flight, part of it delivered to "
                     f"{row.sink}; let a run finish it, or also give --to to abandon it, before changing the sink"
-                )
+                ),
+            )
             tx.execute(
                 "UPDATE icetail_consumers SET sink_url = ?, updated_at_ms = ? WHERE consumer = ?",
                 (sink, row.now_ms, consumer),
+            )
+
+        self._write(work)
+
+    def change_branch(self, consumer: str, branch: str, *, owner: str | None = None) -> None:
+        if not branch:
+            raise ValueError("branch must not be empty")
+
+        def work(tx: Tx) -> None:
+            row = self._require_idle(
+                tx,
+                consumer,
+                owner,
+                lambda row, batch_id: (
+                    f"consumer {consumer!r} has batch {batch_id} in flight on branch {row.branch!r}; let a run "
+                    "finish it, or also give --to to abandon it, before changing the branch"
+                ),
+            )
+            tx.execute(
+                "UPDATE icetail_consumers SET branch = ?, updated_at_ms = ? WHERE consumer = ?",
+                (branch, row.now_ms, consumer),
             )
 
         self._write(work)
@@ -570,7 +613,7 @@ class SqlCheckpointStore:
                 )
             tx.execute(
                 f"INSERT INTO icetail_inflight_batches (consumer, {_BATCH_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     consumer,
                     batch.batch_id,
@@ -734,7 +777,7 @@ class SqlCheckpointStore:
             )
             tx.execute(
                 f"INSERT INTO icetail_history (consumer, seq, {_HISTORY_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     consumer,
                     generation,
@@ -773,14 +816,14 @@ class SqlCheckpointStore:
 
     def reset_cursor(self, consumer: str, cursor: Cursor, *, owner: str | None = None) -> None:
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            _check_writer(consumer, owner, row)
-            header = self._batch_header(tx, consumer)
-            if header is not None:
-                raise StateConflictError(
-                    f"consumer {consumer!r} has batch {header.batch_id} in flight; "
-                    "abandon it before resetting the cursor"
-                )
+            row = self._require_idle(
+                tx,
+                consumer,
+                owner,
+                lambda _, batch_id: (
+                    f"consumer {consumer!r} has batch {batch_id} in flight; abandon it before resetting the cursor"
+                ),
+            )
             tx.execute(
                 "UPDATE icetail_consumers SET cursor_snapshot_id = ?, cursor_timestamp_ms = ?, "
                 "generation = generation + 1, updated_at_ms = ? WHERE consumer = ?",
@@ -791,6 +834,18 @@ class SqlCheckpointStore:
 
     # -- row helpers -----------------------------------------------------------------------
 
+    def _require_idle(
+        self, tx: Tx, consumer: str, owner: str | None, refusal: Callable[[_ConsumerRow, str], str]
+    ) -> _ConsumerRow:
+        """The consumer's row, locked, for a change that must wait for no batch in flight;
+        `refusal(row, batch_id)` says why not when one is."""
+        row = self._require(tx, consumer, lock=True)
+        _check_writer(consumer, owner, row)
+        header = self._batch_header(tx, consumer)
+        if header is not None:
+            raise StateConflictError(refusal(row, header.batch_id))
+        return row
+
     def _consumer_row(self, tx: Tx, consumer: str, *, lock: bool) -> _ConsumerRow | None:
         suffix = self._backend.for_update if lock else ""
         rows = tx.query(
@@ -799,7 +854,7 @@ class SqlCheckpointStore:
         )
         if not rows:
             return None
-        cat, tbl, snap, ts, gen, lease_owner, lease_exp, sink, now = rows[0]
+        cat, tbl, snap, ts, gen, lease_owner, lease_exp, sink, branch, now = rows[0]
         return _ConsumerRow(
             catalog=cat,
             table=tbl,
@@ -808,6 +863,7 @@ class SqlCheckpointStore:
             lease=None if lease_owner is None else Lease(lease_owner, int(lease_exp)),
             now_ms=int(now),
             sink=sink,
+            branch=branch,
         )
 
     def _require(self, tx: Tx, consumer: str, *, lock: bool) -> _ConsumerRow:
@@ -846,23 +902,25 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
         split_count=int(r[4]),
         started_at_ms=int(r[5]),
         finished_at_ms=int(r[6]),
-        shape=_shape(r[7:11]),
+        shape=_shape(r[7:12]),
     )
 
 
 def _shape(columns: Sequence[Any]) -> BatchShape:
     """BatchShape from its typed columns (SQLite returns booleans as 0/1)."""
-    chunk_rows, first_ordinal, snapshot_count, collapsed = columns
+    chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id = columns
     return BatchShape(
         chunk_rows=None if chunk_rows is None else int(chunk_rows),
         first_ordinal=int(first_ordinal),
         snapshot_count=int(snapshot_count),
         collapsed=bool(collapsed),
+        net=bool(net),
+        schema_id=None if schema_id is None else int(schema_id),
     )
 
 
-def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool]:
-    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed)
+def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, int | None]:
+    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed, shape.net, shape.schema_id)
 
 
 def _ttl_ms(ttl_seconds: float) -> int:

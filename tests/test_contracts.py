@@ -113,3 +113,19 @@ def test_ruff_is_clean() -> None:
 def test_mypy_is_clean() -> None:
     result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".txt", ".cfg"}
+
+
+def test_no_tracked_file_holds_merge_conflict_markers() -> None:
+    """A conflict block once landed in docs/delivery.md unnoticed: no test reads prose."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    offenders = []
+    for name in tracked.stdout.split("\0"):
+        path = ROOT / name
+        if not name or not path.is_file() or path.suffix not in TEXT_SUFFIXES:
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        offenders += [f"{name}:{i}" for i, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> "))]
+    assert not offenders, f"merge conflict markers in {', '.join(offenders)}"

@@ -26,7 +26,7 @@ if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
 
     from icetail.reader import metadata_columns, split_reader
 
-    def _with_metadata(rows, change_type, commit):  # type: ignore[no-untyped-def]
+    def _with_metadata(rows, change_type, commit, with_schema_id=False):  # type: ignore[no-untyped-def]
         n = rows.num_rows
         extra = [
             pa.repeat(pa.scalar(change_type.value, pa.string()), n),

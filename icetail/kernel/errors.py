@@ -132,3 +132,11 @@ class StorageAccessError(TerminalError):
 
 class StorageUnavailableError(TransientError):
     """Object storage throttled, timed out or could not be reached; retried with backoff."""
+
+
+class RefNotFoundError(TerminalError, stage="plan"):
+    """A branch or tag name the table does not have (or a tag where a branch is needed, or back)."""
+
+
+class BranchDroppedError(TerminalError, stage="plan"):
+    """The branch a consumer follows no longer exists in the table (dropped, or published and removed)."""

@@ -79,6 +79,9 @@ class CommitInfo:
     timestamp_ms: int
     sequence_number: int
     ordinal: int
+    # the schema the snapshot was written with (its `schema-id`; the table's current one when the
+    # snapshot has none); None only in splits persisted before split format 3
+    schema_id: int | None = None
 
 
 @dataclass(frozen=True)

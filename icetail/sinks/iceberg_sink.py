@@ -13,8 +13,10 @@ commit did not - is skipped, the pattern of Flink's Iceberg sink. The token is t
 snapshot that holds the chunk.
 
 The table is created (with its namespace) when missing, from the rows' schema with every column
-optional. When the change stream gains columns or widens types, the table schema is evolved with
-`union_by_name`; rows are matched to the table's columns by name and cast to their types, and
+optional. When the source table's schema changes (a batch never spans a change), the sink table
+follows it by field id before the first row of the new schema (`iceberg_evolution`): added
+columns are added, renamed ones renamed, widened types widened, dropped ones kept (null in later
+rows). Rows are then matched to the table's columns by name and cast to their types, and
 columns the rows lack are written as nulls.
 
 Data files are written by the Spark tasks that read the rows (`stager`), through pyiceberg's own
@@ -54,6 +56,7 @@ from icetail.kernel.errors import (
 from icetail.kernel.secrets import fileio_items
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
+from icetail.sinks.iceberg_evolution import evolve_by_field_id
 from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
 from icetail.sinks.iceberg_schema import conform, sink_schema
 from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_name
@@ -126,7 +129,7 @@ class IcebergTableSink:
         if done is not None:
             self._check_replay(key, done, rows.num_rows)
             return str(done[0])
-        self._evolve(table, rows.schema)
+        table = self._evolve(table, rows.schema)
         table.append(conform(rows, table.schema().as_arrow()), snapshot_properties=self._summary(key, rows.num_rows))
         return self._committed(table, key, rows.num_rows)
 
@@ -148,9 +151,7 @@ class IcebergTableSink:
         return IcebergStager(layout.model_dump_json(), fileio_items(table.io.properties.items()))
 
     def _prepared(self, schema: pa.Schema) -> Table:
-        table = self._refreshed(schema)
-        self._evolve(table, schema)
-        return table.refresh()
+        return self._evolve(self._refreshed(schema), schema)
 
     def commit_staged(self, key: ChunkKey, staged: str) -> str:
         """Append the data file a Spark task wrote for `key` as the chunk's snapshot (once)."""
@@ -230,10 +231,11 @@ class IcebergTableSink:
                 f"iceberg sink table {self._where()} cannot be created from the change rows' schema: {error_text(exc)}"
             ) from exc
 
-    def _evolve(self, table: Table, schema: pa.Schema) -> None:
-        """Add the rows' new columns and widen types; commits nothing when nothing changes."""
-        with table.update_schema() as update:
-            update.union_by_name(sink_schema(schema))
+    def _evolve(self, table: Table, schema: pa.Schema) -> Table:
+        """Follow the source's schema changes by field id; commits nothing when nothing changes."""
+        table = evolve_by_field_id(table, schema, self._where())
+        self._table = table
+        return table
 
     def _where(self) -> str:
         return f"{self.catalog_name}/{self.identifier}"

@@ -6,13 +6,16 @@ import argparse
 import json
 import sys
 
+from pyiceberg.table import Table
+
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.output import check_output_path, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, iter_changes
+from icetail.monitor.engine.api import change_arrow_schema, iter_changes, plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
-from icetail.monitor.planning.planner import ChangePlan, Planner
+from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.spark import BackgroundSession
 
 
@@ -24,6 +27,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-snapshot", type=_snapshot_id, default=None, help="exclusive; default: before the first")
     parser.add_argument(
         "--to-snapshot", type=_snapshot_id, default=None, help="inclusive; default: the current snapshot"
+    )
+    parser.add_argument("--from-tag", default=None, help="exclusive: start after the snapshot this tag points at")
+    parser.add_argument("--to-tag", default=None, help="inclusive: end at the snapshot this tag points at")
+    parser.add_argument(
+        "--branch", default="main", help="read the history of this branch (default main; the to-end is its head)"
     )
     parser.add_argument(
         "--identifier-columns", type=column_list, default=None, help="a,b: pair DELETE/INSERT into updates"
@@ -39,15 +47,28 @@ def _snapshot_id(text: str) -> int:
 
 def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
     table = load_table(open_catalog(args.catalog), args.table)
-    return table, Planner(table).plan(args.from_snapshot, args.to_snapshot)
+    return table, _plan_of(table, args)
+
+
+def _plan_of(table: Table, args: argparse.Namespace) -> ChangePlan:
+    """The selected range: bounds by snapshot id or tag, on the history of --branch."""
+    return plan_range(
+        table,
+        args.from_snapshot,
+        args.to_snapshot,
+        branch=args.branch,
+        from_tag=args.from_tag,
+        to_tag=args.to_tag,
+    )
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
     check_output_path(args.output)
+    parse_verify_mode(args.verify)
     table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
-        plan = Planner(table).plan(args.from_snapshot, args.to_snapshot)
+        plan = _plan_of(table, args)
         progress = Progress(len(plan.splits))
         batches = iter_changes(
             table,
@@ -56,9 +77,13 @@ def cmd_changes(args: argparse.Namespace) -> int:
             carry_over_removal=not args.keep_carry_over,
             spark=session.result() if plan.splits else None,
             on_chunk=progress if args.output != "-" else None,
+            net=args.net,
+            verify=args.verify,
+            with_schema_id=args.with_schema_id,
         )
         try:
-            rows = write_output(args.output, change_arrow_schema(table, plan.schema_id), batches)
+            schema = change_arrow_schema(table, plan.schema_id, with_schema_id=args.with_schema_id)
+            rows = write_output(args.output, schema, batches)
         finally:
             progress.close()
     finally:
@@ -79,6 +104,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
+    changes.add_argument(
+        "--net", action="store_true", help="each row's net effect over the range (gathers the range's changes)"
+    )
+    changes.add_argument(
+        "--verify",
+        default="warn",
+        help="check each snapshot against its summary: off | warn (default: log a mismatch) | strict (fail on it)",
+    )
+    changes.add_argument(
+        "--with-schema-id", action="store_true", help="add _schema_id: the schema id of each row's commit snapshot"
+    )
     changes.set_defaults(func=cmd_changes)
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
     add_selection_arguments(plan)

@@ -47,8 +47,14 @@ def describe(outcome: BatchOutcome) -> str:
     rows = ", ".join(f"{k} {v}" for k, v in sorted(outcome.rows_by_change_type.items())) or "no rows"
     state = "" if outcome.completed else " (stopped; resumes on the next run)"
     collapsed = " collapsed history (repair by a direct diff)" if outcome.collapsed else ""
+    mismatches = (
+        f", {outcome.check_mismatches} summary check mismatch(es) delivered under --verify warn (logged above)"
+        if outcome.check_mismatches
+        else ""
+    )
     return (
         f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
-        f"{collapsed}{' resumed' if outcome.resumed else ''}: {rows} in {outcome.chunks} chunks, "
-        f"{outcome.batch_seconds:.2f}s{state}"
+        f" schema {outcome.schema_id}{collapsed}{' resumed' if outcome.resumed else ''}: "
+        f"{rows} in {outcome.chunks} chunks, "
+        f"{outcome.batch_seconds:.2f}s{state}{mismatches}"
     )

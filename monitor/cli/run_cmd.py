@@ -16,12 +16,12 @@ from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.startup import (
     MISSING_CURSOR_POLICIES,
-    StartMode,
     cursor_problem,
     initial_cursor,
     parse_start,
 )
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
+from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.monitor.service.config import run_config
 from icetail.sinks.factory import normalize_sink_url
 from icetail.state.checkpoint import Checkpoint, HistoryEntry
@@ -35,13 +35,27 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", help="checkpoint store: sqlite:///path.db or postgresql://...")
     parser.add_argument("--sink", help="parquet:///dir, iceberg://CATALOG/NS.TABLE, jsonl:///f, -")
     parser.add_argument("--consumer", default=None, help="consumer id (default: CATALOG.NS.TABLE)")
-    parser.add_argument("--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601")
+    parser.add_argument(
+        "--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601 | tag:NAME"
+    )
+    parser.add_argument("--branch", default=None, help="follow this branch instead of main (e.g. a WAP audit branch)")
     parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
     parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
+    parser.add_argument(
+        "--net", action="store_true", default=None, help="deliver each batch's net changes (docs/semantics.md)"
+    )
+    parser.add_argument(
+        "--verify",
+        default=None,
+        help="check each snapshot against its summary: off | warn (default: log, count) | strict (refuse the batch)",
+    )
+    parser.add_argument(
+        "--with-schema-id", action="store_true", default=None, help="add _schema_id (the row's schema id)"
+    )
     parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
@@ -77,6 +91,7 @@ def status_of(
         "catalog": checkpoint.catalog,
         "table": checkpoint.table,
         "sink": checkpoint.sink,
+        "branch": checkpoint.branch,
         "cursor_snapshot_id": checkpoint.cursor.snapshot_id,
         "cursor_committed_at": _iso(checkpoint.cursor.timestamp_ms),
         "lease_owner": checkpoint.lease.owner if checkpoint.lease_is_live() and checkpoint.lease else None,
@@ -91,6 +106,7 @@ def status_of(
             "splits": len(inflight.progress),
             "rows_emitted": inflight.rows_emitted,
             "collapsed": inflight.batch.shape.collapsed,
+            "schema_id": inflight.batch.shape.schema_id,
         }
     if last_batch is not None:
         report["last_batch"] = {
@@ -100,6 +116,7 @@ def status_of(
             "rows": last_batch.rows,
             "finished_at": _iso(last_batch.finished_at_ms),
             "collapsed": last_batch.shape.collapsed,
+            "schema_id": last_batch.shape.schema_id,
         }
     if with_table:
         report.update(lag_of(checkpoint))
@@ -108,11 +125,11 @@ def status_of(
 
 def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
     try:
-        table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
+        table = table_on_branch(load_table(open_catalog(checkpoint.catalog), checkpoint.table), checkpoint.branch)
     except IcetailError as exc:
         return {"lag_error": str(exc)}
     current = table.metadata.current_snapshot_id
-    problem = cursor_problem(table.metadata, checkpoint.cursor)
+    problem = cursor_problem(table.metadata, checkpoint.cursor, checkpoint.branch)
     if problem is not None:
         return {
             "current_snapshot_id": current,
@@ -156,7 +173,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for r in reports:
             lag_seconds = r.get("lag_seconds")
             line = (
-                f"{r['consumer']}: {r['catalog']}.{r['table']} -> {r['sink'] or 'sink not recorded yet'}, "
+                f"{r['consumer']}: {r['catalog']}.{r['table']}"
+                + ("" if r["branch"] == MAIN_BRANCH else f" branch {r['branch']}")
+                + f" -> {r['sink'] or 'sink not recorded yet'}, "
                 f"cursor {_cursor_text(r['cursor_snapshot_id'], r['cursor_committed_at'])}, "
                 f"lag {r.get('lag_snapshots', '?')} snapshots / "
                 + ("?" if lag_seconds is None else f"{lag_seconds:.1f}s")
@@ -166,6 +185,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 line += (
                     f"; in flight {f['batch_id']}: {f['splits_done']}/{f['splits']} splits, {f['rows_emitted']} rows"
                 )
+                if f["schema_id"] is not None:
+                    line += f", schema {f['schema_id']}"
             if r.get("cursor_condition", "ok") != "ok":
                 line += f"; cursor {r['cursor_condition']}"
             if r.get("last_batch", {}).get("collapsed"):
@@ -181,8 +202,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    if args.to is None and args.sink is None:
-        raise ConfigError("reset needs --to POSITION, --sink URL or both")
+    if args.to is None and args.sink is None and args.branch is None:
+        raise ConfigError("reset needs --to POSITION, --sink URL, --branch NAME, or several of them")
     mode = None if args.to is None else parse_start(args.to, flag="--to")
     if mode is not None and mode.reads_full_snapshot:
         raise ConfigError("--to full is not a position; use earliest, latest, snapshot:ID or timestamp:T")
@@ -192,17 +213,24 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if checkpoint is None:
             raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
         cursor = None
+        branch = args.branch or checkpoint.branch
+        if mode is not None or args.branch is not None:
+            # --to resolves on the history of the branch followed from now on, which must exist
+            table = table_on_branch(load_table(open_catalog(checkpoint.catalog), checkpoint.table), branch)
         if mode is not None:
-            table = load_table(open_catalog(checkpoint.catalog), checkpoint.table)
-            cursor = initial_cursor(table.metadata, StartMode(mode.kind, mode.snapshot_id, mode.timestamp_ms))
+            cursor = initial_cursor(table.metadata, mode, checkpoint.table)
             if checkpoint.inflight is not None:
                 store.abandon_batch(args.consumer, checkpoint.inflight.batch.batch_id)
             store.reset_cursor(args.consumer, cursor)
+        if args.branch is not None and args.branch != checkpoint.branch:
+            store.change_branch(args.consumer, args.branch)
         if sink is not None:
             store.change_sink(args.consumer, sink)
     if cursor is not None:
         where = _cursor_text(cursor.snapshot_id, _iso(cursor.timestamp_ms))
         print(f"consumer {args.consumer}: cursor reset to {where}", file=sys.stderr)
+    if args.branch is not None:
+        print(f"consumer {args.consumer}: follows branch {args.branch} from its cursor on", file=sys.stderr)
     if sink is not None:
         print(f"consumer {args.consumer}: delivers to {sink} from its cursor on", file=sys.stderr)
     return 0
@@ -235,8 +263,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     reset = subparsers.add_parser("reset", help="move a consumer's cursor (refused while a run holds it)")
     reset.add_argument("--state", required=True)
     reset.add_argument("--consumer", required=True)
-    reset.add_argument("--to", default=None, help="earliest | latest | snapshot:ID | timestamp:ISO8601")
+    reset.add_argument("--to", default=None, help="earliest | latest | snapshot:ID | timestamp:ISO8601 | tag:NAME")
     reset.add_argument(
         "--sink", default=None, help="deliver to this sink from now on (the cursor stays unless --to is given)"
+    )
+    reset.add_argument(
+        "--branch",
+        default=None,
+        help="follow this branch from now on (--to, when given, resolves on it; the cursor stays otherwise)",
     )
     reset.set_defaults(func=cmd_reset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -18,11 +19,14 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
 from icetail.kernel.secrets import fileio_items
+from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
+from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
-from icetail.reader.projection import arrow_schema, check_readable, key_field, struct_path
+from icetail.reader.net import fold_range, net_key_columns
+from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
@@ -42,11 +46,14 @@ def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
     return snapshot.schema_id
 
 
-def change_arrow_schema(table: Table, schema_id: int | None) -> pa.Schema:
-    return change_schema(arrow_schema(output_schema(table, schema_id)))
+def change_arrow_schema(table: Table, schema_id: int | None, *, with_schema_id: bool = False) -> pa.Schema:
+    """Change rows: data columns (field ids as metadata), the changelog columns, `_schema_id` on request."""
+    return change_schema(arrow_schema_with_ids(output_schema(table, schema_id)), with_schema_id=with_schema_id)
 
 
-def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask]) -> ReadContext:
+def read_context(
+    table: Table, schema_id: int | None, tasks: Iterable[ChangeTask], *, with_schema_id: bool = False
+) -> ReadContext:
     equality_ids = {
         i
         for task in tasks
@@ -67,6 +74,7 @@ def read_context(table: Table, schema_id: int | None, tasks: Iterable[ChangeTask
         equality_schema_json=Schema(*[fields[i] for i in sorted(fields)]).model_dump_json(),
         name_mapping_json=mapping,
         format_version=table.metadata.format_version,
+        with_schema_id=with_schema_id,
     )
 
 
@@ -105,15 +113,43 @@ def iter_changes(
     spark: Any = None,
     chunk_rows: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    net: bool = False,
+    verify: str = "warn",
+    on_check: Callable[[SnapshotCheck], None] | None = None,
+    with_schema_id: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Change rows of `plan` in order, as record batches with `change_arrow_schema`."""
-    schema = change_arrow_schema(table, plan.schema_id)
+    """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
+
+    Rows are projected onto the plan's (to-snapshot's) schema; with `with_schema_id`, `_schema_id`
+    holds the schema id of each row's commit snapshot, which may be older than the plan's.
+    `net`: the range's net changes instead (reader/net.py), gathered before the first row is yielded.
+    `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
+    under strict a snapshot is held until checked, so a refused snapshot yields nothing.
+    """
+    mode = parse_verify_mode(verify, "verify")
+    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+    if net and not carry_over_removal:
+        raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
     if not plan.splits:
         return
-    context = read_context(table, plan.schema_id, plan.tasks)
+    context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
+    if net:
+        yield from _net_changes(table, plan, context, schema, identifiers, spark, chunk_rows, on_chunk)
+        return
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
     split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
+    verifier = (
+        None
+        if mode == VerifyMode.OFF
+        else SnapshotVerifier(
+            table.metadata,
+            plan.splits,
+            set(split_by_id),
+            from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
+            collapsed=plan.collapsed,
+        )
+    )
     session = spark or spark_session()
     held: list[pa.RecordBatch] = []
     held_snapshot: int | None = None
@@ -122,17 +158,39 @@ def iter_changes(
             on_chunk(chunk)
         snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
         if held_snapshot is not None and snapshot_id != held_snapshot:
-            yield from _reconciled(held, schema, identifiers, carry_over_removal)
+            if held:
+                yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
             held, held_snapshot = [], None
+        strict_hold = mode == VerifyMode.STRICT and verifier is not None and verifier.checks(snapshot_id)
+        hold = snapshot_id in gather or strict_hold
+        check = verifier.add(chunk) if verifier is not None else None
+        if check is not None:
+            if on_check is not None:
+                on_check(check)
+            report(check, mode)  # raises under strict: the held rows of the snapshot are dropped
+        if hold:
+            held_snapshot = snapshot_id
         if chunk.batch is None or chunk.batch.num_rows == 0:
             continue
-        if snapshot_id in gather:
+        if hold:
             held.append(chunk.batch)
-            held_snapshot = snapshot_id
         else:
             yield chunk.batch
     if held:
-        yield from _reconciled(held, schema, identifiers, carry_over_removal)
+        yield from _released(held, held_snapshot in gather, schema, identifiers, carry_over_removal)
+
+
+def _released(
+    batches: list[pa.RecordBatch],
+    reconcile: bool,
+    schema: pa.Schema,
+    identifiers: Sequence[str],
+    carry_over_removal: bool,
+) -> Iterator[pa.RecordBatch]:
+    if reconcile:
+        yield from _reconciled(batches, schema, identifiers, carry_over_removal)
+    else:
+        yield from batches
 
 
 def _reconciled(
@@ -140,6 +198,31 @@ def _reconciled(
 ) -> Iterator[pa.RecordBatch]:
     table = reconcile_snapshot(pa.Table.from_batches(batches, schema=schema), identifiers or None, carry_over_removal)
     yield from table.to_batches()
+
+
+def _net_changes(
+    table: Table,
+    plan: ChangePlan,
+    context: ReadContext,
+    schema: pa.Schema,
+    identifiers: Sequence[str],
+    spark: Any,
+    chunk_rows: int | None,
+    on_chunk: Callable[[Chunk], None] | None,
+) -> Iterator[pa.RecordBatch]:
+    """The net changes of `plan`, folded in plan order (reader/net.py)."""
+    snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
+    requests = [SplitRequest(s) for s in plan.splits]
+
+    def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
+        for chunk in run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows):
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if chunk.batch is not None:
+                yield snapshot_of[chunk.split_id], chunk.batch
+
+    net = fold_range(schema, batches(), snapshots_needing_reconcile(plan.tasks))
+    yield from net.result(net_key_columns(schema, identifiers)).to_batches()
 
 
 Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
@@ -152,27 +235,43 @@ def plan_range(
     *,
     from_timestamp_exclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
+    branch: str = MAIN_BRANCH,
+    from_tag: str | None = None,
+    to_tag: str | None = None,
 ) -> ChangePlan:
-    """The plan of a range given by snapshot ids or by commit times (not both for one end).
+    """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
 
-    By time, the range holds the snapshots of the current history committed after
-    `from_timestamp_exclusive` and at or before `to_timestamp_inclusive`, as Iceberg's
-    time travel resolves an instant to the newest snapshot at or before it.
+    The range is on the history of `branch` (default `main`): an omitted end is the branch's
+    head, and times resolve on its history, as Iceberg's time travel resolves an instant to the
+    newest snapshot at or before it. `from_tag` is exclusive and `to_tag` inclusive, as the
+    snapshot ids are; a from-bound that is not on the to-bound's history is refused
+    (NotAncestorError).
     """
-    if from_snapshot_id_exclusive is not None and from_timestamp_exclusive is not None:
-        raise ConfigError("give the start of the range as a snapshot id or as a timestamp, not both")
-    if to_snapshot_id_inclusive is not None and to_timestamp_inclusive is not None:
-        raise ConfigError("give the end of the range as a snapshot id or as a timestamp, not both")
+    _one_bound("start", from_snapshot_id_exclusive, from_timestamp_exclusive, from_tag)
+    _one_bound("end", to_snapshot_id_inclusive, to_timestamp_inclusive, to_tag)
+    followed = table_on_branch(table, branch)
+    name = ".".join(table.name())
+    if from_tag is not None:
+        from_snapshot_id_exclusive = tag_snapshot(followed.metadata, from_tag, "from_tag", name)
+    if to_tag is not None:
+        to_snapshot_id_inclusive = tag_snapshot(followed.metadata, to_tag, "to_tag", name)
     if from_timestamp_exclusive is not None:
-        found = snapshot_as_of(table.metadata, _epoch_ms(from_timestamp_exclusive))
+        found = snapshot_as_of(followed.metadata, _epoch_ms(from_timestamp_exclusive))
         from_snapshot_id_exclusive = found.snapshot_id if found is not None else None
     if to_timestamp_inclusive is not None:
-        found = snapshot_as_of(table.metadata, _epoch_ms(to_timestamp_inclusive))
+        found = snapshot_as_of(followed.metadata, _epoch_ms(to_timestamp_inclusive))
         if found is None:  # before the first snapshot: an empty range
-            name = ".".join(table.name())
-            return ChangePlan(name, from_snapshot_id_exclusive, None, table.metadata.current_schema_id, (), (), ())
+            schema_id = followed.metadata.current_schema_id
+            return ChangePlan(name, from_snapshot_id_exclusive, None, schema_id, (), (), (), branch=branch)
         to_snapshot_id_inclusive = found.snapshot_id
-    return Planner(table).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
+    plan = Planner(followed, branch=branch).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
+    return replace(plan, from_tag=from_tag, to_tag=to_tag) if from_tag or to_tag else plan
+
+
+def _one_bound(end: str, snapshot_id: int | None, instant: Instant | None, tag: str | None) -> None:
+    given = sum(value is not None for value in (snapshot_id, instant, tag))
+    if given > 1:
+        raise ConfigError(f"give the {end} of the range as a snapshot id, a timestamp or a tag: one, not both")
 
 
 def _epoch_ms(instant: Instant) -> int:
@@ -189,14 +288,24 @@ def changes_batch_reader(
     *,
     from_timestamp_exclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
+    branch: str = MAIN_BRANCH,
+    from_tag: str | None = None,
+    to_tag: str | None = None,
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    net: bool = False,
+    verify: str = "warn",
+    with_schema_id: bool = False,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
     Batches arrive in commit order; only a snapshot that can hold updates or carry-overs (both
-    deletes and inserts) is gathered whole before it is reconciled.
+    deletes and inserts) is gathered whole before it is reconciled. With `net`, the range's
+    net changes (docs/semantics.md, "Net changes"): the whole range's changes are gathered first.
+    `verify`: off, warn (log a
+    snapshot whose changes disagree with its summary) or strict (raise SnapshotCheckError, a
+    TerminalError, before any row of that snapshot is returned); see docs/semantics.md.
     """
     plan = plan_range(
         table,
@@ -204,11 +313,22 @@ def changes_batch_reader(
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
+        branch=branch,
+        from_tag=from_tag,
+        to_tag=to_tag,
     )
     batches = iter_changes(
-        table, plan, identifier_columns=identifier_columns, carry_over_removal=carry_over_removal, spark=spark
+        table,
+        plan,
+        identifier_columns=identifier_columns,
+        carry_over_removal=carry_over_removal,
+        spark=spark,
+        net=net,
+        verify=verify,
+        with_schema_id=with_schema_id,
     )
-    return pa.RecordBatchReader.from_batches(change_arrow_schema(table, plan.schema_id), batches)
+    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+    return pa.RecordBatchReader.from_batches(schema, batches)
 
 
 def read_changes(
@@ -218,18 +338,37 @@ def read_changes(
     *,
     from_timestamp_exclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
+    branch: str = MAIN_BRANCH,
+    from_tag: str | None = None,
+    to_tag: str | None = None,
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     spark: Any = None,
+    net: bool = False,
+    verify: str = "warn",
+    with_schema_id: bool = False,
 ) -> pa.Table:
-    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the current one)."""
+    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
+
+    `branch` (default `main`) picks the history; `from_tag` (exclusive) and `to_tag` (inclusive)
+    bound the range by tag instead of by snapshot id or time.
+
+    `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
+    `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
+    """
     return changes_batch_reader(
         table,
         from_snapshot_id_exclusive,
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
+        branch=branch,
+        from_tag=from_tag,
+        to_tag=to_tag,
         identifier_columns=identifier_columns,
         carry_over_removal=carry_over_removal,
         spark=spark,
+        net=net,
+        verify=verify,
+        with_schema_id=with_schema_id,
     ).read_all()

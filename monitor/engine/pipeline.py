@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from icetail.kernel.errors import ConfigError
+from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
@@ -46,9 +46,12 @@ from icetail.monitor.engine.startup import (
     parse_start,
     recovery_for,
 )
+from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
 from icetail.monitor.planning.lineage import snapshots_between
-from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner
+from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
+from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
+from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
@@ -75,9 +78,18 @@ class PipelineConfig:
     protect_cursor: bool = False
     lease_ttl_seconds: float = 120.0
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
+    branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
+    net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
+    verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
+    with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
 
     def __post_init__(self) -> None:
+        if self.net and not self.carry_over_removal:
+            raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
         parse_start(self.start)
+        if not self.branch or self.branch != self.branch.strip():
+            raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
+        parse_verify_mode(self.verify)
         parse_missing_cursor_policy(self.on_missing_cursor)
         if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
@@ -114,6 +126,9 @@ class BatchOutcome:
     resumed: bool = False
     completed: bool = True
     collapsed: bool = False  # a repair batch: the net change (from, to] by a direct diff, history collapsed
+    snapshots_checked: int = 0  # snapshots whose summary proved at least one rule (--verify)
+    check_mismatches: int = 0  # rules those snapshots failed (delivered anyway: --verify warn)
+    schema_id: int | None = None  # the table schema the batch's rows are projected onto (one per batch)
 
     @property
     def rows(self) -> int:
@@ -130,6 +145,8 @@ class _Tally:
         self.row_groups = 0
         self.rows_decoded = 0
         self.deleted_rows = 0
+        self.snapshots_checked = 0
+        self.check_mismatches = 0
 
     def add_chunk(self, chunk: Chunk) -> None:
         self.bytes_read += chunk.bytes_read
@@ -164,6 +181,7 @@ class Pipeline:
         stop_event: threading.Event | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_chunk: Callable[[Chunk], None] | None = None,
+        on_check: Callable[[SnapshotCheck], None] | None = None,
     ) -> None:
         self.config = config
         self.consumer = config.consumer_id
@@ -175,6 +193,8 @@ class Pipeline:
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
         self._on_chunk = on_chunk
+        self._on_check = on_check
+        self._verify = parse_verify_mode(config.verify)
         self._owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
@@ -200,7 +220,7 @@ class Pipeline:
 
             parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
         if self.config.protect_cursor:
-            _check_can_tag(self._load_table(), self.consumer)  # before any batch, not after the first
+            _check_can_tag(self._load_table_as_is(), self.consumer)  # before any batch, not after the first
         checkpoint = self._store.load(self.consumer)
         if checkpoint is None:
             # the consumer must exist before it can be leased; its start is decided in run_batch
@@ -216,6 +236,7 @@ class Pipeline:
         self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         self._lease_renewed_at = time.monotonic()
         try:
+            self._check_branch()
             self._check_sink()
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
         except BaseException:
@@ -236,6 +257,22 @@ class Pipeline:
                 f"consumer {self.consumer!r} delivers to {recorded}, not {sink}; a consumer keeps one sink: "
                 f"run with --sink {recorded}, name another --consumer for the new sink, or move this one with "
                 f"`icetail reset --consumer {self.consumer} --sink {sink} --to earliest|latest|...`"
+            )
+
+    def _check_branch(self) -> None:
+        """A consumer follows one branch: the one it was created with (main before schema 4).
+
+        Its cursor is a snapshot of that branch's history; continuing it on another branch would
+        deliver that branch's changes as if they followed the cursor.
+        """
+        checkpoint = self._store.load(self.consumer)
+        recorded = checkpoint.branch if checkpoint is not None else self.config.branch
+        if recorded != self.config.branch:
+            raise ConfigError(
+                f"consumer {self.consumer!r} follows branch {recorded!r}, not {self.config.branch!r}; a consumer "
+                f"follows one branch: run with --branch {recorded}, name another --consumer for branch "
+                f"{self.config.branch!r}, or move this one with `icetail reset --consumer {self.consumer} "
+                f"--branch {self.config.branch} [--to earliest|latest|...]`"
             )
 
     def close(self) -> None:
@@ -294,7 +331,13 @@ class Pipeline:
         """Deliver the in-flight batch, or plan and deliver the next one; None when caught up."""
         started = time.monotonic()
         self._renew_lease()  # also fails fast if another run took the consumer over
-        table = self._load_table()
+        try:
+            table = self._load_table()
+        except RefNotFoundError as exc:
+            stored = self._store.load(self.consumer)
+            if stored is None or stored.inflight is None:
+                raise self._branch_dropped() from exc
+            table = self._load_table_as_is()  # a batch written ahead needs no branch: it is finished first
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
         if resumed:
@@ -346,6 +389,9 @@ class Pipeline:
             resumed=resumed,
             completed=completed,
             collapsed=batch.shape.collapsed,
+            snapshots_checked=tally.snapshots_checked,
+            check_mismatches=tally.check_mismatches,
+            schema_id=batch_schema_id(table, batch),
         )
         if self._on_batch is not None:
             self._on_batch(outcome)
@@ -374,26 +420,44 @@ class Pipeline:
 
     # planning --------------------------------------------------------------------------
     def _load_table(self) -> Table:
-        table = load_table(open_catalog(self.config.catalog), self.config.table)
+        """The table as seen from the followed branch (its current snapshot is the branch's head)."""
+        table = table_on_branch(self._load_table_as_is(), self.config.branch)
         if self._planner is None:
-            self._planner = Planner(table, self.config.target_split_bytes)
+            self._planner = Planner(table, self.config.target_split_bytes, branch=self.config.branch)
         else:
             self._planner.refresh(table)
         return table
 
+    def _load_table_as_is(self) -> Table:
+        """The table as the catalog has it, for writing its metadata (the tag of --protect-cursor)."""
+        return load_table(open_catalog(self.config.catalog), self.config.table)
+
+    def _branch_dropped(self) -> BranchDroppedError:
+        """The followed branch is gone under an existing consumer (dropped, or published and removed)."""
+        checkpoint = self._store.load(self.consumer)
+        cursor = checkpoint.cursor.snapshot_id if checkpoint is not None else None
+        at = f"snapshot {cursor}" if cursor is not None else "before the first snapshot"
+        branch, consumer = self.config.branch, self.consumer
+        return BranchDroppedError(
+            f"consumer {consumer!r}: branch {branch!r} of table {self.config.table} no longer exists (dropped, or "
+            f"published and removed); the consumer delivered up to {at}: recreate the branch, or follow another with "
+            f"`icetail reset --consumer {consumer} --branch main --to latest|snapshot:ID|...` and run with "
+            "--branch main"
+        )
+
     def _create_consumer(self, table: Table) -> Checkpoint:
         mode = parse_start(self.config.start)
-        cursor = initial_cursor(table.metadata, mode)
+        cursor = initial_cursor(table.metadata, mode, self.config.table)
         self._full_next = mode.reads_full_snapshot
         return self._store.ensure_consumer(
-            self.consumer, self.config.catalog, self.config.table, cursor, self.sink_identity
+            self.consumer, self.config.catalog, self.config.table, cursor, self.sink_identity, self.config.branch
         )
 
     def _plan_next(self, table: Table, checkpoint: Checkpoint) -> ChangePlan | None:
         assert self._planner is not None
         metadata = table.metadata
         cursor = checkpoint.cursor
-        problem = cursor_problem(metadata, cursor)
+        problem = cursor_problem(metadata, cursor, self.config.branch)
         if problem is not None:
             action = recovery_for(problem, self.config.on_missing_cursor, self.config.protect_cursor)
             if action == DIFF and problem.current_snapshot_id is not None:
@@ -414,10 +478,11 @@ class Pipeline:
             plan = self._planner.plan_full(current, ordinal_base=base)
             # the batch starts where the stored cursor is (CAS), even when that snapshot is gone
             return replace(plan, from_snapshot_id_exclusive=checkpoint.cursor.snapshot_id)
-        to_snapshot = current
+        # a batch never spans a schema change: it ends before the first snapshot of a new schema
+        chain = same_schema_prefix(metadata, snapshots_between(metadata, cursor.snapshot_id, current))
         if self.config.max_snapshots_per_batch is not None:
-            chain = snapshots_between(metadata, cursor.snapshot_id, current)
-            to_snapshot = chain[min(len(chain), self.config.max_snapshots_per_batch) - 1].snapshot_id
+            chain = chain[: self.config.max_snapshots_per_batch]
+        to_snapshot = chain[-1].snapshot_id
         return self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
 
     def _next_ordinal(self, cursor: Cursor) -> int:
@@ -439,14 +504,16 @@ class Pipeline:
             # cursor, so a crash before it is written simply repeats this decision
             self._full_next = True
             return Cursor.before_first_snapshot()
-        cursor = initial_cursor(table.metadata, StartMode(policy))
+        cursor = initial_cursor(table.metadata, StartMode(policy), self.config.table)
         self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
         return cursor
 
     def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:
         """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
-        return BatchShape(self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed)
+        return BatchShape(
+            self.config.chunk_rows or None, first, len(plan.commits), plan.collapsed, self.config.net, plan.schema_id
+        )
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
         """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
@@ -459,6 +526,7 @@ class Pipeline:
             f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}"
             f"-c{shape.chunk_rows or 0}-o{shape.first_ordinal}-n{shape.snapshot_count}"
             + ("-d1" if shape.collapsed else "")
+            + ("-net" if shape.net else "")
         )
 
     # delivery --------------------------------------------------------------------------
@@ -467,8 +535,11 @@ class Pipeline:
         splits = batch.splits
         if not splits:
             return True
-        schema_id = schema_id_of(table, batch.to_snapshot_inclusive)
+        schema_id = batch_schema_id(table, batch)
+        splits = _with_commit_schema_ids(table, splits)
         identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
+        if batch.shape.net:
+            return self._deliver_net(table, inflight, schema_id, identifiers, tally)
         tasks = [s.task for s in splits]
         gather = snapshots_needing_reconcile(tasks) if (self.config.carry_over_removal or identifiers) else set()
         progress = {p.split_id: p for p in inflight.progress}
@@ -478,7 +549,9 @@ class Pipeline:
             by_snapshot[split.task.commit.snapshot_id].append(split)
         # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
         stager = (
-            self.sink.stager(change_arrow_schema(table, schema_id)) if isinstance(self.sink, StagingSink) else None
+            self.sink.stager(change_arrow_schema(table, schema_id, with_schema_id=self.config.with_schema_id))
+            if isinstance(self.sink, StagingSink)
+            else None
         )
         staging = stager is not None
         requests: list[SplitRequest] = []
@@ -493,11 +566,24 @@ class Pipeline:
                 requests.append(SplitRequest(split, start, stage_as))
         if not requests:
             return True
-        context = read_context(table, schema_id, tasks)
+        context = read_context(table, schema_id, tasks, with_schema_id=self.config.with_schema_id)
         spark = self._session()
         chunk_rows = batch.shape.chunk_rows
+        verifier = (
+            None
+            if self._verify == VerifyMode.OFF
+            else SnapshotVerifier(
+                table.metadata,
+                splits,
+                {r.split.split_id for r in requests if r.start_row_inclusive == 0},
+                from_snapshot_exclusive=batch.from_snapshot_exclusive,
+                collapsed=batch.shape.collapsed,
+            )
+        )
+        strict = self._verify == VerifyMode.STRICT
         held: list[tuple[int, Chunk]] = []
         held_snapshot: int | None = None
+        unchecked: list[tuple[int, Chunk]] = []  # strict: a checked snapshot's chunks, delivered once it passes
         for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows, stager=stager):
             if self._on_chunk is not None:
                 self._on_chunk(chunk)
@@ -511,17 +597,97 @@ class Pipeline:
                 held, held_snapshot = [], None
                 if self._stop.is_set():
                     return False
+            check = verifier.add(chunk) if verifier is not None else None
+            if check is not None:
+                self._checked(batch, check, tally)  # raises under strict: nothing of the snapshot is written yet
             if snapshot_id in gather:
                 held.append((split_index, chunk))
                 held_snapshot = snapshot_id
                 continue
-            self._deliver_chunk(batch, split_index, chunk, tally)
-            _hold_for_test(self._stop)
+            if strict and verifier is not None and verifier.checks(snapshot_id):
+                unchecked.append((split_index, chunk))
+                if check is None:
+                    continue
+                ready, unchecked = unchecked, []
+            else:
+                ready = [(split_index, chunk)]
+            for index, ready_chunk in ready:
+                self._deliver_chunk(batch, index, ready_chunk, tally)
+                _hold_for_test(self._stop)
             if self._stop.is_set():
                 return False
         if held_snapshot is not None:
             self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, identifiers, tally)
         return not self._stop.is_set() or self._all_done()
+
+    def _deliver_net(
+        self, table: Table, inflight: Inflight, schema_id: int | None, identifiers: tuple[str, ...], tally: _Tally
+    ) -> bool:
+        """The batch's net changes (reader/net.py) as one chunk anchored at its first split.
+
+        Every split is read again from its first row (the net rows are a function of all of them),
+        the rows are written under one chunk key and every split is committed done in one
+        transaction: a crash before that commit leaves nothing committed, and the resumed batch
+        reads the same persisted splits in the same order, so it writes the same rows under the
+        same key. A stop request abandons the read; the batch stays in flight.
+        """
+        batch = inflight.batch
+        pending = [p for p in inflight.progress if not p.done]
+        if not pending:
+            return True
+        with_schema_id = self.config.with_schema_id
+        schema = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+        splits = _with_commit_schema_ids(table, batch.splits)
+        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
+        requests = [SplitRequest(s) for s in splits]
+        context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
+        next_rows: dict[str, int] = {}
+
+        def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
+            chunks = run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows)
+            for chunk in chunks:
+                if self._on_chunk is not None:
+                    self._on_chunk(chunk)
+                tally.add_chunk(chunk)
+                next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
+                self._renew_lease_if_due()
+                if self._stop.is_set():
+                    raise _Abandoned
+                if chunk.batch is not None:
+                    yield snapshot_of[chunk.split_id], chunk.batch
+
+        try:
+            net = fold_range(schema, batches(), snapshots_needing_reconcile(s.task for s in splits))
+        except _Abandoned:
+            return False
+        rows = net.result(net_key_columns(schema, identifiers))
+        anchor = batch.splits[0]
+        token = None
+        if rows.num_rows:
+            token = self.sink.write(ChunkKey(self.consumer, batch.batch_id, 0, anchor.split_id, 0), rows)
+        commits = [
+            ChunkCommit(
+                split_id=p.split_id,
+                next_row_exclusive=max(p.next_row_exclusive or 0, next_rows.get(p.split_id, 0)),
+                rows_in_chunk=rows.num_rows if p.split_id == anchor.split_id else 0,
+                done=True,
+                sink_token=token if p.split_id == anchor.split_id else None,
+            )
+            for p in pending
+        ]
+        self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
+        tally.add_rows(rows)
+        return True
+
+    def _checked(self, batch: InflightBatch, check: SnapshotCheck, tally: _Tally) -> None:
+        """Count, report and log a snapshot's check; under strict a mismatch raises SnapshotCheckError."""
+        if check.rules:
+            tally.snapshots_checked += 1
+        tally.check_mismatches += len(check.mismatches)
+        if self._on_check is not None:
+            self._on_check(check)
+        context = {"consumer": self.consumer, "table": self.config.table, "batch_id": batch.batch_id}
+        report(check, self._verify, context)
 
     def _all_done(self) -> bool:
         checkpoint = self._store.load(self.consumer)
@@ -600,9 +766,13 @@ class Pipeline:
         self._lease_renewed_at = time.monotonic()
 
     def _protect(self, table: Table, snapshot_id: int) -> None:
-        """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need."""
+        """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need.
+
+        Written through the table as the catalog has it, never through a branch view: the tag is
+        on the snapshot whatever branch it belongs to.
+        """
         tag = f"icetail-{self.consumer}"
-        table = self._load_table()
+        table = self._load_table_as_is()
         try:
             with table.manage_snapshots() as manage:
                 if tag in table.metadata.refs:
@@ -610,6 +780,31 @@ class Pipeline:
                 manage.create_tag(snapshot_id, tag)
         except NotImplementedError as exc:  # pyiceberg cannot write this table's metadata
             raise ConfigError(_cannot_tag(table, self.consumer, str(exc))) from exc
+
+
+def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
+    """The schema a batch is projected onto: stored with it, or (written before store schema 6) its to-snapshot's."""
+    if batch.shape.schema_id is not None:
+        return batch.shape.schema_id
+    return schema_id_of(table, batch.to_snapshot_inclusive)
+
+
+def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:
+    """Splits persisted before split format 3 lack their commit's schema id (`_schema_id`): look it up."""
+    if all(s.task.commit.schema_id is not None for s in splits):
+        return splits
+    filled = []
+    for split in splits:
+        commit = split.task.commit
+        if commit.schema_id is None:
+            commit = replace(commit, schema_id=schema_id_of(table, commit.snapshot_id))
+            split = replace(split, task=replace(split.task, commit=commit))
+        filled.append(split)
+    return tuple(filled)
+
+
+class _Abandoned(Exception):
+    """A stop request interrupted a net batch's read; nothing of the batch is committed."""
 
 
 def _check_can_tag(table: Table, consumer: str) -> None:

@@ -7,20 +7,28 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
 
-from icetail.kernel.errors import ConfigError, TerminalError
-from icetail.monitor.planning.lineage import CursorCondition, cursor_condition, snapshot_as_of, snapshot_or_raise
+from icetail.kernel.errors import ConfigError, NotAncestorError, TerminalError
+from icetail.monitor.planning.lineage import (
+    CursorCondition,
+    cursor_condition,
+    is_ancestor,
+    snapshot_as_of,
+    snapshot_or_raise,
+)
+from icetail.monitor.planning.refs import MAIN_BRANCH, tag_snapshot
 from icetail.state.checkpoint import Cursor
 
-START_MODES = ("earliest", "latest", "full", "snapshot:ID", "timestamp:ISO8601")
+START_MODES = ("earliest", "latest", "full", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
 MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full", "diff")
 DIFF = "diff"
 
 
 @dataclass(frozen=True)
 class StartMode:
-    kind: str  # earliest | latest | full | snapshot | timestamp
+    kind: str  # earliest | latest | full | snapshot | timestamp | tag
     snapshot_id: int | None = None
     timestamp_ms: int | None = None
+    tag: str | None = None  # kind "tag": the tagged snapshot counts as delivered, like snapshot:ID
 
     @property
     def reads_full_snapshot(self) -> bool:
@@ -40,6 +48,11 @@ def parse_start(text: str, flag: str = "--start") -> StartMode:
             return StartMode("snapshot", snapshot_id=int(text.split(":", 1)[1]))
         except ValueError:
             raise ConfigError(f"{flag} {text!r}: the snapshot id must be an integer, e.g. snapshot:1234") from None
+    if text.startswith("tag:"):
+        name = text.split(":", 1)[1].strip()
+        if not name:
+            raise ConfigError(f"{flag} {text!r}: name the tag, e.g. tag:audited")
+        return StartMode("tag", tag=name)
     if text.startswith("timestamp:"):
         raw = text.split(":", 1)[1]
         try:
@@ -55,8 +68,12 @@ def parse_start(text: str, flag: str = "--start") -> StartMode:
     raise ConfigError(f"{flag} {text!r} is not one of: {', '.join(START_MODES)} (e.g. timestamp:{ISO_EXAMPLE})")
 
 
-def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
-    """The cursor (last snapshot considered delivered) a new consumer starts from."""
+def initial_cursor(metadata: TableMetadata, mode: StartMode, table_name: str = "the table") -> Cursor:
+    """The cursor (last snapshot considered delivered) a new consumer starts from.
+
+    `metadata`'s current snapshot is the head of the followed branch (refs.metadata_on_branch),
+    so every mode resolves on that branch's history; a tag must be on it.
+    """
     if mode.kind in ("earliest", "full"):
         return Cursor.before_first_snapshot()
     if mode.kind == "latest":
@@ -66,6 +83,16 @@ def initial_cursor(metadata: TableMetadata, mode: StartMode) -> Cursor:
         assert mode.snapshot_id is not None
         start = snapshot_or_raise(metadata, mode.snapshot_id, "--start")
         return Cursor(start.snapshot_id, start.timestamp_ms)
+    if mode.kind == "tag":
+        assert mode.tag is not None
+        tagged = snapshot_or_raise(metadata, tag_snapshot(metadata, mode.tag, "tag", table_name), "tag")
+        head = metadata.current_snapshot_id
+        if head is None or not is_ancestor(metadata, tagged.snapshot_id, head):
+            raise NotAncestorError(
+                f"tag {mode.tag!r} (snapshot {tagged.snapshot_id}) of table {table_name} is not on the history of the "
+                f"followed branch (head {head}); start from a tag on that branch's history, or follow another --branch"
+            )
+        return Cursor(tagged.snapshot_id, tagged.timestamp_ms)
     assert mode.timestamp_ms is not None
     found = snapshot_as_of(metadata, mode.timestamp_ms)
     return Cursor(found.snapshot_id, found.timestamp_ms) if found else Cursor.before_first_snapshot()
@@ -108,7 +135,8 @@ class CursorProblem:
 
     condition: CursorCondition
     cursor_snapshot_id: int
-    current_snapshot_id: int | None
+    current_snapshot_id: int | None  # the head of the followed branch
+    branch: str = MAIN_BRANCH
 
     @property
     def message(self) -> str:
@@ -119,6 +147,11 @@ class CursorProblem:
             return (
                 f"cursor snapshot {cursor} is kept, but snapshots between it and current snapshot {current} "
                 "have expired (history broken by expiry, not a rollback)"
+            )
+        if self.branch != MAIN_BRANCH:
+            return (
+                f"snapshot {current}, the head of branch {self.branch!r}, does not descend from cursor snapshot "
+                f"{cursor} (the branch was reset or replaced)"
             )
         return f"current snapshot {current} does not descend from cursor snapshot {cursor} (rollback or branch reset)"
 
@@ -140,12 +173,15 @@ class CursorProblem:
         return ERROR_OF[self.condition](f"consumer {consumer!r}: {self.message}; {self.fix(consumer)}")
 
 
-def cursor_problem(metadata: TableMetadata, cursor: Cursor) -> CursorProblem | None:
-    """Why the committed cursor cannot be continued from, or None if it can."""
+def cursor_problem(metadata: TableMetadata, cursor: Cursor, branch: str = MAIN_BRANCH) -> CursorProblem | None:
+    """Why the committed cursor cannot be continued from, or None if it can.
+
+    `metadata`'s current snapshot is the head of `branch` (refs.metadata_on_branch).
+    """
     condition = cursor_condition(metadata, cursor.snapshot_id)
     if condition is None or cursor.snapshot_id is None:
         return None
-    return CursorProblem(condition, cursor.snapshot_id, metadata.current_snapshot_id)
+    return CursorProblem(condition, cursor.snapshot_id, metadata.current_snapshot_id, branch)
 
 
 def recovery_for(problem: CursorProblem, policy: str, protect_cursor: bool) -> str:

@@ -30,7 +30,7 @@ class SnapshotDiff:
     tasks: tuple[ChangeTask, ...]
 
 
-def commit_info(snapshot: Snapshot, ordinal: int) -> CommitInfo:
+def commit_info(snapshot: Snapshot, ordinal: int, metadata: TableMetadata) -> CommitInfo:
     return CommitInfo(
         snapshot_id=snapshot.snapshot_id,
         parent_id=snapshot.parent_snapshot_id,
@@ -38,7 +38,13 @@ def commit_info(snapshot: Snapshot, ordinal: int) -> CommitInfo:
         timestamp_ms=snapshot.timestamp_ms,
         sequence_number=snapshot.sequence_number or 0,
         ordinal=ordinal,
+        schema_id=snapshot_schema_id(snapshot, metadata),
     )
+
+
+def snapshot_schema_id(snapshot: Snapshot, metadata: TableMetadata) -> int:
+    """The schema `snapshot` was written with; the table's current one when it records none (v1)."""
+    return snapshot.schema_id if snapshot.schema_id is not None else metadata.current_schema_id
 
 
 def operation_of(snapshot: Snapshot) -> str:
@@ -59,7 +65,7 @@ class SnapshotDiffer:
         self._global_spec_ids = global_spec_ids(metadata)
 
     def diff(self, snapshot: Snapshot, ordinal: int) -> SnapshotDiff:
-        commit = commit_info(snapshot, ordinal)
+        commit = commit_info(snapshot, ordinal, self._metadata)
         entries = self._manifests.added_in(snapshot)
         data_added = _files(entries, DataFileRef, ManifestEntryStatus.ADDED)
         data_removed = _files(entries, DataFileRef, ManifestEntryStatus.DELETED)

@@ -33,6 +33,9 @@ def plan_summary(plan: ChangePlan) -> dict[str, Any]:
         )
     return {
         "table": plan.table,
+        "branch": plan.branch,
+        "from_tag": plan.from_tag,
+        "to_tag": plan.to_tag,
         "from_snapshot_id_exclusive": plan.from_snapshot_id_exclusive,
         "to_snapshot_id_inclusive": plan.to_snapshot_id_inclusive,
         "schema_id": plan.schema_id,
@@ -61,9 +64,10 @@ def plan_summary(plan: ChangePlan) -> dict[str, Any]:
 
 def format_plan(plan: ChangePlan) -> str:
     summary = plan_summary(plan)
+    start = _bound(plan.from_snapshot_id_exclusive, plan.from_tag)
+    bounds = f"({start}, {_bound(plan.to_snapshot_id_inclusive, plan.to_tag)}]"
     lines = [
-        f"table {summary['table']}: changes in ({plan.from_snapshot_id_exclusive}, {plan.to_snapshot_id_inclusive}]"
-        f" projected onto schema {plan.schema_id}",
+        f"table {summary['table']} branch {plan.branch}: changes in {bounds} projected onto schema {plan.schema_id}",
         "  scan: monitor plans splits -> Spark runs one task per split (merge-on-read) -> ordered chunks"
         " -> carry-over removal / update pairing per snapshot -> output",
     ]
@@ -82,6 +86,11 @@ def format_plan(plan: ChangePlan) -> str:
         f"~{totals['estimated_rows']} rows, {totals['manifests_read']} manifests read"
     )
     return "\n".join(lines)
+
+
+def _bound(snapshot_id: int | None, tag: str | None) -> str:
+    """`123` or, for a bound given by tag, `123 (tag v1)`."""
+    return f"{snapshot_id} (tag {tag})" if tag else str(snapshot_id)
 
 
 def _iso(timestamp_ms: int) -> str:

@@ -6,17 +6,27 @@ bigger), so one huge file becomes many Spark tasks instead of one that stalls ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
 from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
-from icetail.monitor.planning.diff import COLLAPSED, REPLACE, SnapshotDiffer, commit_info, operation_of
+from icetail.monitor.planning.diff import (
+    COLLAPSED,
+    REPLACE,
+    SnapshotDiffer,
+    commit_info,
+    operation_of,
+    snapshot_schema_id,
+)
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader
+from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.deletes import referenced_data_files
 from icetail.reader.fileio import file_io_for
 
@@ -44,16 +54,29 @@ class ChangePlan:
     splits: tuple[ChangeSplit, ...] = field(default=())
     manifests_read: int = 0
     collapsed: bool = False  # a direct diff: the history between from and to was collapsed into one commit
+    branch: str = MAIN_BRANCH  # the ref whose history the range is on
+    from_tag: str | None = None  # the tag the range starts after, when it was given by tag
+    to_tag: str | None = None  # the tag the range ends at, when it was given by tag
 
 
 class Planner:
     """Plans ranges of one table; keeps its manifest cache across calls (serve mode reuses it)."""
 
     def __init__(
-        self, table: Table, target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES, *, early_stop: bool = True
+        self,
+        table: Table,
+        target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES,
+        *,
+        early_stop: bool = True,
+        branch: str = MAIN_BRANCH,
     ) -> None:
-        """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader)."""
+        """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader).
+
+        `branch` names the ref whose head is `table`'s current snapshot (see refs.table_on_branch);
+        plans carry it so that reports say which history they are on.
+        """
         self._table = table
+        self._branch = branch
         self._target_split_bytes = target_split_bytes
         self._io = table.io
         self._manifests = ManifestReader(table.io, early_stop=early_stop)
@@ -77,7 +100,14 @@ class Planner:
             to_snapshot_id_inclusive = metadata.current_snapshot_id
         if to_snapshot_id_inclusive is None or to_snapshot_id_inclusive == from_snapshot_id_exclusive:
             return ChangePlan(
-                name, from_snapshot_id_exclusive, to_snapshot_id_inclusive, metadata.current_schema_id, (), (), ()
+                name,
+                from_snapshot_id_exclusive,
+                to_snapshot_id_inclusive,
+                metadata.current_schema_id,
+                (),
+                (),
+                (),
+                branch=self._branch,
             )
         before = self._manifests.manifests_read
         chain = snapshots_between(metadata, from_snapshot_id_exclusive, to_snapshot_id_inclusive)
@@ -107,6 +137,7 @@ class Planner:
             tasks=tuple(tasks),
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before,
+            branch=self._branch,
         )
 
     def plan_full(self, snapshot_id_inclusive: int | None = None, *, ordinal_base: int = 0) -> ChangePlan:
@@ -118,10 +149,10 @@ class Planner:
         snapshot_id = snapshot_id_inclusive if snapshot_id_inclusive is not None else metadata.current_snapshot_id
         name = ".".join(self._table.name())
         if snapshot_id is None:
-            return ChangePlan(name, None, None, metadata.current_schema_id, (), (), ())
+            return ChangePlan(name, None, None, metadata.current_schema_id, (), (), (), branch=self._branch)
         snapshot = snapshot_or_raise(metadata, snapshot_id, "start")
         before = self._manifests.manifests_read
-        commit = commit_info(snapshot, ordinal_base)
+        commit = commit_info(snapshot, ordinal_base, metadata)
         deletes = [
             e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
         ]
@@ -141,6 +172,7 @@ class Planner:
             tasks=tasks,
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before,
+            branch=self._branch,
         )
 
     def plan_direct(
@@ -159,7 +191,7 @@ class Planner:
         start = snapshot_or_raise(metadata, from_snapshot_id_exclusive, "cursor")
         end = snapshot_or_raise(metadata, to_snapshot_id_inclusive, "current")
         before_read = self._manifests.manifests_read
-        commit = replace(commit_info(end, ordinal_base), parent_id=start.snapshot_id, operation=COLLAPSED)
+        commit = replace(commit_info(end, ordinal_base, metadata), parent_id=start.snapshot_id, operation=COLLAPSED)
         spec_ids = global_spec_ids(metadata)
         data_before, index_before = self._live_files(start, spec_ids)
         data_after, index_after = self._live_files(end, spec_ids)
@@ -186,6 +218,7 @@ class Planner:
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before_read,
             collapsed=True,
+            branch=self._branch,
         )
 
     def _live_files(
@@ -210,6 +243,20 @@ class Planner:
             cached = referenced_data_files(file_io_for(self._io.properties), delete)
             self._path_cache[delete.path] = cached
         return cached
+
+
+def same_schema_prefix(metadata: TableMetadata, chain: Sequence[Snapshot]) -> list[Snapshot]:
+    """The leading snapshots of `chain` (oldest first) written with the first one's schema.
+
+    A batch of `run`/`serve` ends before the first snapshot whose schema id differs, so each
+    batch holds one schema: its rows are exactly what a reader of its snapshots sees, and a sink
+    learns of the schema change between two batches (docs/semantics.md, "Schema changes").
+    """
+    if not chain:
+        return []
+    first = snapshot_schema_id(chain[0], metadata)
+    end = next((i for i, s in enumerate(chain) if snapshot_schema_id(s, metadata) != first), len(chain))
+    return list(chain[:end])
 
 
 def split_task(task: ChangeTask, target_split_bytes: int) -> list[ChangeSplit]:
@@ -237,4 +284,4 @@ def _split(task: ChangeTask, start: int, end: int, size: int) -> ChangeSplit:
     return ChangeSplit(task, start, end, rows, size)
 
 
-__all__ = ["ChangePlan", "Planner", "SkippedSnapshot", "split_task", "commit_info"]
+__all__ = ["ChangePlan", "Planner", "SkippedSnapshot", "same_schema_prefix", "split_task", "commit_info"]

@@ -17,6 +17,7 @@ import yaml
 
 from icetail.kernel.errors import ConfigError, message_line
 from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.monitor.engine.verify import VERIFY_MODES
 
 PIPELINE_KEYS = {
     "catalog": "catalog",
@@ -31,12 +32,17 @@ PIPELINE_KEYS = {
     "keep_carry_over": "keep_carry_over",
     "on_missing_cursor": "on_missing_cursor",
     "protect_cursor": "protect_cursor",
+    "branch": "branch",
+    "net": "net",
+    "verify": "verify",
+    "with_schema_id": "with_schema_id",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
-BOOL_KEYS = {"keep_carry_over", "protect_cursor"}
+BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id"}
 DURATION_KEYS = {"interval", "shutdown_timeout"}
 LIST_KEYS = {"identifier_columns"}
+CHOICE_KEYS = {"verify": VERIFY_MODES}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
@@ -117,6 +123,10 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         return columns
     if name == "tables":
         return value
+    if name in CHOICE_KEYS:
+        if not isinstance(value, str) or value.strip().lower() not in CHOICE_KEYS[name]:
+            raise ConfigError(f"{where}: {name} must be one of {', '.join(CHOICE_KEYS[name])}, got {value!r}")
+        return value.strip().lower()
     if not isinstance(value, str):
         raise ConfigError(f"{where}: {name} must be a string, got {value!r}; quote it")
     return value
@@ -240,6 +250,10 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
         "on_missing_cursor": args.on_missing_cursor,
         "protect_cursor": args.protect_cursor,
+        "branch": getattr(args, "branch", None),
+        "net": getattr(args, "net", None),
+        "verify": getattr(args, "verify", None),
+        "with_schema_id": getattr(args, "with_schema_id", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

@@ -23,6 +23,10 @@ Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
   (`cursor_expired`, `chain_expired`, `not_descendant`; see docs/delivery.md) and 0 for the
   others, so an alert can tell expiry from a rollback; `icetail_collapsed_batches_total` counts
   repair batches (a direct diff: history between two snapshots collapsed into one commit).
+* `icetail_snapshot_checks_total{rule}` counts snapshots checked against a rule their summary
+  proves (docs/semantics.md, "Every snapshot checks itself"), and
+  `icetail_snapshot_check_mismatches_total{rule}` those whose changes disagreed; both stay 0
+  under `--verify off`, so a zero mismatch count next to a growing check count means checked.
 * `process_*` (resident memory, CPU seconds, start time, open file descriptors) describe the
   service's own process, on the same registry.
 """
@@ -32,7 +36,7 @@ from __future__ import annotations
 import math
 import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata
@@ -40,6 +44,7 @@ from importlib import metadata
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
 from icetail.kernel.model import ChangeType
+from icetail.monitor.planning.summary_rules import RULES
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",
@@ -78,6 +83,12 @@ def _change_type_label(key: ChangeType | str) -> str:
     except ValueError:
         allowed = ", ".join(c.value for c in ChangeType)
         raise ValueError(f"unknown change type {key!r}; expected one of {allowed}") from None
+
+
+def _rule_label(rule: str) -> str:
+    if rule not in RULES:
+        raise ValueError(f"unknown summary rule {rule!r}; expected one of {', '.join(RULES)}")
+    return rule
 
 
 def _stage_label(stage: FailureStage | str) -> str:
@@ -176,6 +187,8 @@ class Metrics:
     build_info: Info
     cursor_lost: Gauge
     collapsed_batches: Counter
+    snapshot_checks: Counter
+    snapshot_check_mismatches: Counter
 
     @classmethod
     def create(
@@ -272,6 +285,16 @@ class Metrics:
                 "icetail_collapsed_batches",
                 "Repair batches delivered by a direct diff (the history between two snapshots collapsed).",
             ),
+            snapshot_checks=counter(
+                "icetail_snapshot_checks",
+                "Snapshots checked against a rule their summary proves (--verify; docs/semantics.md), by rule.",
+                ("rule",),
+            ),
+            snapshot_check_mismatches=counter(
+                "icetail_snapshot_check_mismatches",
+                "Snapshots whose changes disagree with a rule of their summary, by rule.",
+                ("rule",),
+            ),
         )
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
@@ -299,6 +322,9 @@ class Metrics:
             self.rows_emitted.labels(table, consumer, change_type.value)
         for stage in FailureStage:
             self.failures.labels(table, consumer, stage.value)
+        for rule in RULES:
+            self.snapshot_checks.labels(table, consumer, rule)
+            self.snapshot_check_mismatches.labels(table, consumer, rule)
         for g in (self.inflight_chunks, self.consecutive_failures):
             g.labels(table, consumer).set(0)
         self.set_lag_unknown(table, consumer)
@@ -330,6 +356,13 @@ class Metrics:
         self.planning_duration.labels(t, c).observe(report.planning_seconds)
         self.batch_duration.labels(t, c).observe(report.batch_seconds)
         self.record_success(t, c, now=now)
+
+    def record_snapshot_check(self, table: str, consumer: str, rules: Iterable[str], failed: Iterable[str]) -> None:
+        """One snapshot checked: each rule its summary proved, and those its changes failed."""
+        for rule in rules:
+            self.snapshot_checks.labels(table, consumer, _rule_label(rule)).inc()
+        for rule in failed:
+            self.snapshot_check_mismatches.labels(table, consumer, _rule_label(rule)).inc()
 
     def record_success(self, table: str, consumer: str, *, now: float | None = None) -> None:
         """A poll cycle succeeded (with or without new snapshots)."""

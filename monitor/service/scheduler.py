@@ -23,13 +23,16 @@ from icetail.kernel.errors import (
     CatalogNotFoundError,
     ConfigError,
     IcetailError,
+    RefNotFoundError,
     StateBusyError,
     TerminalError,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import cursor_problem
+from icetail.monitor.engine.verify import SnapshotCheck
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
+from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
@@ -201,7 +204,13 @@ class Service:
             return
         try:
             if job.pipeline is None:
-                pipeline = Pipeline(config, spark=self._spark, stop_event=self._stop, on_batch=self._on_batch(config))
+                pipeline = Pipeline(
+                    config,
+                    spark=self._spark,
+                    stop_event=self._stop,
+                    on_batch=self._on_batch(config),
+                    on_check=self._on_check(config),
+                )
                 pipeline.open()
                 job.pipeline = pipeline
             self._update_lag(config, job)  # before: lag is visible while a long batch runs
@@ -211,6 +220,15 @@ class Service:
             job.consecutive_failures, job.last_ok, job.last_error = 0, True, ""
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
             self._on_failure(config, job, exc)
+
+    def _on_check(self, config: PipelineConfig) -> Any:
+        """Counted as the snapshot is checked, so a mismatch that stops a strict batch is counted too."""
+
+        def record(check: SnapshotCheck) -> None:
+            failed = [m.rule for m in check.mismatches]
+            self.metrics.record_snapshot_check(config.table, config.consumer_id, check.rules, failed)
+
+        return record
 
     def _on_batch(self, config: PipelineConfig) -> Any:
         def record(outcome: BatchOutcome) -> None:
@@ -271,11 +289,15 @@ class Service:
         checkpoint = job.pipeline.checkpoint()
         if checkpoint is None:
             return
-        table = load_table(open_catalog(config.catalog), config.table)
+        try:
+            table = table_on_branch(load_table(open_catalog(config.catalog), config.table), config.branch)
+        except RefNotFoundError:  # the followed branch is gone: the run reports it (BranchDroppedError)
+            self.metrics.set_lag_unknown(config.table, config.consumer_id)
+            return
         metadata = table.metadata
         current = metadata.current_snapshot_id
         # a lost cursor (expired, rolled back) has no measurable lag: NaN; the cycle reports why
-        problem = cursor_problem(metadata, checkpoint.cursor)
+        problem = cursor_problem(metadata, checkpoint.cursor, config.branch)
         lost = problem is not None
         self.metrics.set_cursor_condition(
             config.table, config.consumer_id, problem.condition.value if problem is not None else None

@@ -122,3 +122,17 @@ def test_remote_output_url_is_refused_not_written_to_a_local_folder(
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
     assert "s3:// URL" in err and "local file only" in err
     assert not os.path.exists(tmp_path / "s3:")
+
+
+def test_changes_net(small_table: SmallTable, spark: Any, tmp_path: Any, capsys: Any) -> None:
+    """Row 2, inserted then deleted in the range, vanishes; rows 1 and 3, rewritten by the copy-on-write
+    delete, carry that rewrite's ordinal as Java's net changes do."""
+    target = tmp_path / "net.parquet"
+    code, _, err = _run(capsys, "changes", "--catalog", "core", "--table", "ns.t", "--net", "--output", str(target))
+    assert code == 0, err
+    rows = sorted((r["id"], r["_change_type"], r["_change_ordinal"]) for r in pq.read_table(target).to_pylist())
+    assert rows == [(1, "INSERT", 2), (3, "INSERT", 2), (4, "INSERT", 1), (5, "INSERT", 1)]
+    code, _, err = _run(
+        capsys, "changes", "--catalog", "core", "--table", "ns.t", "--net", "--keep-carry-over", "--output", "-"
+    )
+    assert code == 2 and err.count("\n") == 1 and "--keep-carry-over" in err, err

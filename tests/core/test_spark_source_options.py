@@ -23,6 +23,7 @@ def test_batch_options_are_parsed_case_insensitively() -> None:
     assert (parsed.from_snapshot_id_exclusive, parsed.to_snapshot_id_inclusive) == (5, 9)
     assert parsed.source.identifier_columns == ("a", "b")
     assert parsed.source.catalog_properties == (("uri", "sqlite://"),)
+    assert not parsed.net and parse_batch_options({**BASE, "NET": "True"}).net
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,7 @@ def test_batch_options_are_parsed_case_insensitively() -> None:
         ({**BASE, "starting": "earliest"}, "unknown option 'starting' for spark.read.format('icetail')"),
         ({**BASE, "to-snapshot": "x"}, "option 'to-snapshot' must be a snapshot id (an integer), got 'x'"),
         ({**BASE, "identifier-columns": " , "}, "option 'identifier-columns' must name columns"),
+        ({**BASE, "net": "yes"}, "option 'net' must be true or false, got 'yes'"),
     ],
 )
 def test_bad_batch_options(options: dict[str, str], message: str) -> None:

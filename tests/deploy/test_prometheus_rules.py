@@ -23,6 +23,7 @@ EXPECTED_ALERTS = {
     "IcetailConsecutiveFailures",
     "IcetailNoSuccessfulBatch",
     "IcetailDown",
+    "IcetailSnapshotCheckMismatch",
 }
 
 
@@ -108,5 +109,6 @@ def test_alerts_use_metrics_icetail_exports() -> None:
         "icetail_cursor_lost",
         "icetail_consecutive_failures",
         "icetail_last_success_timestamp_seconds",
+        "icetail_snapshot_check_mismatches_total",
     }
     assert used <= exported

@@ -23,13 +23,13 @@ from pyiceberg.expressions import EqualTo, LessThan
 
 from icetail.monitor.engine.api import read_changes
 from icetail.reader.spark import TASKS_PER_CORE
+from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
     Child,
     Warehouse,
     assert_same_rows,
-    child_env,
     counts_by_type,
     free_port,
     http_get,
@@ -72,7 +72,7 @@ class Cluster:
     def __init__(self, tmp_path: Path, children: list[Child]) -> None:
         self.port, self.ui_port, worker_ui = free_port(), free_port(), free_port()
         self.work_dir = tmp_path / "spark-work"
-        self.env = child_env({"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local")})
+        self.env = child_env(extra={"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local")})
         spark_class = str(SPARK_HOME / "bin" / "spark-class")
         self.master = Child(
             [
@@ -150,7 +150,7 @@ def test_spark_submit_runs_the_job_on_a_standalone_cluster(
     submit_tmp = tmp_path / "submit-tmp"
     submit_tmp.mkdir()
     env = child_env(
-        {
+        extra={
             **warehouse.env(),
             "SPARK_HOME": str(SPARK_HOME),
             "SPARK_MASTER": cluster.url,

@@ -32,7 +32,7 @@ from tests.support.tables import BASE_SCHEMA, make_rows
 
 TABLE = "ns.up"
 ROWS, ROW_GROUP_ROWS, CHUNK_ROWS = 20_000, 2_000, 800  # chunks of 800, 800, 400 per row group
-SHAPE_COLUMNS = ("chunk_rows", "first_ordinal", "snapshot_count", "collapsed")
+SHAPE_COLUMNS = ("chunk_rows", "first_ordinal", "snapshot_count", "collapsed", "net", "schema_id")  # schemas 3, 5, 6
 
 
 def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
@@ -41,16 +41,19 @@ def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
 
 
 def downgrade_to_previous_release(db: Path, tmp_path: Path) -> None:
-    """Rewrite a store into what icetail wrote before schema 3 and split format 2, and check it is exactly that."""
+    """Rewrite a store into what icetail wrote before schema 3 and split format 2 (no shape, no schema
+    ids), and check it is exactly that."""
     conn = sqlite3.connect(db)
     with conn:
+        conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # schema 4
         for table in ("icetail_inflight_batches", "icetail_history"):
             for column in SHAPE_COLUMNS:
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         rows = conn.execute("SELECT consumer, batch_id, split_id, split_json FROM icetail_inflight_splits").fetchall()
         for consumer, batch_id, split_id, text in rows:
             raw = json.loads(text)
-            assert raw.pop(VERSION_KEY) == 2
+            assert raw.pop(VERSION_KEY) == 3
+            del raw["task"]["commit"]["schema_id"]
             conn.execute(
                 "UPDATE icetail_inflight_splits SET split_json = ? "
                 "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
@@ -101,7 +104,7 @@ def test_a_batch_written_by_the_previous_release_resumes_exactly(tmp_path: Path,
     with open_store(config.state_url) as store:
         checkpoint = store.load("up")
     assert checkpoint is not None and checkpoint.inflight is not None
-    assert checkpoint.inflight.batch.shape == BatchShape(CHUNK_ROWS, 1, 1, False)
+    assert checkpoint.inflight.batch.shape == BatchShape(CHUNK_ROWS, 1, 1, False, table.metadata.current_schema_id)
     assert checkpoint.inflight.rows_emitted == 2 * ROW_GROUP_ROWS + 2 * CHUNK_ROWS  # 8 chunks committed
 
     downgrade_to_previous_release(state, tmp_path)

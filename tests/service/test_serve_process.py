@@ -36,6 +36,7 @@ from icetail.kernel.model import ChangeType
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV
 from icetail.monitor.service.metrics import FailureStage
+from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
@@ -44,7 +45,6 @@ from tests.support.serve import (
     Serve,
     Warehouse,
     assert_same_rows,
-    child_env,
     counts_by_type,
     free_port,
     http_get,
@@ -107,7 +107,7 @@ def start_serve(
     port = free_port()
     serve = Serve(
         serve_args(tmp_path, port, *extra),
-        env=child_env({**warehouse.env(), **(env or {})}),
+        env=child_env(extra={**warehouse.env(), **(env or {})}),
         cwd=tmp_path,
         name=name,
         port=port,

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
     NAMESPACE,
     Child,
     Serve,
     Warehouse,
-    child_env,
     free_port,
     http_get,
     wait_until,
@@ -91,7 +91,7 @@ def test_real_prometheus_scrapes_icetail_serve(tmp_path: Path, warehouse: Wareho
             "--metrics-port",
             str(icetail_port),
         ],
-        env=child_env(warehouse.env()),
+        env=child_env(extra=warehouse.env()),
         cwd=tmp_path,
         name="serve",
         port=icetail_port,

@@ -16,7 +16,8 @@ import yaml
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import build_parser
 from icetail.monitor.service.config import ServiceConfig, build_service_config, parse_duration, run_config
-from tests.support.serve import ICETAIL, child_env, free_port
+from tests.support.processes import child_env
+from tests.support.serve import ICETAIL, free_port
 
 BASE = {
     "catalog": "prod",
@@ -291,7 +292,7 @@ def test_serve_setup_errors_exit_2_at_once_without_retries(tmp_path: Path, env: 
         [ICETAIL, "serve", "--catalog", "nowhere", "--table", "db.t", "--state", f"sqlite:///{tmp_path / 's.db'}",
          "--sink", f"parquet://{tmp_path / 'sink'}", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
          "--interval", "1s", "--max-failures", "5"],
-        env={k: v for k, v in child_env(env).items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")},
+        env={k: v for k, v in child_env(extra=env).items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")},
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -387,3 +388,23 @@ def test_run_reads_the_same_sources_the_same_way_as_serve(tmp_path: Path) -> Non
     # a service value is checked for run too: one configuration, one reading of it
     with pytest.raises(ConfigError, match="ICETAIL_INTERVAL"):
         run_config(build_parser().parse_args(["run", "--config", path]), {"ICETAIL_INTERVAL": "soon"})
+
+
+def test_net_from_file_environment_and_flag(tmp_path: Path) -> None:
+    assert build(tmp_path, BASE).pipelines[0].net is False
+    assert build(tmp_path, {**BASE, "net": True}).pipelines[0].net is True
+    assert build(tmp_path, {**BASE, "net": True}, ICETAIL_NET="false").pipelines[0].net is False
+    assert build(tmp_path, BASE, "--net").pipelines[0].net is True
+    message = config_error(tmp_path, {**BASE, "net": True, "keep_carry_over": True})
+    assert "--net always cancels carry-over rows; drop --keep-carry-over" in message
+
+
+def test_with_schema_id_from_file_environment_and_flag(tmp_path: Path) -> None:
+    """`--with-schema-id` (add `_schema_id`) is read like every other switch: file < ICETAIL_* < flag."""
+    assert build(tmp_path, BASE).pipelines[0].with_schema_id is False
+    assert build(tmp_path, {**BASE, "with-schema-id": True}).pipelines[0].with_schema_id is True
+    assert build(tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="yes").pipelines[0].with_schema_id is True
+    assert build(tmp_path, {**BASE, "with_schema_id": False}, "--with-schema-id").pipelines[0].with_schema_id is True
+    assert "ICETAIL_WITH_SCHEMA_ID: with_schema_id must be true or false" in config_error(
+        tmp_path, BASE, ICETAIL_WITH_SCHEMA_ID="maybe"
+    )

@@ -43,6 +43,19 @@ def test_every_range_equals_read_changes(registered: Any, history: SourceTable) 
         assert row_counter(got) == row_counter(expected), (from_id, to_id)
 
 
+def test_with_schema_id_gives_each_rows_commit_schema(registered: Any, history: SourceTable) -> None:
+    """Option `with-schema-id`: `_schema_id` as `read_changes(with_schema_id=True)` gives it."""
+    table = history.load()
+    got = load_df(registered, {**history.options(), "with-schema-id": "true"})
+    expected = icetail.read_changes(table, with_schema_id=True, spark=registered)
+    assert got.column_names == expected.column_names and got.column_names[-1] == "_schema_id"
+    assert row_counter(got) == row_counter(expected)
+    pairs = set(zip(got.column("_commit_snapshot_id").to_pylist(), got.column("_schema_id").to_pylist(), strict=True))
+    assert pairs == {(s, table.metadata.snapshot_by_id(s).schema_id) for s, _ in pairs}
+    assert len({schema_id for _, schema_id in pairs}) == 2  # the `evolve` action made a second schema
+    assert "_schema_id" not in load_df(registered, history.options()).column_names
+
+
 def test_identifier_columns_pair_updates(registered: Any, history: SourceTable) -> None:
     ids = history.snapshot_ids
     (upsert,) = dict(history.actions)["upsert"]  # one overwrite snapshot
@@ -97,6 +110,7 @@ def test_empty_range_and_pinned_end(registered: Any, history: SourceTable) -> No
         ({"table": "ns.missing"}, "table 'ns.missing' does not exist in catalog"),
         ({"identifier-columns": "nope"}, "identifier column(s) nope not in the table schema"),
         ({"to-snapshot": "42"}, "to-snapshot snapshot 42 is not in the table metadata"),
+        ({"with-schema-id": "yes"}, "option 'with-schema-id' must be true or false, got 'yes'"),
     ],
 )
 def test_bad_options_name_the_option(
@@ -123,3 +137,27 @@ def test_ordinals_match_the_changes_command(registered: Any, history: SourceTabl
     got = load_df(registered, history.options(from_snapshot=from_id, to_snapshot=to_id))
     assert sorted(set(got.column("_change_ordinal").to_pylist())) == list(range(len(ids) - 3))
     assert row_counter(got) == row_counter(expected)
+
+
+def test_net_option_equals_read_changes_net(registered: Any, history: SourceTable) -> None:
+    """option('net', 'true') reads the range's net changes (one task for the whole range), as the API does."""
+    ids = history.snapshot_ids
+    table = history.load()
+    for from_id, identifiers in ((None, None), (ids[1], "id")):
+        options = history.options()
+        options["net"] = "true"
+        if from_id is not None:
+            options["from-snapshot"] = str(from_id)
+        if identifiers:
+            options["identifier-columns"] = identifiers
+        got = load_df(registered, options)
+        expected = icetail.read_changes(
+            table, from_id, None, identifier_columns=[identifiers] if identifiers else None, net=True, spark=registered
+        )
+        every = icetail.read_changes(table, from_id, None, spark=registered)
+        assert got.num_rows == expected.num_rows > 0 and got.num_rows < every.num_rows, from_id
+        assert row_counter(got) == row_counter(expected), from_id
+    options = history.options()
+    options["net"] = "yes"
+    with pytest.raises(Exception, match="option 'net' must be true or false"):
+        load_df(registered, options)

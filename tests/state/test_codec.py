@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -51,19 +52,40 @@ V1_TEXT = (
 
 def test_every_supported_version_decodes_to_the_same_split() -> None:
     split = make_split(3, 42, with_deletes=True)
-    v2 = encode_split(split)
-    assert json.loads(v2)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 2
-    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2)
-    for text in (V1_TEXT, v2):
+    current = encode_split(split)
+    assert json.loads(current)[VERSION_KEY] == SPLIT_FORMAT_VERSION == 3
+    assert SUPPORTED_SPLIT_FORMAT_VERSIONS == (1, 2, 3)
+    v2_text = json.dumps({**json.loads(V1_TEXT), VERSION_KEY: 2})  # what icetail wrote before schema ids
+    for text in (V1_TEXT, v2_text, current):
         assert decode_split(text, expected_split_id=split.split_id) == split
-    # a version-1 text is re-encoded as the current version, and only the version key differs
+    # a version-1 text is re-encoded as the current version: the version key and the (unknown) schema id differ
+    v1 = json.loads(V1_TEXT)
+    v1["task"]["commit"]["schema_id"] = None
     assert json.loads(encode_split(decode_split(V1_TEXT, expected_split_id=split.split_id))) == {
-        **json.loads(V1_TEXT),
+        **v1,
         VERSION_KEY: SPLIT_FORMAT_VERSION,
     }
 
 
-@pytest.mark.parametrize("version", [3, 0, "2", None])
+def test_version_3_keeps_the_commit_schema_id() -> None:
+    split = make_split(3, 42)
+    split = replace(split, task=replace(split.task, commit=replace(split.task.commit, schema_id=7)))
+    text = encode_split(split)
+    assert json.loads(text)["task"]["commit"]["schema_id"] == 7
+    decoded = decode_split(text, expected_split_id=split.split_id)
+    assert decoded == split and decoded.task.commit.schema_id == 7
+    assert decoded.split_id == make_split(3, 42).split_id  # the schema id is no part of the split's identity
+
+
+def test_a_version_3_text_without_a_schema_id_is_damaged() -> None:
+    split = make_split(3, 42)
+    raw = json.loads(encode_split(split))
+    del raw["task"]["commit"]["schema_id"]
+    with pytest.raises(StateError, match="damaged"):
+        decode_split(json.dumps(raw), expected_split_id=split.split_id)
+
+
+@pytest.mark.parametrize("version", [4, 0, "2", None])
 def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object) -> None:
     split = make_split(1)
     raw = {**json.loads(encode_split(split)), VERSION_KEY: version}
@@ -71,4 +93,4 @@ def test_an_unknown_version_is_refused_naming_the_supported_ones(version: object
         decode_split(json.dumps(raw), expected_split_id=split.split_id)
     message = str(info.value)
     assert f"format version {version!r}" in message
-    assert "split format versions 1, 2;" in message and "release that started it" in message
+    assert "split format versions 1, 2, 3;" in message and "release that started it" in message

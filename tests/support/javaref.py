@@ -282,8 +282,12 @@ class JavaCatalog:
         end_snapshot_id_inclusive: int | None = None,
         identifier_columns: Sequence[str] | None = None,
         compute_updates: bool = True,
+        net_changes: bool = False,
     ) -> pa.Table:
-        """Java's `create_changelog_view` (copy-on-write tables only: no delete files)."""
+        """Java's `create_changelog_view` (copy-on-write tables only: no delete files).
+
+        `net_changes` needs `compute_updates=False` and no identifier columns (Java refuses both together).
+        """
         options = []
         if start_snapshot_id_exclusive is not None:
             options.append(f"'start-snapshot-id', '{start_snapshot_id_exclusive}'")
@@ -298,6 +302,8 @@ class JavaCatalog:
         if identifier_columns:
             cols = ", ".join(f"'{c}'" for c in identifier_columns)
             args.append(f"identifier_columns => array({cols})")
+        if net_changes:
+            args.append("net_changes => true")
         self.spark.sql(f"CALL {self.name}.system.create_changelog_view({', '.join(args)})")
         try:
             return spark_df_to_arrow(self.spark.sql(f"SELECT * FROM {view}"))

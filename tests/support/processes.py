@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.support.catalogs import LocalCatalog
@@ -13,22 +13,41 @@ from tests.support.catalogs import LocalCatalog
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def child_env(catalogs: Sequence[LocalCatalog], spark_dir: Path, *, fast_jvm: bool = True) -> dict[str, str]:
-    """The environment of an `icetail` child process: the catalogs, Spark scratch under `spark_dir`.
+# what a child must not inherit from the test runner's own environment: the children get their
+# configuration from the test alone
+INHERITED_NEVER = ("ICETAIL_", "PYICEBERG_", "SPARK_", "PYSPARK_")
 
-    `fast_jvm`: C1-only JIT for the child's Spark JVM (starts ~30% faster; the JVM then prints
-    one "Picked up JDK_JAVA_OPTIONS" line on stderr when Spark starts).
+
+def child_env(
+    catalogs: Sequence[LocalCatalog] = (),
+    spark_dir: Path | None = None,
+    *,
+    extra: Mapping[str, str] | None = None,
+    fast_jvm: bool = True,
+) -> dict[str, str]:
+    """The environment of an `icetail` child process: the test's own without ICETAIL_* / PYICEBERG_* /
+    SPARK_* leftovers, plus `catalogs`, Spark scratch under `spark_dir`, loopback Spark, this Python
+    and this checkout, then `extra`.
+
+    `fast_jvm`: C1-only JIT and serial GC for the child's Spark JVM (JVM start-ups dominate these
+    tests' run time; the JVM then prints one "Picked up JDK_JAVA_OPTIONS" line on stderr).
     """
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED_NEVER)}
     if fast_jvm:
-        env["JDK_JAVA_OPTIONS"] = "-XX:TieredStopAtLevel=1"
+        env["JDK_JAVA_OPTIONS"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     for cat in catalogs:
         env.update(cat.env())
-    spark_dir.mkdir(parents=True, exist_ok=True)
-    env["SPARK_LOCAL_DIRS"] = str(spark_dir)  # a killed JVM leaves its scratch here, not in /tmp
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    if spark_dir is not None:
+        spark_dir.mkdir(parents=True, exist_ok=True)
+        env["SPARK_LOCAL_DIRS"] = str(spark_dir)  # a killed JVM leaves its scratch here, not in /tmp
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
+    )
+    env.update(extra or {})
     return env
 
 
@@ -52,8 +71,8 @@ def run_icetail(
     )
 
 
-# What a Spark JVM itself prints on stderr when it starts: the tests' C1-only JIT option
-# (child_env), and Spark 4's launcher adding the incubating vector module. Not icetail's output.
+# What a Spark JVM itself prints on stderr when it starts: the tests' JVM options (child_env),
+# and Spark 4's launcher adding the incubating vector module. Not icetail's output.
 JVM_START_NOTES = (
     "NOTE: Picked up JDK_JAVA_OPTIONS",
     "Picked up JAVA_TOOL_OPTIONS",

@@ -53,22 +53,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test's environment without ICETAIL_* / PYICEBERG_* / SPARK_* leftovers, loopback Spark."""
-    drop = ("ICETAIL_", "PYICEBERG_", "SPARK_", "PYSPARK_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        PYTHONUNBUFFERED="1",
-        # a faster JVM start (C1 only, serial GC): JVM startups dominate these tests' run time
-        JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    )
-    env.update(extra or {})
-    return env
-
-
 @dataclass
 class Warehouse:
     """The service tests' catalog (a LocalCatalog under `root`) with namespace `ns`, the same one the children

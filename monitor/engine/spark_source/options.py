@@ -11,11 +11,31 @@ from dataclasses import dataclass
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, parse_start
+from icetail.monitor.planning.refs import MAIN_BRANCH
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
-BATCH_OPTIONS = ("catalog", "table", "from-snapshot", "to-snapshot", "identifier-columns")
-STREAM_OPTIONS = ("catalog", "table", "identifier-columns", "starting", "max-snapshots-per-trigger")
-STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601")
+BATCH_OPTIONS = (
+    "catalog",
+    "table",
+    "from-snapshot",
+    "to-snapshot",
+    "identifier-columns",
+    "branch",
+    "from-tag",
+    "to-tag",
+    "net",
+    "with-schema-id",
+)
+STREAM_OPTIONS = (
+    "catalog",
+    "table",
+    "identifier-columns",
+    "starting",
+    "max-snapshots-per-trigger",
+    "branch",
+    "with-schema-id",
+)
+STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
 
 
 @dataclass(frozen=True)
@@ -26,6 +46,8 @@ class TableOptions:
     table: str
     catalog_properties: tuple[tuple[str, str], ...] = ()
     identifier_columns: tuple[str, ...] | None = None
+    branch: str = MAIN_BRANCH  # the history read: its head is the current snapshot
+    with_schema_id: bool = False  # add `_schema_id`, the schema id of each row's commit snapshot
 
 
 @dataclass(frozen=True)
@@ -33,6 +55,9 @@ class BatchOptions:
     source: TableOptions
     from_snapshot_id_exclusive: int | None = None
     to_snapshot_id_inclusive: int | None = None
+    from_tag: str | None = None  # exclusive, like from-snapshot
+    to_tag: str | None = None  # inclusive, like to-snapshot
+    net: bool = False  # the range's net changes (batch only: a stream's micro-batches depend on trigger timing)
 
 
 @dataclass(frozen=True)
@@ -44,11 +69,24 @@ class StreamOptions:
 
 def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
     values = _lowered(options, BATCH_OPTIONS, "spark.read")
+    for end in ("from", "to"):
+        if f"{end}-snapshot" in values and f"{end}-tag" in values:
+            raise ConfigError(f"options '{end}-snapshot' and '{end}-tag' exclude each other; give one")
     return BatchOptions(
         _table_options(values),
         _snapshot_id(values, "from-snapshot"),
         _snapshot_id(values, "to-snapshot"),
+        _name(values, "from-tag"),
+        _name(values, "to-tag"),
+        _boolean(values, "net"),
     )
+
+
+def _boolean(values: Mapping[str, str], name: str) -> bool:
+    raw = values.get(name, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"option {name!r} must be true or false, got {values[name]!r}")
+    return raw == "true"
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
@@ -72,11 +110,11 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     return StreamOptions(_table_options(values), starting, max_snapshots)
 
 
-def parse_any_options(options: Mapping[str, str]) -> tuple[TableOptions, int | None]:
-    """The table and to-snapshot, before Spark says whether it reads a batch or a stream."""
+def parse_any_options(options: Mapping[str, str]) -> tuple[TableOptions, int | None, str | None]:
+    """The table, to-snapshot and to-tag, before Spark says whether it reads a batch or a stream."""
     known = tuple(dict.fromkeys(BATCH_OPTIONS + STREAM_OPTIONS))
     values = _lowered(options, known, "spark.read/readStream")
-    return _table_options(values), _snapshot_id(values, "to-snapshot")
+    return _table_options(values), _snapshot_id(values, "to-snapshot"), _name(values, "to-tag")
 
 
 def _lowered(options: Mapping[str, str], known: tuple[str, ...], reader: str) -> dict[str, str]:
@@ -103,7 +141,19 @@ def _table_options(values: Mapping[str, str]) -> TableOptions:
     identifiers = tuple(c.strip() for c in raw_ids.split(",") if c.strip()) if raw_ids is not None else None
     if raw_ids is not None and not identifiers:
         raise ConfigError("option 'identifier-columns' must name columns, e.g. 'a,b'")
-    return TableOptions(values["catalog"].strip(), table, properties, identifiers)
+    branch = _name(values, "branch") or MAIN_BRANCH
+    with_schema_id = _boolean(values, "with-schema-id")
+    return TableOptions(values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id)
+
+
+def _name(values: Mapping[str, str], option: str) -> str | None:
+    """A branch or tag name option; an empty one is refused."""
+    raw = values.get(option)
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise ConfigError(f"option {option!r} must name a {option.split('-')[-1]}, got {raw!r}")
+    return raw.strip()
 
 
 def _snapshot_id(values: Mapping[str, str], name: str) -> int | None:

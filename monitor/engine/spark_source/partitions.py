@@ -21,6 +21,7 @@ from icetail.monitor.engine.api import identifier_names, read_context, snapshots
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
+from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.split_reader import read_split
 
@@ -37,10 +38,11 @@ class ChangePartitionSpec:
     reconcile: bool
     identifier_columns: tuple[str, ...]
     carry_over_removal: bool = True
+    net: bool = False  # the partition is the whole range, folded into its net changes
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        return change_schema(self.context.output_arrow_schema)
+        return change_schema(self.context.output_arrow_schema, with_schema_id=self.context.with_schema_id)
 
 
 def plan_partitions(
@@ -51,13 +53,20 @@ def plan_partitions(
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
     partition_bytes: int = DEFAULT_PARTITION_BYTES,
+    net: bool = False,
+    with_schema_id: bool = False,
 ) -> list[ChangePartitionSpec]:
-    """The partitions of `plan`, in plan order; rows are projected onto `schema_id` (default: the plan's)."""
+    """The partitions of `plan`, in plan order; rows are projected onto `schema_id` (default: the plan's).
+
+    `net`: one partition, the whole range, since net changes need every row of the range in one place.
+    """
     if not plan.splits:
         return []
     output_schema_id = plan.schema_id if schema_id is None else schema_id
-    context = read_context(table, output_schema_id, plan.tasks)
+    context = read_context(table, output_schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, output_schema_id, identifier_columns)
+    if net:
+        return [ChangePartitionSpec(context, plan.splits, True, identifiers, True, net=True)]
     gather = snapshots_needing_reconcile(plan.tasks) if (carry_over_removal or identifiers) else set()
 
     def spec(splits: list[ChangeSplit], reconcile: bool) -> ChangePartitionSpec:
@@ -93,6 +102,9 @@ def plan_partitions(
 
 def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     """The change rows of one partition (runs in a Spark task); no empty batches."""
+    if spec.net:
+        yield from _net_batches(spec)
+        return
     if not spec.reconcile:
         for split in spec.splits:
             yield from _split_batches(spec.context, split)
@@ -101,6 +113,14 @@ def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     changes = pa.Table.from_batches(batches, schema=spec.arrow_schema)
     reconciled = reconcile_snapshot(changes, spec.identifier_columns or None, spec.carry_over_removal)
     yield from (batch for batch in reconciled.to_batches() if batch.num_rows)
+
+
+def _net_batches(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
+    """The net changes of the range in `spec` (reader/net.py)."""
+    batches = ((s.task.commit.snapshot_id, b) for s in spec.splits for b in _split_batches(spec.context, s))
+    net = fold_range(spec.arrow_schema, batches, snapshots_needing_reconcile(s.task for s in spec.splits))
+    result = net.result(net_key_columns(spec.arrow_schema, spec.identifier_columns))
+    yield from (batch for batch in result.to_batches() if batch.num_rows)
 
 
 def _split_batches(context: ReadContext, split: ChangeSplit) -> Iterator[pa.RecordBatch]:

@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from icetail.kernel.errors import BranchDroppedError, RefNotFoundError
 from icetail.monitor.engine.api import change_arrow_schema, plan_range, schema_id_of
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
@@ -32,6 +33,7 @@ from icetail.monitor.engine.spark_source.options import (
 from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, plan_partitions, read_partition
 from icetail.monitor.planning.lineage import snapshot_or_raise
 from icetail.monitor.planning.planner import Planner
+from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
@@ -53,12 +55,28 @@ class ChangePartition(InputPartition):
         self.spec = spec
 
 
-def _open_table(options: TableOptions) -> Table:
-    return load_table(open_catalog(options.catalog, dict(options.catalog_properties)), options.table)
+def _open_table(options: TableOptions, *, following: bool = False) -> Table:
+    """The table as seen from the `branch` option (main by default).
+
+    `following`: a stream that already started on the branch; a branch gone by then was dropped
+    under it (BranchDroppedError) rather than misspelt.
+    """
+    table = load_table(open_catalog(options.catalog, dict(options.catalog_properties)), options.table)
+    try:
+        return table_on_branch(table, options.branch)
+    except RefNotFoundError as exc:
+        if not following:
+            raise
+        raise BranchDroppedError(
+            f"branch {options.branch!r} of table {options.table} no longer exists (dropped, or published and "
+            f"removed); this query's checkpoint cannot continue it: recreate the branch, or start a new query "
+            "(new checkpointLocation) on another branch with option 'starting'"
+        ) from exc
 
 
-def _spark_schema(table: Table, schema_id: int | None) -> StructType:
-    return from_arrow_schema(change_arrow_schema(table, schema_id), prefer_timestamp_ntz=True)
+def _spark_schema(table: Table, schema_id: int | None, with_schema_id: bool) -> StructType:
+    arrow = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+    return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
 def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -88,11 +106,13 @@ class ChangesDataSource(DataSource):
 
     def schema(self) -> StructType:
         table, _, schema_id = self._pin()
-        return _spark_schema(table, schema_id)
+        return _spark_schema(table, schema_id, parse_any_options(self.options)[0].with_schema_id)
 
     def _pin(self) -> tuple[Table, int | None, int | None]:
-        source, to_option = parse_any_options(self.options)
+        source, to_option, to_tag = parse_any_options(self.options)
         table = _open_table(source)
+        if to_tag is not None:
+            to_option = tag_snapshot(table.metadata, to_tag, "option 'to-tag'", source.table)
         if to_option is not None:
             snapshot_or_raise(table.metadata, to_option, "to-snapshot")  # fail at load(), not at the first action
         to_snapshot = to_option if to_option is not None else table.metadata.current_snapshot_id
@@ -130,9 +150,21 @@ class ChangesBatchReader(DataSourceReader):
         table = _open_table(self._options.source)
         if self._to_snapshot is None:  # an empty table
             return []
-        plan = plan_range(table, self._options.from_snapshot_id_exclusive, self._to_snapshot)
+        options = self._options
+        plan = plan_range(
+            table,
+            options.from_snapshot_id_exclusive,
+            self._to_snapshot,
+            branch=options.source.branch,
+            from_tag=options.from_tag,
+        )
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            net=self._options.net,
+            with_schema_id=self._options.source.with_schema_id,
         )
         return [ChangePartition(spec) for spec in specs]
 
@@ -158,16 +190,16 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         # Spark's AvailableNow wrapper asks for its target (which must be everything available).
         self._last_end: StreamOffset | None = None
 
-    def _table(self) -> Table:
-        table = _open_table(self._options.source)
+    def _table(self, *, following: bool = True) -> Table:
+        table = _open_table(self._options.source, following=following)
         if self._planner is None:
-            self._planner = Planner(table)
+            self._planner = Planner(table, branch=self._options.source.branch)
         else:
             self._planner.refresh(table)
         return table
 
     def initialOffset(self) -> dict[str, Any]:
-        return initial_offset(self._table().metadata, self._options.starting).to_json()
+        return initial_offset(self._table(following=False).metadata, self._options.starting).to_json()
 
     def getDefaultReadLimit(self) -> Any:
         """max-snapshots-per-trigger travels through Spark's admission control as ReadMaxFiles(N snapshots)."""
@@ -209,7 +241,11 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         assert self._planner is not None
         plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
         specs = plan_partitions(
-            table, plan, schema_id=self._schema_id, identifier_columns=self._options.source.identifier_columns
+            table,
+            plan,
+            schema_id=self._schema_id,
+            identifier_columns=self._options.source.identifier_columns,
+            with_schema_id=self._options.source.with_schema_id,
         )
         return [ChangePartition(spec) for spec in specs]
 

@@ -1,0 +1,180 @@
+"""Every snapshot checks itself: icetail's raw DELETE/INSERT counts against the snapshot's summary.
+
+`SnapshotVerifier` adds up the rows of each snapshot as its chunks are read (before carry-over
+removal, as the summary counts them) and, once every split of a snapshot has been read in full,
+evaluates the rules of `monitor/planning/summary_rules.py`. `--verify` decides what a mismatch
+does: `off` checks nothing, `warn` (the default) logs it and counts it in the metrics, `strict`
+also refuses to deliver the snapshot (SnapshotCheckError; docs/delivery.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from pyiceberg.table.metadata import TableMetadata
+
+from icetail.kernel.errors import ConfigError, TerminalError
+from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType
+from icetail.monitor.planning.summary_rules import Expectation, expectations
+from icetail.reader.split_reader import Chunk
+
+log = logging.getLogger("icetail.verify")
+
+
+class VerifyMode(str, Enum):
+    OFF = "off"
+    WARN = "warn"
+    STRICT = "strict"
+
+
+VERIFY_MODES = tuple(m.value for m in VerifyMode)
+
+
+def parse_verify_mode(text: str, flag: str = "--verify") -> VerifyMode:
+    try:
+        return VerifyMode(str(text).strip().lower())
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} is not one of {', '.join(VERIFY_MODES)}") from None
+
+
+class SnapshotCheckError(TerminalError, stage="read"):
+    """A snapshot's changes disagree with its summary under `--verify strict`: nothing of it is delivered."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    snapshot_id: int
+    rule: str
+    expected: int
+    found: int
+
+    def describe(self) -> str:
+        return (
+            f"snapshot {self.snapshot_id} fails summary rule {self.rule}: "
+            f"its summary says {self.expected}, icetail's changes give {self.found}"
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotCheck:
+    """The rules evaluated for one snapshot and those that failed (both empty: nothing provable)."""
+
+    snapshot_id: int
+    deletes: int
+    inserts: int
+    rules: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+
+
+def strict_error(mismatch: Mismatch) -> SnapshotCheckError:
+    return SnapshotCheckError(
+        f"{mismatch.describe()}; refused under --verify strict, nothing of the snapshot was delivered and the "
+        "checkpoint did not move: check the table (a writer that filled its summary wrong, or an icetail bug to "
+        "report), then rerun with --verify warn to deliver it as read (docs/semantics.md)"
+    )
+
+
+class SnapshotVerifier:
+    """Counts each snapshot's raw changes from its chunks; checks a snapshot when its last split is read.
+
+    Only snapshots whose every split is read from its first row here can be checked: a batch
+    resumed after a crash does not re-read what it delivered before (that part was checked, or
+    delivered under `warn`, by the run that read it). And only snapshots read as themselves: the
+    range walks from `from_snapshot_exclusive` to them through the batch's snapshots (and skipped
+    replace snapshots), which a start from a full snapshot or a repair by a direct diff does not.
+    """
+
+    def __init__(
+        self,
+        metadata: TableMetadata,
+        splits: Iterable[ChangeSplit],
+        fully_read_split_ids: set[str],
+        *,
+        from_snapshot_exclusive: int | None,
+        collapsed: bool = False,
+    ) -> None:
+        self._metadata = metadata
+        self._snapshot_of: dict[str, int] = {}
+        self._pending: dict[int, set[str]] = defaultdict(set)
+        tasks: dict[int, list[ChangeTask]] = defaultdict(list)
+        checkable: dict[int, bool] = defaultdict(lambda: not collapsed)
+        for split in splits:
+            snapshot_id = split.task.commit.snapshot_id
+            self._snapshot_of[split.split_id] = snapshot_id
+            self._pending[snapshot_id].add(split.split_id)
+            tasks[snapshot_id].append(split.task)
+            checkable[snapshot_id] &= split.split_id in fully_read_split_ids
+        self._tasks = {s: tuple(t) for s, t in tasks.items()}
+        reached = {from_snapshot_exclusive, *tasks}
+        self._checkable = frozenset(s for s, ok in checkable.items() if ok and _follows(metadata, s, reached))
+        self._checked: set[int] = set()
+        self._counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+
+    def checks(self, snapshot_id: int) -> bool:
+        """Whether the snapshot will be checked (its chunks are worth holding under strict)."""
+        return snapshot_id in self._checkable
+
+    def add(self, chunk: Chunk) -> SnapshotCheck | None:
+        """Count the chunk; the snapshot's check once its last split is done (None before, or if unchecked)."""
+        snapshot_id = self._snapshot_of[chunk.split_id]
+        if snapshot_id not in self._checkable or snapshot_id in self._checked:
+            return None
+        counts = self._counts[snapshot_id]
+        for change_type, count in chunk.change_counts:
+            if change_type == ChangeType.DELETE.value:
+                counts[0] += count
+            elif change_type == ChangeType.INSERT.value:
+                counts[1] += count
+        if chunk.done:
+            self._pending[snapshot_id].discard(chunk.split_id)
+        if self._pending[snapshot_id]:
+            return None
+        self._checked.add(snapshot_id)
+        return check_snapshot(self._metadata, snapshot_id, self._tasks[snapshot_id], counts[0], counts[1])
+
+
+def _follows(metadata: TableMetadata, snapshot_id: int, reached: set[int | None]) -> bool:
+    """Whether the snapshot's parent, past any replace snapshots (which a range skips), is in `reached`."""
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    while snapshot is not None:
+        parent_id = snapshot.parent_snapshot_id
+        if parent_id in reached:
+            return True
+        snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+        if snapshot is None or snapshot.summary is None or snapshot.summary.operation.value != "replace":
+            return False
+    return False
+
+
+def check_snapshot(
+    metadata: TableMetadata, snapshot_id: int, tasks: tuple[ChangeTask, ...], deletes: int, inserts: int
+) -> SnapshotCheck:
+    rules: list[Expectation] = list(expectations(metadata, snapshot_id, tasks))
+    mismatches = tuple(
+        Mismatch(snapshot_id, rule.rule, rule.expected, rule.found(deletes, inserts))
+        for rule in rules
+        if rule.found(deletes, inserts) != rule.expected
+    )
+    return SnapshotCheck(snapshot_id, deletes, inserts, tuple(r.rule for r in rules), mismatches)
+
+
+def report(check: SnapshotCheck, mode: VerifyMode, context: Mapping[str, object] | None = None) -> None:
+    """Log each mismatch (warning), and raise the first one under strict."""
+    for mismatch in check.mismatches:
+        log.warning(
+            mismatch.describe(),
+            extra={
+                **(context or {}),
+                "snapshot_id": mismatch.snapshot_id,
+                "rule": mismatch.rule,
+                "expected": mismatch.expected,
+                "found": mismatch.found,
+                "verify": mode.value,
+            },
+        )
+    if mode == VerifyMode.STRICT and check.mismatches:
+        raise strict_error(check.mismatches[0])
