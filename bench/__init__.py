@@ -1,4 +1,5 @@
-"""icetail benchmarks: seeded table generation (`bench.generate`) and the runner (`bench.run`).
+"""icetail benchmarks: seeded table generation (`bench.generate`), the runner (`bench.run`) and its
+parts (`bench.harness`, `bench.session`, `bench.readers`, `bench.cases.*`, `bench.procs`, `bench.report`).
 
 Run `python -m bench.run --help`; see bench/README.md and docs/performance.md.
 """

@@ -1,1 +1,2 @@
-"""Experiments that quantify the fixes suggested in docs/performance.md (not icetail code)."""
+"""The bench cases, one module each (`bench.run --cases`), the standalone cases `delivered` and
+`cold`, and `fastdaemon`, the experiment that sized the fixes in docs/performance.md."""

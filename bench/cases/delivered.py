@@ -8,6 +8,8 @@ spread between rounds is a finding of its own). Readers:
 * `batch_iterator` - `changes_batch_reader`, batches consumed and dropped one by one;
 * `cli_parquet`, `cli_jsonl` - `icetail changes --output X.parquet|X.jsonl`, in this process;
 * `run_parquet_sink` - `icetail run --sink parquet:///DIR` from a fresh consumer, in this process;
+* `run_iceberg_sink` - `icetail run --sink iceberg://CATALOG/ns.delivered_sink` from a fresh
+  consumer into a fresh sink table (created by the sink, dropped after the round), in this process;
 * baselines: `raw_decode` (threaded `pyarrow.parquet.read_table` of the files, the issue's bar),
   and `raw_rw_parquet` / `raw_rw_jsonl` (that decode plus the same output written by pyarrow /
   icetail's JSON line encoder: what the writer alone costs).
@@ -15,10 +17,13 @@ spread between rounds is a finding of its own). Readers:
 Standalone (icetail's own session and a pyiceberg SQL catalog, no Java jars; both Spark lines):
 
     .venv/bin/python -m bench.cases.delivered --rows 8000000 --files 8 --rounds 5
-    .venv-spark4/bin/python -m bench.cases.delivered --rows 8000000 --files 8 --rounds 5
+    .venv-spark4/bin/python -m bench.cases.delivered --rows 8000000 --files 8 --rounds 5 --deletes
 
-Inside `python -m bench.run --cases delivered` (the Java session), it also measures the same
-paths on the snapshot of 10% position deletes (Spark SQL DELETE, merge-on-read).
+`--deletes` also measures every path on a DELETE of 10% of the rows (Spark SQL, merge-on-read)
+as position deletes (v2) and as deletion vectors (v3): Java Iceberg writes them in a pyspark 3.5
+subprocess (`bench.cases.deletes_prep`, `--java-python`, default `.venv/bin/python`), so the
+pyspark 4 line reads the same files. Inside `python -m bench.run --cases delivered` (the Java
+session), the same paths are measured on both delete kinds in that session.
 """
 
 from __future__ import annotations
@@ -43,11 +48,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import generate as gen  # noqa: E402
-from bench.run import cpu_by_kind  # noqa: E402
+from bench.procs import cpu_by_kind  # noqa: E402
 
 CATALOG = "icebench"
 # cli_jsonl is left out by default: JSON encoding costs ~20x the decode (ask for it with --readers)
-READERS = ("read_changes", "batch_iterator", "cli_parquet", "run_parquet_sink")
+READERS = ("read_changes", "batch_iterator", "cli_parquet", "run_parquet_sink", "run_iceberg_sink")
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,46 @@ def run_parquet_sink_rows(t: Target, spark: Any, scratch: Path) -> int:
     return rows
 
 
+SINK_TABLE = "ns.delivered_sink"
+DELETE_LABELS = {"pos": "10% position deletes (v2)", "dv": "10% deletion vectors (v3)"}
+
+
+def run_iceberg_sink_rows(t: Target, spark: Any, scratch: Path) -> int:
+    """A fresh consumer from `from_exclusive` to the end into a fresh Iceberg sink table; its row count."""
+    from pyiceberg.catalog import load_catalog
+
+    state = scratch / "state-iceberg.db"
+    start = f"snapshot:{t.from_exclusive}" if t.from_exclusive is not None else "earliest"
+    _cli(
+        "run",
+        "--catalog", t.catalog,
+        "--table", t.ident,
+        "--state", f"sqlite:///{state}",
+        "--sink", f"iceberg://{t.catalog}/{SINK_TABLE}",
+        "--start", start,
+        "--until-caught-up",
+    )  # fmt: skip
+    catalog = load_catalog(t.catalog)
+    sink = catalog.load_table(SINK_TABLE)
+    snapshot = sink.current_snapshot()
+    rows = int(snapshot.summary["total-records"]) if snapshot is not None and snapshot.summary else 0
+    catalog.drop_table(SINK_TABLE)
+    shutil.rmtree(gen.local_path(sink.location()), ignore_errors=True)
+    state.unlink()
+    return rows
+
+
+def drop_sink_table(catalog_name: str) -> None:
+    """A sink table left by an interrupted run would make the next round's counts wrong."""
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(catalog_name)
+    if catalog.table_exists(SINK_TABLE):
+        location = gen.local_path(catalog.load_table(SINK_TABLE).location())
+        catalog.drop_table(SINK_TABLE)
+        shutil.rmtree(location, ignore_errors=True)
+
+
 def raw_decode(files: tuple[str, ...]) -> pa.Table:
     return pq.read_table([gen.local_path(f) for f in files], use_threads=True)
 
@@ -172,13 +217,12 @@ def raw_rw_parquet_rows(t: Target, spark: Any, scratch: Path) -> int:
 
 
 def raw_rw_jsonl_rows(t: Target, spark: Any, scratch: Path) -> int:
-    from icetail.sinks.jsonl_sink import encode_lines
+    from icetail.sinks.jsonl_encoding import write_jsonl_to
 
     table = raw_decode(t.files)
     out = scratch / "raw.jsonl"
     with open(out, "w", encoding="utf-8") as stream:
-        for batch in table.to_batches():
-            stream.writelines(encode_lines(batch))
+        write_jsonl_to(stream, table)
     out.unlink()
     return table.num_rows
 
@@ -190,10 +234,16 @@ ALL_READERS: dict[str, Callable[[Target, Any, Path], int]] = {
     "cli_parquet": cli_rows(".parquet"),
     "raw_rw_parquet": raw_rw_parquet_rows,
     "run_parquet_sink": run_parquet_sink_rows,
+    "run_iceberg_sink": run_iceberg_sink_rows,
     "cli_jsonl": cli_rows(".jsonl"),
     "raw_rw_jsonl": raw_rw_jsonl_rows,
 }
-BASELINE_OF = {"cli_parquet": "raw_rw_parquet", "run_parquet_sink": "raw_rw_parquet", "cli_jsonl": "raw_rw_jsonl"}
+BASELINE_OF = {
+    "cli_parquet": "raw_rw_parquet",
+    "run_parquet_sink": "raw_rw_parquet",
+    "run_iceberg_sink": "raw_rw_parquet",
+    "cli_jsonl": "raw_rw_jsonl",
+}
 
 
 def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -201,9 +251,11 @@ def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None 
     chosen = {k: v for k, v in ALL_READERS.items() if readers is None or k in readers or k.startswith("raw")}
     if readers is not None and "cli_jsonl" not in readers:
         chosen.pop("raw_rw_jsonl", None)
-    if readers is not None and not {"cli_parquet", "run_parquet_sink"} & set(readers):
+    if readers is not None and not {"cli_parquet", "run_parquet_sink", "run_iceberg_sink"} & set(readers):
         chosen.pop("raw_rw_parquet", None)
     spreads = {name: Spread() for name in chosen}
+    if "run_iceberg_sink" in chosen:
+        drop_sink_table(t.catalog)
     scratch = Path(tempfile.mkdtemp(prefix="icetail-delivered-"))
     try:
         for round_index in range(rounds + 1):  # round 0 warms the workers, caches and page cache
@@ -273,7 +325,7 @@ def print_report(title: str, report: dict[str, Any]) -> None:
 
 
 def case_delivered(ctx: Any) -> Any:
-    from bench.run import CaseResult, Goal
+    from bench.results import CaseResult, Goal
 
     result = CaseResult("delivered")
     cat, data, rounds = ctx.catalog, ctx.data, max(ctx.scale.repeat, 5)
@@ -297,25 +349,27 @@ def case_delivered(ctx: Any) -> Any:
                 ok,
             )
         )
-    deleted = gen.spark_delete(cat, "delivered", "id % 10 = 7")
-    table = cat.load_table("delivered")
-    mor = Target(
-        CATALOG, cat.ident("delivered"), table, appended, deleted, data.files, ctx.scale.rows // 10, ctx.scale.rows
-    )
-    log("  delivered/pos_deletes: measuring")
-    report = measure(mor, ctx.spark, rounds, ("read_changes", "batch_iterator", "cli_parquet", "run_parquet_sink"))
-    print_report("delivered/10% position deletes", report)
-    result.notes.append(f"pos_deletes: {report}")
-    for name, r in report["ratios"].items():
-        result.ratios[f"pos_deletes/{name}/vs_raw_decode_median"] = r["vs_raw_decode_median"]
-        result.goals.append(
-            Goal(
-                f"delivered 10% position deletes {name}",
-                ">= 0.7x",
-                r["vs_raw_decode_median"],
-                r["vs_raw_decode_median"] >= 0.7,
-            )
-        )
+    for name, version in (("pos", 2), ("dv", 3)):
+        table_name = f"delivered_{name}"
+        gen.create_table(cat, table_name)
+        gen.seed_snapshot(cat, table_name, data)
+        appended = gen.add_files(cat, table_name, data.files)
+        if version == 3:
+            gen.upgrade_to_v3(cat, table_name)
+        deleted = gen.spark_delete(cat, table_name, "id % 10 = 7")
+        target = Target(
+            CATALOG, cat.ident(table_name), cat.load_table(table_name), appended, deleted, data.files,
+            ctx.scale.rows // 10, ctx.scale.rows,
+        )  # fmt: skip
+        label = DELETE_LABELS[name]
+        log(f"  delivered/{name}: measuring")
+        report = measure(target, ctx.spark, rounds, READERS)
+        print_report(f"delivered/{label}", report)
+        result.notes.append(f"{name}: {report}")
+        for reader, r in report["ratios"].items():
+            result.ratios[f"{name}/{reader}/vs_raw_decode_median"] = r["vs_raw_decode_median"]
+            value = r["vs_raw_decode_median"]
+            result.goals.append(Goal(f"delivered {label} {reader}", ">= 0.7x", value, value >= 0.7))
     return result
 
 
@@ -360,9 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20260101)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--readers", default=",".join(READERS), help=f"subset of {','.join(READERS)}")
+    parser.add_argument("--deletes", action="store_true", help="also 10%% position deletes and deletion vectors")
+    parser.add_argument(
+        "--java-python", default=str(REPO / ".venv" / "bin" / "python"), help="pyspark 3.5 interpreter with the jars"
+    )
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.deletes:
+        os.environ.update(deletes_catalog_env(workdir))
     target = standalone_target(workdir, args.rows, args.files, args.row_group_rows, args.seed)
     import pyspark
 
@@ -372,10 +432,65 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("icetail-bench-delivered")
     log(f"pyspark {pyspark.__version__}: session up in {time.perf_counter() - started:.1f}s; load {os.getloadavg()}")
     readers = tuple(r.strip() for r in args.readers.split(",") if r.strip())
+    delete_targets = delete_snapshots(args, workdir) if args.deletes else {}
     report = measure(target, spark, args.rounds, readers)
     print_report(f"delivered/append (pyspark {pyspark.__version__}; load {os.getloadavg()[0]:.2f})", report)
+    for name, delete_target in delete_targets.items():
+        report = measure(delete_target, spark, args.rounds, readers)
+        label = DELETE_LABELS[name]
+        print_report(f"delivered/{label} (pyspark {pyspark.__version__}; load {os.getloadavg()[0]:.2f})", report)
     spark.stop()
     return 0
+
+
+def deletes_catalog_env(workdir: Path) -> dict[str, str]:
+    """PYICEBERG_* for the catalog deletes_prep writes (set before pyiceberg is first imported)."""
+    from bench.cases.deletes_prep import CATALOG as DELETES_CATALOG
+    from bench.cases.deletes_prep import catalog_root
+
+    root = catalog_root(workdir).resolve()
+    key = DELETES_CATALOG.upper()
+    return {
+        f"PYICEBERG_CATALOG__{key}__TYPE": "sql",
+        f"PYICEBERG_CATALOG__{key}__URI": f"sqlite:///{root / 'catalog.db'}",
+        f"PYICEBERG_CATALOG__{key}__WAREHOUSE": f"file://{root / 'warehouse'}",
+    }
+
+
+def delete_snapshots(args: argparse.Namespace, workdir: Path) -> dict[str, Target]:
+    """The DELETE snapshots written by Java in a pyspark 3.5 child (bench.cases.deletes_prep), as targets."""
+    import json
+    import subprocess
+
+    from bench.cases.deletes_prep import CATALOG as DELETES_CATALOG
+
+    cmd = [args.java_python, "-m", "bench.cases.deletes_prep", "--workdir", str(workdir), "--rows", str(args.rows),
+           "--files", str(args.files), "--row-group-rows", str(args.row_group_rows),
+           "--seed", str(args.seed)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYICEBERG_", "SPARK_HOME", "PYSPARK_"))}
+    log(f"writing the delete snapshots with Java: {' '.join(cmd)}")
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"deletes_prep failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    made = json.loads(done.stdout.strip().splitlines()[-1])  # in the catalog deletes_catalog_env() names
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(DELETES_CATALOG)
+    scale = gen.scale_with(gen.SCALES["small"], rows=args.rows, files=args.files, row_group_rows=args.row_group_rows)
+    data = gen.generate(workdir, scale, args.seed, log=log)
+    return {
+        name: Target(
+            DELETES_CATALOG,
+            f"ns.{name}",
+            catalog.load_table(f"ns.{name}"),
+            ids["appended"],
+            ids["deleted"],
+            data.files,
+            args.rows // 10,
+            args.rows,
+        )  # fmt: skip
+        for name, ids in made["tables"].items()
+    }
 
 
 if __name__ == "__main__":

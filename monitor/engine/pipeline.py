@@ -56,7 +56,7 @@ from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
-from icetail.reader.spark import SplitRequest, run_splits, spark_session
+from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, Sink, StagingSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
@@ -194,7 +194,8 @@ class Pipeline:
         self._owns_store = store is None
         self._store: CheckpointStore = store or open_store(config.state_url)
         self._sink = sink
-        self._spark = spark
+        self._spark = spark  # a SparkSession, a BackgroundSession still starting, or None: our own
+        self._own_session: BackgroundSession | None = None
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
         self._on_chunk = on_chunk
@@ -288,6 +289,8 @@ class Pipeline:
                 self._sink.close()
             if self._owns_store:
                 self._store.close()
+            if self._own_session is not None:
+                self._own_session.close()
 
     def checkpoint(self) -> Checkpoint | None:
         """The consumer's stored state (cursor, in-flight batch)."""
@@ -344,6 +347,8 @@ class Pipeline:
         check_row_lineage(table, self.config.with_row_lineage)
         checkpoint = self._store.load(self.consumer) or self._create_consumer(table)
         resumed = checkpoint.inflight is not None
+        if resumed:
+            self._start_session()
         planning_seconds = 0.0
         if checkpoint.inflight is None:
             plan = self._plan_next(table, checkpoint)
@@ -399,6 +404,27 @@ class Pipeline:
             self._on_batch(outcome)
         return outcome
 
+    # session ---------------------------------------------------------------------------
+    def _start_session(self) -> None:
+        """Start icetail's own session on a thread, unless one was given or is started already.
+
+        Called once a batch is known to exist and its cursor is usable, so that planning, the
+        batch's checkpoint write and the sink's opening overlap the JVM start and the first
+        Python job; a run that finds nothing to do, or refuses its cursor, starts no JVM.
+        """
+        if self._spark is None and self._own_session is None:
+            self._own_session = BackgroundSession()
+
+    def _session(self) -> Any:
+        """The session to read with: the given one (waited for if still starting), else our own."""
+        if isinstance(self._spark, BackgroundSession):
+            return self._spark.result()
+        if self._spark is not None:
+            return self._spark
+        self._start_session()
+        assert self._own_session is not None
+        return self._own_session.result()
+
     # planning --------------------------------------------------------------------------
     def _load_table(self) -> Table:
         """The table as seen from the followed branch (its current snapshot is the branch's head)."""
@@ -443,6 +469,7 @@ class Pipeline:
             action = recovery_for(problem, self.config.on_missing_cursor, self.config.protect_cursor)
             if action == DIFF and problem.current_snapshot_id is not None:
                 # repair: the net change from the (kept) cursor snapshot to the current one, one batch
+                self._start_session()
                 return self._planner.plan_direct(
                     problem.cursor_snapshot_id, problem.current_snapshot_id, ordinal_base=self._next_ordinal(cursor)
                 )
@@ -450,6 +477,7 @@ class Pipeline:
         current = metadata.current_snapshot_id
         if current is None or current == cursor.snapshot_id:
             return None
+        self._start_session()  # there is a batch: the JVM starts while it is planned and begun
         base = self._next_ordinal(cursor) if problem is None else 0
         full = self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
         if cursor.snapshot_id is None and full:
@@ -559,7 +587,7 @@ class Pipeline:
         if not requests:
             return True
         context = read_context(table, schema_id, tasks, with_schema_id=self.config.with_schema_id)
-        spark = self._spark or spark_session()
+        spark = self._session()
         chunk_rows = batch.shape.chunk_rows
         verifier = (
             None
@@ -637,7 +665,7 @@ class Pipeline:
         next_rows: dict[str, int] = {}
 
         def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
-            chunks = run_splits(self._spark or spark_session(), context, requests, chunk_rows=batch.shape.chunk_rows)
+            chunks = run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows)
             for chunk in chunks:
                 if self._on_chunk is not None:
                     self._on_chunk(chunk)

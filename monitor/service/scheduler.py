@@ -95,6 +95,7 @@ class Service:
         self.metrics = Metrics.create(self.registry)
         self.server = MonitorServer(self.registry, self.readiness)
         self._spark = spark
+        self._own_session: Any = None  # the BackgroundSession run() started, closed on shutdown
         self._stop = threading.Event()
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
@@ -135,9 +136,11 @@ class Service:
             ) from exc
         log.info("serving metrics", extra={"port": port, "consumers": list(self._jobs)})
         if self._spark is None:
-            from icetail.reader.spark import spark_session
+            from icetail.reader.spark import BackgroundSession
 
-            self._spark = spark_session("icetail-serve")
+            # the JVM and the Python workers start while the first ticks open stores and plan;
+            # a pipeline waits for the session only when its first batch reads
+            self._spark = self._own_session = BackgroundSession("icetail-serve")
         for pipeline_config in self.config.pipelines:
             self._scheduler.add_job(
                 self._tick,
@@ -190,6 +193,8 @@ class Service:
                     job.pipeline.close()
                 except Exception:  # noqa: BLE001 - best effort on the way out
                     log.warning("could not release the lease", exc_info=True)
+        if self._own_session is not None:
+            self._own_session.close()  # a warm-up job still running is cancelled, not left to log on exit
         self.server.stop()
 
     # one poll of one consumer ----------------------------------------------------------

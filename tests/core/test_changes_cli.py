@@ -27,6 +27,7 @@ def test_changes_to_parquet_and_jsonl(small_table: SmallTable, spark: Any, tmp_p
     kinds = sorted((r["id"], r["_change_type"]) for r in rows)
     assert kinds == [(1, "INSERT"), (2, "DELETE"), (2, "INSERT"), (3, "INSERT"), (4, "INSERT"), (5, "INSERT")]
     assert {r["_change_ordinal"] for r in rows if r["_change_type"] == "DELETE"} == {2}
+    assert pq.ParquetFile(target).metadata.num_row_groups == 1  # the small batches of 3 snapshots, regrouped
 
     first, second = small_table.snapshot_ids[0], small_table.snapshot_ids[1]
     jsonl = tmp_path / "out.jsonl"

@@ -41,7 +41,7 @@ from icetail.kernel.errors import MetadataError
 from icetail.monitor.cli.main import main
 from icetail.reader.equality import row_codes
 from icetail.reader.projection import check_readable, columns_to_read, key_columns, key_field, project, struct_path
-from icetail.sinks.jsonl_sink import encode_lines
+from icetail.sinks.jsonl_encoding import encode_jsonl
 
 # file schema: struct s {a int, b string, m map<string, list<int>>}, list<struct<x int>>, map<string, struct<q double>>
 FILE_SCHEMA = Schema(
@@ -182,7 +182,7 @@ def test_jsonl_encodes_nested_and_uncommon_values_as_strict_json() -> None:
          "t": time(1, 2, 3, 4)},
         {"s": None, "m": None, "u": None, "t": None},
     ], schema=schema)
-    first, second = (json.loads(line) for line in encode_lines(batch))
+    first, second = (json.loads(line) for line in encode_jsonl(batch).split(b"\n")[:-1])
     assert first == {"s": {"d": "1.5000000000", "b": "AAE="}, "m": {"k": ["NaN", 1.0]},
                      "u": str(value), "t": "01:02:03.000004"}
     assert second == {"s": None, "m": None, "u": None, "t": None}

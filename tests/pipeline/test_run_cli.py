@@ -264,6 +264,45 @@ def test_run_bad_sink_url_is_refused_even_with_nothing_to_deliver(env: Env, tmp_
     assert dump_state(state) == []
 
 
+
+def test_the_session_starts_only_for_a_batch_and_then_overlaps_its_planning(
+    env: Env, tmp_path: Path, spark: Any
+) -> None:
+    """A cron-style run with nothing to deliver starts no JVM; one with a batch starts it on a thread and delivers.
+
+    A JVM started by a child prints `Picked up JDK_JAVA_OPTIONS` (child_env's fast-JIT flag).
+    """
+    state = f"sqlite:///{tmp_path}/state.db"
+    idle = run_icetail(run_args(state, tmp_path / "idle", "idle", SHARED, "--start", "latest"), env.child)
+    assert idle.returncode == 0 and "caught up" in idle.stderr, idle.stderr
+    assert "JDK_JAVA_OPTIONS" not in idle.stderr, f"a JVM started with nothing to deliver:\n{idle.stderr}"
+    busy = run_icetail(run_args(state, tmp_path / "busy", "busy", SHARED, "--start", "earliest"), env.child)
+    assert busy.returncode == 0 and "JDK_JAVA_OPTIONS" in busy.stderr, busy.stderr
+    assert_sink_holds(tmp_path / "busy", read_changes(env.shared, None, spark=spark))
+
+
+def test_the_pipeline_starts_its_session_before_it_plans_the_batch(
+    env: Env, tmp_path: Path, in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning runs while the session starts: the session is under way when the planner is called."""
+    from icetail.monitor.planning.planner import Planner
+
+    config = PipelineConfig(catalog=CATALOG, table=SHARED, state_url=f"sqlite:///{tmp_path}/state.db",
+                            sink_url=f"parquet://{tmp_path}/sink", consumer="planned", start="earliest")  # fmt: skip
+    pipeline = Pipeline(config)
+    started_when_planning: list[bool] = []
+    plan = Planner.plan
+
+    def spy(self: Planner, *args: Any, **kwargs: Any) -> Any:
+        started_when_planning.append(pipeline._own_session is not None)
+        return plan(self, *args, **kwargs)
+
+    monkeypatch.setattr(Planner, "plan", spy)
+    with pipeline:
+        outcome = pipeline.run_batch()
+    assert outcome is not None and outcome.completed
+    assert started_when_planning == [True]
+
 BAD_OTHER: list[Any] = [
     pytest.param(["status", "--state", "mysql://db/x"], ("mysql://db/x",), id="status-bad-state-url"),
     pytest.param(["status", "--consumer", "nobody"], ("nobody",), id="status-unknown-consumer"),

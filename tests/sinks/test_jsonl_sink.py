@@ -14,7 +14,8 @@ import pytest
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import Sink
 from icetail.sinks.factory import open_sink
-from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink, encode_lines
+from icetail.sinks.jsonl_encoding import encode_jsonl
+from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink
 from tests.sinks import CONSUMER, change_rows, key
 
 
@@ -77,7 +78,7 @@ def test_values_are_strict_json_without_loss() -> None:
             "vals": pa.array([[1.5, float("-inf")], None]),
         }
     )
-    lines = list(encode_lines(table))
+    lines = [line + "\n" for line in encode_jsonl(table).decode("utf-8").split("\n")[:-1]]
     assert all(line.endswith("\n") for line in lines)
     first, second = (json.loads(line) for line in lines)
     assert first == {
@@ -100,7 +101,7 @@ def test_values_are_strict_json_without_loss() -> None:
 
 def test_sliced_tables_encode_their_own_rows() -> None:
     table = pa.table({"m": pa.array([[("a", 1)], None, [("b", 2)], [("c", 3)]], pa.map_(pa.string(), pa.int64()))})
-    assert [json.loads(line)["m"] for line in encode_lines(table.slice(1, 2))] == [None, {"b": 2}]
+    assert [json.loads(line)["m"] for line in encode_jsonl(table.slice(1, 2)).split(b"\n")[:-1]] == [None, {"b": 2}]
 
 
 @pytest.mark.parametrize("url", ["-", "stdout:"])

@@ -1,0 +1,92 @@
+"""The JSON-lines encoding is pinned: the same bytes as the row-by-row encoder that defined it.
+
+`tests/sinks/data/every_type.jsonl` was written by that encoder (icetail before issue 15) from
+`every_type_table()`; `tests/support/jsonl_reference.py` keeps it as the oracle for tables made
+here at random (floats of every magnitude, strings with every escape, slices and chunks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from icetail.sinks.jsonl_encoding import encode_jsonl
+from tests.support.jsonl_reference import every_type_table, reference_lines
+
+GOLDEN = Path(__file__).parent / "data" / "every_type.jsonl"
+
+
+def encoded(rows: pa.Table | pa.RecordBatch) -> str:
+    return encode_jsonl(rows).decode("utf-8")
+
+
+def reference(rows: pa.Table | pa.RecordBatch) -> str:
+    return "".join(reference_lines(rows))
+
+
+def test_every_type_encodes_to_the_pinned_bytes() -> None:
+    assert encoded(every_type_table()) == GOLDEN.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("offset", "length"), [(0, 1), (1, 3), (2, 5), (6, 1), (3, 0)])
+def test_slices_encode_their_own_rows(offset: int, length: int) -> None:
+    table = every_type_table().slice(offset, length)
+    assert encoded(table) == reference(table)
+    for batch in table.to_batches():
+        assert encoded(batch) == reference(batch)
+
+
+def test_a_table_of_several_chunks_encodes_as_one() -> None:
+    one = every_type_table()
+    table = pa.concat_tables([one, one.slice(2), one.slice(0, 3)])
+    assert table.column(0).num_chunks == 3
+    assert encoded(table) == reference(table)
+
+
+def test_floats_of_every_magnitude_match_pythons_repr() -> None:
+    rng = np.random.default_rng(15)
+    bits = rng.integers(0, 2**64, 20_000, dtype=np.uint64).view(np.float64)  # NaN and inf included
+    scaled = rng.uniform(-1e6, 1e6, 20_000) * 10.0 ** rng.integers(-12, 22, 20_000)
+    money = np.round(rng.normal(1000, 500, 20_000), 2)
+    values = np.concatenate([bits, scaled, money, [0.0, -0.0, 1e16, 1e-4, 9.999999999999999e15, 0.0001]])
+    mask = rng.random(values.size) < 0.05
+    with np.errstate(over="ignore", invalid="ignore"):  # doubles beyond float32 become inf
+        as_f32 = values.astype(np.float32)
+    table = pa.table(
+        {
+            "f64": pa.array(values, mask=mask),
+            "f32": pa.array(as_f32, mask=mask),
+            "listed": pa.array([[v, -v] for v in values.tolist()], pa.list_(pa.float64())),
+        }
+    )
+    assert encoded(table) == reference(table)
+
+
+def test_strings_with_every_escape_match_json_dumps() -> None:
+    rng = np.random.default_rng(16)
+    alphabet = [chr(c) for c in range(0x80)] + ["é", "漢", "😀", "\u2028", "\ufeff"]
+    values = ["".join(rng.choice(alphabet, size=rng.integers(0, 12))) for _ in range(5_000)]
+    plain = [f"name-{i}" for i in range(5_000)]
+    table = pa.table(
+        {"mixed": pa.array(values), "plain": pa.array(plain), "keys": pa.array([[(v, v)] for v in values],
+                                                                              pa.map_(pa.string(), pa.string()))}
+    )  # fmt: skip
+    assert encoded(table) == reference(table)
+
+
+def test_timestamps_and_times_of_every_unit_and_year_match() -> None:
+    rng = np.random.default_rng(17)
+    columns = {}
+    for unit, per_second in (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9)):
+        low, high = (-62_135_596_800, 253_402_300_799) if unit != "ns" else (-9_223_372_036, 9_223_372_035)
+        values = rng.integers(low, high, 2_000) * per_second + rng.integers(0, per_second, 2_000)
+        for tz in (None, "UTC", "America/New_York"):
+            columns[f"ts_{unit}_{tz}"] = pa.array(values, pa.timestamp(unit, tz))
+        time_type = pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)
+        storage = pa.int32() if unit in ("s", "ms") else pa.int64()
+        columns[f"time_{unit}"] = pa.array(rng.integers(0, 86_400 * per_second, 2_000), storage).cast(time_type)
+    table = pa.table(columns)
+    assert encoded(table) == reference(table)
