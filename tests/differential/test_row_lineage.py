@@ -192,7 +192,7 @@ def test_with_row_lineage_is_refused_on_a_v2_table_by_run_and_changes(catalog, t
 def test_a_batch_written_ahead_by_the_previous_release_resumes_without_lineage(
     catalog, spark, tmp_path, monkeypatch
 ) -> None:
-    """Split format 2 has no first_row_id: its batch resumes as the previous release delivers it (no
+    """Split format 3 has no first_row_id: its batch resumes as the previous release delivers it (no
     lineage pairs), and the next batch, planned by this release, pairs by lineage."""
     from icetail.monitor.engine.pipeline import Pipeline
     from icetail.sinks.parquet_sink import ParquetDirSink
@@ -215,8 +215,8 @@ def test_a_batch_written_ahead_by_the_previous_release_resumes_without_lineage(
         assert texts
         for consumer, batch_id, split_id, text in texts:
             raw = json.loads(text)
-            assert raw[VERSION_KEY] == 3 and raw["task"]["data_file"]["first_row_id"] is not None
-            raw[VERSION_KEY] = 2  # what the previous release wrote
+            assert raw[VERSION_KEY] == 4 and raw["task"]["data_file"]["first_row_id"] is not None
+            raw[VERSION_KEY] = 3  # what the release before row lineage wrote
             del raw["task"]["data_file"]["first_row_id"]
             db.execute(
                 "UPDATE icetail_inflight_splits SET split_json = ? "

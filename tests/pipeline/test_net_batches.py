@@ -26,6 +26,7 @@ from pyiceberg.table import Table
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.monitor.planning.lineage import snapshots_between
+from icetail.monitor.planning.planner import same_schema_prefix
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, row_multiset
@@ -48,15 +49,20 @@ class NetSource:
     full_stream: pa.Table  # what a consumer without --net delivers
 
 
-def consumer_stream(table: Table, per_batch: int, *, net: bool, spark: Any) -> pa.Table:
-    """A consumer's whole stream from `earliest` with batches of `per_batch` snapshots, as the API computes it."""
+def consumer_stream(
+    table: Table, per_batch: int | None, *, net: bool, spark: Any, first_batch_net: bool | None = None
+) -> pa.Table:
+    """A consumer's whole stream from `earliest` with batches of `per_batch` snapshots (None: no
+    bound), each within one schema (a batch never spans a schema change), as the API computes it;
+    `first_batch_net`: the first batch's mode when it differs (a batch resumed under another setting)."""
     current = table.metadata.current_snapshot_id
     assert current is not None
-    chain = [s.snapshot_id for s in snapshots_between(table.metadata, None, current)]
     parts, base, start = [], 0, None
-    for i in range(0, len(chain), per_batch):
-        end = chain[min(i + per_batch, len(chain)) - 1]
-        rows = read_changes(table, start, end, identifier_columns=KEYS, net=net, spark=spark)
+    while start != current:
+        batch = same_schema_prefix(table.metadata, snapshots_between(table.metadata, start, current))[:per_batch]
+        end = batch[-1].snapshot_id
+        batch_net = first_batch_net if (start is None and first_batch_net is not None) else net
+        rows = read_changes(table, start, end, identifier_columns=KEYS, net=batch_net, spark=spark)
         ordinal = rows.schema.get_field_index("_change_ordinal")
         shifted = pc.add(rows.column(ordinal), pa.scalar(base, pa.int32())).cast(pa.int32())
         parts.append(rows.set_column(ordinal, rows.schema.field(ordinal), shifted))
@@ -138,9 +144,10 @@ def test_a_resumed_batch_keeps_the_mode_it_began_with(
 
     with Pipeline(dataclasses.replace(config, net=not first_net), spark=spark) as pipeline:
         outcomes = pipeline.run()
-    assert [o.resumed for o in outcomes] == [True], outcomes  # one batch: the whole history
+    # the resumed batch, then one batch per later schema (a batch never spans a schema change)
+    assert [o.resumed for o in outcomes] == [True] + [False] * (len(outcomes) - 1), outcomes
     table = net_source.table
-    expected = read_changes(table, identifier_columns=KEYS, net=first_net, spark=spark)
+    expected = consumer_stream(table, None, net=not first_net, spark=spark, first_batch_net=first_net)
     schema = expected.schema
     assert not diff_report(row_multiset(expected, schema), row_multiset(_sink_rows(tmp_path), schema))
 

@@ -223,6 +223,7 @@ def _downgrade_to_schema_3(db: Path) -> None:
             raw = json.loads(text)
             raw[VERSION_KEY] = 2
             del raw["task"]["commit"]["schema_id"]
+            assert raw["task"]["data_file"].pop("first_row_id") is None  # split format 4; no lineage here
             conn.execute(
                 "UPDATE icetail_inflight_splits SET split_json = ? "
                 "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
