@@ -21,6 +21,7 @@ from icetail.monitor.engine.api import plan_range
 from icetail.monitor.engine.spark_source.partitions import VERIFY_SETTING, plan_partitions, read_partition
 from icetail.monitor.engine.verify import Mismatch, SnapshotCheckError, VerifyMode, rules_of_plan, strict_error
 from tests.spark4.support import load_df, row_counter
+from tests.spark4.test_stream_source import run_available_now, sink_rows
 from tests.support.source_table import SCHEMA, SourceTable, new_source_table
 from tests.support.summaries import doctor_summary
 
@@ -121,6 +122,10 @@ def test_strict_stream_fails_on_the_lying_snapshot(registered: Any, liar: Source
     assert _refusal(liar) in str(raised.value)
     committed = registered.read.parquet(str(tmp_path / "sink")).toArrow()
     assert row_counter(committed) == row_counter(icetail.read_changes(liar.load(), None, liar.snapshot_ids[1]))
+
+    # the failed batch was not committed: a restart under warn delivers it and the rest, exactly once
+    run_available_now(registered, {**options, "verify": "warn"}, tmp_path)
+    assert row_counter(sink_rows(registered, tmp_path)) == row_counter(_honest_rows(liar, registered))
 
 
 def test_a_checked_snapshot_is_never_cut_across_packed_partitions(tmp_path: Path) -> None:
