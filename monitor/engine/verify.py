@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -70,12 +70,47 @@ class SnapshotCheck:
     mismatches: tuple[Mismatch, ...]
 
 
-def strict_error(mismatch: Mismatch) -> SnapshotCheckError:
+def strict_error(mismatch: Mismatch, setting: str = "--verify") -> SnapshotCheckError:
+    """`setting`: how the user set the mode (`--verify`; the data source's `option 'verify'`)."""
     return SnapshotCheckError(
-        f"{mismatch.describe()}; refused under --verify strict, nothing of the snapshot was delivered and the "
+        f"{mismatch.describe()}; refused under {setting} strict, nothing of the snapshot was delivered and the "
         "checkpoint did not move: check the table (a writer that filled its summary wrong, or an icetail bug to "
-        "report), then rerun with --verify warn to deliver it as read (docs/semantics.md)"
+        f"report), then rerun with {setting} warn to deliver it as read (docs/semantics.md)"
     )
+
+
+@dataclass(frozen=True)
+class SnapshotRules:
+    """The rules of one snapshot, found on the driver and evaluated where its rows are read (a Spark task)."""
+
+    snapshot_id: int
+    rules: tuple[Expectation, ...]
+
+    def check(self, deletes: int, inserts: int) -> SnapshotCheck:
+        mismatches = tuple(
+            Mismatch(self.snapshot_id, rule.rule, rule.expected, rule.found(deletes, inserts))
+            for rule in self.rules
+            if rule.found(deletes, inserts) != rule.expected
+        )
+        return SnapshotCheck(self.snapshot_id, deletes, inserts, tuple(r.rule for r in self.rules), mismatches)
+
+
+def rules_of_plan(
+    metadata: TableMetadata, splits: Sequence[ChangeSplit], *, from_snapshot_exclusive: int | None, collapsed: bool
+) -> dict[int, SnapshotRules]:
+    """The snapshots of a plan read whole (every split from its first row) that some rule applies to."""
+    verifier = SnapshotVerifier(
+        metadata,
+        splits,
+        {s.split_id for s in splits},
+        from_snapshot_exclusive=from_snapshot_exclusive,
+        collapsed=collapsed,
+    )
+    tasks: dict[int, list[ChangeTask]] = defaultdict(list)
+    for split in splits:
+        tasks[split.task.commit.snapshot_id].append(split.task)
+    found = {s: SnapshotRules(s, expectations(metadata, s, t)) for s, t in tasks.items() if verifier.checks(s)}
+    return {s: rules for s, rules in found.items() if rules.rules}
 
 
 class SnapshotVerifier:
@@ -153,16 +188,12 @@ def _follows(metadata: TableMetadata, snapshot_id: int, reached: set[int | None]
 def check_snapshot(
     metadata: TableMetadata, snapshot_id: int, tasks: tuple[ChangeTask, ...], deletes: int, inserts: int
 ) -> SnapshotCheck:
-    rules: list[Expectation] = list(expectations(metadata, snapshot_id, tasks))
-    mismatches = tuple(
-        Mismatch(snapshot_id, rule.rule, rule.expected, rule.found(deletes, inserts))
-        for rule in rules
-        if rule.found(deletes, inserts) != rule.expected
-    )
-    return SnapshotCheck(snapshot_id, deletes, inserts, tuple(r.rule for r in rules), mismatches)
+    return SnapshotRules(snapshot_id, expectations(metadata, snapshot_id, tasks)).check(deletes, inserts)
 
 
-def report(check: SnapshotCheck, mode: VerifyMode, context: Mapping[str, object] | None = None) -> None:
+def report(
+    check: SnapshotCheck, mode: VerifyMode, context: Mapping[str, object] | None = None, setting: str = "--verify"
+) -> None:
     """Log each mismatch (warning), and raise the first one under strict."""
     for mismatch in check.mismatches:
         log.warning(
@@ -177,4 +208,4 @@ def report(check: SnapshotCheck, mode: VerifyMode, context: Mapping[str, object]
             },
         )
     if mode == VerifyMode.STRICT and check.mismatches:
-        raise strict_error(check.mismatches[0])
+        raise strict_error(check.mismatches[0], setting)

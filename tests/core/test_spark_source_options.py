@@ -11,6 +11,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import parse_batch_options, parse_stream_options
 from icetail.monitor.engine.spark_version import pyspark_major
+from icetail.monitor.engine.verify import VerifyMode
 from tests.support.small_table import SmallTable
 
 BASE = {"catalog": "c", "table": "ns.t"}
@@ -24,6 +25,9 @@ def test_batch_options_are_parsed_case_insensitively() -> None:
     assert parsed.source.identifier_columns == ("a", "b")
     assert parsed.source.catalog_properties == (("uri", "sqlite://"),)
     assert not parsed.net and parse_batch_options({**BASE, "NET": "True"}).net
+    assert parsed.source.verify == VerifyMode.WARN  # the default, as --verify's
+    assert parse_batch_options({**BASE, "Verify": " STRICT "}).source.verify == VerifyMode.STRICT
+    assert parse_stream_options({**BASE, "verify": "off"}).source.verify == VerifyMode.OFF
 
 
 @pytest.mark.parametrize(
@@ -34,6 +38,7 @@ def test_batch_options_are_parsed_case_insensitively() -> None:
         ({**BASE, "to-snapshot": "x"}, "option 'to-snapshot' must be a snapshot id (an integer), got 'x'"),
         ({**BASE, "identifier-columns": " , "}, "option 'identifier-columns' must name columns"),
         ({**BASE, "net": "yes"}, "option 'net' must be true or false, got 'yes'"),
+        ({**BASE, "verify": "loud"}, "option 'verify' 'loud' is not one of off, warn, strict"),
     ],
 )
 def test_bad_batch_options(options: dict[str, str], message: str) -> None:
@@ -49,6 +54,7 @@ def test_bad_batch_options(options: dict[str, str], message: str) -> None:
         ({"starting": "snapshot:x"}, "option 'starting' 'snapshot:x' is not one of"),
         ({"max-snapshots-per-trigger": "0"}, "option 'max-snapshots-per-trigger' must be an integer >= 1, got '0'"),
         ({"from-snapshot": "1"}, "unknown option 'from-snapshot' for spark.readStream.format('icetail')"),
+        ({"verify": ""}, "option 'verify' '' is not one of off, warn, strict"),
     ],
 )
 def test_bad_stream_options(extra: dict[str, str], message: str) -> None:

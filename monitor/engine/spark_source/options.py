@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.startup import StartMode, parse_start
+from icetail.monitor.engine.verify import VerifyMode, parse_verify_mode
 from icetail.monitor.planning.refs import MAIN_BRANCH
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
@@ -26,6 +27,7 @@ BATCH_OPTIONS = (
     "net",
     "with-schema-id",
     "with-row-lineage",
+    "verify",
 )
 STREAM_OPTIONS = (
     "catalog",
@@ -36,6 +38,7 @@ STREAM_OPTIONS = (
     "branch",
     "with-schema-id",
     "with-row-lineage",
+    "verify",
 )
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
 
@@ -51,6 +54,7 @@ class TableOptions:
     branch: str = MAIN_BRANCH  # the history read: its head is the current snapshot
     with_schema_id: bool = False  # add `_schema_id`, the schema id of each row's commit snapshot
     with_row_lineage: bool = False  # v3 tables: `_row_id` and `_last_updated_sequence_number` columns
+    verify: VerifyMode = VerifyMode.WARN  # check each snapshot against its summary, in the task reading it
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,9 @@ def _table_options(values: Mapping[str, str]) -> TableOptions:
     branch = _name(values, "branch") or MAIN_BRANCH
     with_schema_id = _boolean(values, "with-schema-id")
     with_row_lineage = _boolean(values, "with-row-lineage")
+    verify = parse_verify_mode(values.get("verify", VerifyMode.WARN.value), "option 'verify'")
     return TableOptions(
-        values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id, with_row_lineage
+        values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id, with_row_lineage, verify
     )
 
 

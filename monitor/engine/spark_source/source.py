@@ -169,6 +169,7 @@ class ChangesBatchReader(DataSourceReader):
             net=self._options.net,
             with_schema_id=self._options.source.with_schema_id,
             with_row_lineage=self._options.source.with_row_lineage,
+            verify=self._options.source.verify,
         )
         return [ChangePartition(spec) for spec in specs]
 
@@ -251,6 +252,7 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
             identifier_columns=self._options.source.identifier_columns,
             with_schema_id=self._options.source.with_schema_id,
             with_row_lineage=self._options.source.with_row_lineage,
+            verify=self._options.source.verify,
         )
         return [ChangePartition(spec) for spec in specs]
 
