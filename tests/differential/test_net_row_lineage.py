@@ -141,3 +141,41 @@ def test_run_net_with_row_lineage_delivers_the_api_rows_after_a_crash(catalog, s
     assert sorted(tuples(delivered, columns), key=repr) == sorted(tuples(expected, columns), key=repr)
     assert sorted(tuples(written, columns), key=repr) == sorted(tuples(delivered, columns), key=repr)
     assert not _lineage_problems(catalog, delivered, None, ids[-1])
+
+
+@pytest.mark.java
+def test_worked_example(catalog) -> None:
+    """docs/semantics.md, "Keyed by row lineage", row for row (merge-on-read), and by content on v2."""
+    from icetail.monitor.engine.api import read_changes
+    from tests.support.workloads import table_properties
+
+    statements = (
+        "INSERT INTO {cat}.ns.t VALUES (1L, 'a'), (2L, 'b'), (3L, 'c')",
+        "UPDATE {cat}.ns.t SET v = 'b2' WHERE id = 2",
+        "UPDATE {cat}.ns.t SET id = 20, v = 'b3' WHERE id = 2",
+        "INSERT INTO {cat}.ns.t VALUES (4L, 'd')",
+        "DELETE FROM {cat}.ns.t WHERE id IN (3, 4)",
+    )
+    out = {}
+    for version, name in ((3, "t"), (2, "t2")):
+        props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(version, MOR).items())
+        catalog.sql(f"CREATE TABLE {{cat}}.ns.{name} (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+        for statement in statements:
+            catalog.sql(statement.replace("ns.t ", f"ns.{name} "))
+        s1, _, s3, _, s5 = catalog.snapshot_ids(name)
+        table = catalog.load_table(name)
+        rows = read_changes(table, s1, s5, net=True, with_row_lineage=version == 3)
+        out[version] = (s1, s3, s5, rows)
+    s1, s3, s5, rows = out[3]
+    assert [(r["_change_type"], r["id"], r["v"], r["_row_id"], r["_commit_snapshot_id"]) for r in rows.to_pylist()] == [
+        ("UPDATE_BEFORE", 2, "b", 1, s3),
+        ("UPDATE_AFTER", 20, "b3", 1, s3),
+        ("DELETE", 3, "c", 2, s5),
+    ]
+    s1, s3, s5, rows = out[2]
+    s2 = catalog.snapshot_ids("t2")[1]
+    assert [(r["_change_type"], r["id"], r["v"], r["_commit_snapshot_id"]) for r in rows.to_pylist()] == [
+        ("DELETE", 2, "b", s2),
+        ("INSERT", 20, "b3", s3),
+        ("DELETE", 3, "c", s5),
+    ]
