@@ -24,11 +24,15 @@ end): one UPDATE_BEFORE/UPDATE_AFTER pair of the first before-image and the last
 or nothing if they are equal; first and last DELETE: one DELETE of the first before-image; first
 and last INSERT: one INSERT of the last after-image; first INSERT, last DELETE: nothing. Every
 net row of a `_row_id` carries the commit of its last change (for a row without update pairs on a
-copy-on-write table that is what Java's count gives it). Identical rows with different row ids
-are different rows: they do not cancel. Per snapshot, rows are classified as
+copy-on-write table that is what Java's count gives it). Last, a net DELETE and a net INSERT
+of identical rows that no row id pairs cancel: not every writer keeps row ids (a rewrite or
+overwrite by one that does not gives the same rows new ids), so the same content removed and
+added is no change, as within a snapshot. Per snapshot, rows are classified as
 `reconcile_snapshot(row_lineage=True)` does: one DELETE and one INSERT of a row id are that row's
 change (or carry-over); unpaired identical rows cancel as carry-overs (writers that do not keep
-lineage); rows without a row id go through the count above.
+lineage, e.g. INSERT OVERWRITE), and such a carry-over of a row already changed in the range
+moves it to its new row id (its later changes are followed as the same row); rows without a row
+id go through the count above.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ def net_key_columns(schema: pa.Schema, identifier_columns: Sequence[str] | None)
 
 
 COMPACT_MIN_ROWS = 200_000  # held rows below which folding never compacts
+ROW_KEY = HIDDEN_PREFIX + "net_row"  # the row id a row is followed by (its first, across lost lineage)
 
 
 class NetChanges:
@@ -96,7 +101,8 @@ class NetChanges:
         self._inserted: list[pa.Table] = []  # data columns of held INSERTs, to spot their carry-overs
         self._lineage = row_lineage and ROW_ID in schema.names
         self._by_row_id: list[pa.Table] = []  # changes of rows with a row id (carry-overs of held ids too)
-        self._held_row_ids = np.empty(0, dtype=np.int64)  # sorted
+        self._held_row_ids = np.empty(0, dtype=np.int64)  # sorted row keys
+        self._first_id: dict[int, int] = {}  # row id given by a rewrite that lost lineage -> the row's key
         self.rows_held = 0
         self._compact_at = max(compact_rows, 1)
         self._deletes_since_compaction = False  # INSERTs alone cannot cancel: nothing to gain
@@ -115,11 +121,13 @@ class NetChanges:
             unchanged = codes[before] == codes[after]
             changed = np.r_[before[~unchanged], after[~unchanged]]
             carried = np.r_[before[unchanged], after[unchanged]]
-            carried = carried[np.isin(_row_ids(rows.take(pa.array(carried, pa.int64()))), self._held_row_ids)]
+            carried = carried[np.isin(self._keys(rows.take(pa.array(carried, pa.int64()))), self._held_row_ids)]
             self._hold_by_row_id(rows.take(pa.array(np.sort(np.r_[changed, carried]), pa.int64())))
         rest = np.flatnonzero(~settled)
         cancelled = np.zeros(rows.num_rows, dtype=bool)
         cancelled[rest] = cancelled_rows(codes[rest], is_delete[rest]) if len(rest) else False
+        if self._lineage and cancelled.any():
+            self._follow_lost_lineage(rows, codes, is_delete, cancelled)
         if cancelled.any() and self._inserted:
             pairs = rows.filter(pa.array(cancelled))
             restarting = _matching(pairs.select(self._columns), pa.concat_tables(self._inserted))
@@ -142,12 +150,38 @@ class NetChanges:
             rows = rows.filter(pc.invert(has_id))
         self._hold(rows, track_inserts=True)
 
+    def _follow_lost_lineage(
+        self, rows: pa.Table, codes: np.ndarray, is_delete: np.ndarray, cancelled: np.ndarray
+    ) -> None:
+        """A carry-over by content (a DELETE and an identical INSERT, different row ids: a rewrite
+        that did not keep lineage) moves a held row to a new row id: later changes of that id are
+        the held row's."""
+        index = np.flatnonzero(cancelled)
+        deletes, inserts = index[is_delete[index]], index[~is_delete[index]]
+        deletes = deletes[np.lexsort((deletes, codes[deletes]))]  # equal counts per code: aligned
+        inserts = inserts[np.lexsort((inserts, codes[inserts]))]
+        old = rows.column(ROW_ID).take(pa.array(deletes, pa.int64())).to_pylist()
+        new = rows.column(ROW_ID).take(pa.array(inserts, pa.int64())).to_pylist()
+        held = set(self._held_row_ids.tolist())
+        for before, after in zip(old, new, strict=True):
+            if before is not None and after is not None and before != after:
+                key = self._first_id.get(before, before)
+                if key in held:
+                    self._first_id[after] = key
+
+    def _keys(self, rows: pa.Table) -> np.ndarray:
+        ids = _row_ids(rows)
+        if not self._first_id:
+            return ids
+        return np.array([self._first_id.get(i, i) for i in ids.tolist()], dtype=np.int64)
+
     def _hold_by_row_id(self, rows: pa.Table) -> None:
         if not rows.num_rows:
             return
-        self._by_row_id.append(rows)
+        keys = self._keys(rows)
+        self._by_row_id.append(rows.append_column(ROW_KEY, pa.array(keys, pa.int64())))
         self.rows_held += rows.num_rows
-        self._held_row_ids = np.union1d(self._held_row_ids, _row_ids(rows))
+        self._held_row_ids = np.union1d(self._held_row_ids, keys)
 
     def _hold(self, rows: pa.Table, *, track_inserts: bool) -> None:
         if not rows.num_rows:
@@ -196,9 +230,17 @@ class NetChanges:
             survivors = rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
         if not self._by_row_id:
             return paired_in_order(survivors, key_columns) if survivors.num_rows else survivors
-        singles, before, after = self._net_by_row_id(pa.concat_tables(self._by_row_id))
-        rows = pa.concat_tables([survivors, singles, before, after])
-        first_before = survivors.num_rows + singles.num_rows
+        singles, before, after = (
+            t.drop_columns([ROW_KEY]) for t in self._net_by_row_id(pa.concat_tables(self._by_row_id))
+        )
+        singles = pa.concat_tables([survivors, singles])
+        # a net DELETE and a net INSERT of identical rows no row id pairs are the same content removed
+        # and added (a writer that does not keep lineage rewrote it, or it was deleted and re-inserted):
+        # they cancel, as carry-overs do within a snapshot, so the multiset rule holds
+        cancelled = cancelled_rows(row_codes(singles.select(self._columns)), _is_delete(singles))
+        survivors = singles.filter(pa.array(~cancelled))
+        rows = pa.concat_tables([survivors, before, after])
+        first_before = survivors.num_rows
         pre_before = np.arange(first_before, first_before + before.num_rows, dtype=np.int64)
         return paired_in_order(rows, key_columns, (pre_before, pre_before + before.num_rows))
 
@@ -221,8 +263,8 @@ class NetChanges:
 
 
 def first_and_last_by_row_id(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of each row id's first and last change, in (`_change_ordinal`, DELETE first) order."""
-    ids = _row_ids(rows)
+    """Indices of each row key's first and last change, in (`_change_ordinal`, DELETE first) order."""
+    ids = np.asarray(rows.column(ROW_KEY).to_numpy(), dtype=np.int64)
     ordinal = np.asarray(rows.column(CHANGE_ORDINAL).to_numpy(), dtype=np.int64)
     order = np.lexsort((~_is_delete(rows), ordinal, ids))
     sorted_ids = ids[order]
