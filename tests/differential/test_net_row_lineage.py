@@ -179,3 +179,19 @@ def test_worked_example(catalog) -> None:
         ("INSERT", 20, "b3", s3),
         ("DELETE", 3, "c", s5),
     ]
+
+
+@pytest.mark.java
+def test_changes_cli_takes_net_with_row_lineage(catalog, tmp_path, monkeypatch) -> None:
+    from icetail.monitor.cli.main import main
+    from icetail.monitor.engine.api import read_changes
+
+    catalog.set_env(monkeypatch)
+    ids = _build(catalog, MOR)
+    out = tmp_path / "net.parquet"
+    args = ["changes", "--catalog", catalog.name, "--table", "ns.t", "--net", "--with-row-lineage"]
+    assert main([*args, "--from-snapshot", str(ids[1]), "--output", str(out)]) == 0
+    written = pq.read_table(out)
+    expected = read_changes(catalog.load_table("t"), ids[1], None, net=True, with_row_lineage=True)
+    assert written.column_names == expected.column_names
+    assert tuples(written, (*LINEAGE, *DATA, "_change_type")) == tuples(expected, (*LINEAGE, *DATA, "_change_type"))
