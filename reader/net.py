@@ -160,20 +160,27 @@ class NetChanges:
         deletes, inserts = index[is_delete[index]], index[~is_delete[index]]
         deletes = deletes[np.lexsort((deletes, codes[deletes]))]  # equal counts per code: aligned
         inserts = inserts[np.lexsort((inserts, codes[inserts]))]
-        old = rows.column(ROW_ID).take(pa.array(deletes, pa.int64())).to_pylist()
-        new = rows.column(ROW_ID).take(pa.array(inserts, pa.int64())).to_pylist()
-        held = set(self._held_row_ids.tolist())
-        for before, after in zip(old, new, strict=True):
-            if before is not None and after is not None and before != after:
-                key = self._first_id.get(before, before)
-                if key in held:
-                    self._first_id[after] = key
+        old = rows.column(ROW_ID).take(pa.array(deletes, pa.int64()))
+        new = rows.column(ROW_ID).take(pa.array(inserts, pa.int64()))
+        both = np.asarray(pc.and_(old.is_valid(), new.is_valid()).to_numpy(zero_copy_only=False))
+        old_ids, new_ids = _plain_ids(old)[both], _plain_ids(new)[both]
+        keys = self._key_of(old_ids)
+        moved = np.isin(keys, self._held_row_ids) & (old_ids != new_ids)
+        self._first_id.update(zip(new_ids[moved].tolist(), keys[moved].tolist(), strict=True))
 
     def _keys(self, rows: pa.Table) -> np.ndarray:
-        ids = _row_ids(rows)
+        return self._key_of(_row_ids(rows))
+
+    def _key_of(self, ids: np.ndarray) -> np.ndarray:
+        """The key each row id is followed by: the first row id of its row, across lost lineage."""
         if not self._first_id:
             return ids
-        return np.array([self._first_id.get(i, i) for i in ids.tolist()], dtype=np.int64)
+        moved = np.fromiter(self._first_id.keys(), dtype=np.int64, count=len(self._first_id))
+        first = np.fromiter(self._first_id.values(), dtype=np.int64, count=len(self._first_id))
+        order = np.argsort(moved)
+        moved, first = moved[order], first[order]
+        at = np.minimum(np.searchsorted(moved, ids), len(moved) - 1)
+        return np.where(moved[at] == ids, first[at], ids)
 
     def _hold_by_row_id(self, rows: pa.Table) -> None:
         if not rows.num_rows:
@@ -204,7 +211,7 @@ class NetChanges:
 
     def _compact(self) -> None:
         """Held rows -> their net rows; only the net INSERTs can still be restarted by a carry-over.
-        Rows by row id -> each id's first and last change."""
+        Rows by row id -> each id's first and last change (its last only, if both are INSERTs)."""
         survivors = self.schema.empty_table()
         if self._held:
             rows = pa.concat_tables(self._held)
@@ -215,7 +222,9 @@ class NetChanges:
         if self._by_row_id:
             by_id = pa.concat_tables(self._by_row_id)
             first, last = first_and_last_by_row_id(by_id)
-            by_id = by_id.take(pa.array(np.unique(np.r_[first, last]), pa.int64()))
+            is_delete = _is_delete(by_id)
+            needed = is_delete[first] | is_delete[last]  # an INSERT first matters only if a DELETE is last
+            by_id = by_id.take(pa.array(np.unique(np.r_[first[needed], last]), pa.int64()))
             self._by_row_id = [by_id]
         held_by_id = sum(t.num_rows for t in self._by_row_id)
         self.rows_held = survivors.num_rows + held_by_id
@@ -274,7 +283,12 @@ def first_and_last_by_row_id(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _row_ids(rows: pa.Table) -> np.ndarray:
-    return np.asarray(rows.column(ROW_ID).to_numpy(), dtype=np.int64)
+    return _plain_ids(rows.column(ROW_ID))
+
+
+def _plain_ids(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Row ids as int64 (nulls as 0: callers take only valid ones)."""
+    return np.asarray(pc.fill_null(ids, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _stamped(rows: pa.Table, images: np.ndarray, stamps: np.ndarray) -> pa.Table:
