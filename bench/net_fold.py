@@ -1,12 +1,15 @@
 """What folding a range into its net changes costs on the driver (reader/net.py), without Spark.
 
-    .venv/bin/python -m bench.net_fold [--rows N] [--snapshots N] [--updates N] [--carry N] [--after-load]
+    .venv/bin/python -m bench.net_fold [--rows N] [--snapshots N] [--updates N] [--carry N]
+        [--after-load] [--row-lineage]
 
 A synthetic copy-on-write history: snapshot 0 inserts `--rows` rows (id, v, d); each later
 snapshot updates `--updates` random ids (DELETE old + INSERT new) and rewrites `--carry`
 unchanged rows (identical DELETE/INSERT carry-over pairs), as a copy-on-write commit reads.
 `--after-load`: the range starts after snapshot 0 (the usual case: the table existed before
 the range), so only rows inserted in the range (updated rows) keep their carry-overs.
+`--row-lineage`: the rows carry `_row_id` (= id: updates and rewrites keep it, as Java's do) and
+the fold is keyed by it (`NetChanges(row_lineage=True)`).
 Printed: raw change rows, seconds to fold and to build the result (with the ids as key), the
 most rows `NetChanges` held, the net rows, and for scale the per-snapshot `reconcile_snapshot`
 of the same rows. docs/performance.md has the figures.
@@ -23,8 +26,21 @@ import pyarrow as pa
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import NetChanges
 from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.row_lineage import LINEAGE_FIELDS, ROW_ID, with_lineage_fields
 
-SCHEMA = change_schema(pa.schema([("id", pa.int64()), ("v", pa.string()), ("d", pa.float64())]))
+DATA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("d", pa.float64())])
+SCHEMA = change_schema(DATA)
+LINEAGE_SCHEMA = change_schema(with_lineage_fields(DATA))
+
+
+def with_row_ids(table: pa.Table) -> pa.Table:
+    """The rows with `_row_id` = id and a sequence number = the ordinal, in the lineage schema."""
+    ids = table.column("id")
+    sequence = table.column("_change_ordinal").cast(pa.int64())
+    position = len(DATA)
+    table = table.add_column(position, LINEAGE_FIELDS[0], ids).add_column(position + 1, LINEAGE_FIELDS[1], sequence)
+    assert table.schema.names[position] == ROW_ID
+    return table.cast(LINEAGE_SCHEMA)
 
 
 def _rows(ids: np.ndarray, version: np.ndarray, kind: str, ordinal: int) -> pa.Table:
@@ -73,14 +89,18 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=100_000)
     parser.add_argument("--carry", type=int, default=200_000)
     parser.add_argument("--after-load", action="store_true")
+    parser.add_argument("--row-lineage", action="store_true")
     args = parser.parse_args()
     snapshots = history(args.rows, args.snapshots, args.updates, args.carry)
+    schema = SCHEMA
+    if args.row_lineage:
+        snapshots, schema = [with_row_ids(t) for t in snapshots], LINEAGE_SCHEMA
     if args.after_load:
         snapshots = snapshots[1:]
     raw = sum(t.num_rows for t in snapshots)
 
     started = time.perf_counter()
-    net = NetChanges(SCHEMA)
+    net = NetChanges(schema, row_lineage=args.row_lineage)
     most_held = 0
     for table in snapshots:
         net.add_snapshot(table)
@@ -91,7 +111,7 @@ def main() -> None:
     built = time.perf_counter() - started
 
     started = time.perf_counter()
-    per_snapshot = sum(reconcile_snapshot(t, ["id"]).num_rows for t in snapshots)
+    per_snapshot = sum(reconcile_snapshot(t, ["id"], row_lineage=args.row_lineage).num_rows for t in snapshots)
     reconciled = time.perf_counter() - started
     print(
         f"raw change rows {raw:,} in {len(snapshots)} snapshots; net: fold {folded:.2f} s, result {built:.2f} s, "

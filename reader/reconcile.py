@@ -175,3 +175,4 @@ def _ordered(
 # The same multiset rules, shared with net changes over a range (reader/net.py).
 cancelled_rows = _cancelled
 one_delete_one_insert = _paired
+lineage_pairs = _lineage_pairs

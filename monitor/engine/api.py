@@ -167,17 +167,15 @@ def iter_changes(
     """
     mode = parse_verify_mode(verify, "verify")
     check_row_lineage(table, with_row_lineage)
-    schema = change_arrow_schema(table, plan.schema_id, with_schema_id=with_schema_id)
     if net and not carry_over_removal:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
-    if net and with_row_lineage:
-        raise ConfigError("net changes cannot carry the row lineage columns yet; drop --with-row-lineage or --net")
     if not plan.splits:
         return
     context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
     if net:
-        yield from _net_changes(table, plan, context, schema, identifiers, spark, chunk_rows, on_chunk)
+        lineage = NetLineage(has_row_lineage(table), with_row_lineage)
+        yield from _net_changes(table, plan, context, identifiers, lineage, spark, chunk_rows, on_chunk)
         return
     lineage_pairing = has_row_lineage(table)
     reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
@@ -257,19 +255,51 @@ class _Pairing:
         yield from (rows if self.with_row_lineage else without_lineage(rows)).to_batches()
 
 
+@dataclass(frozen=True)
+class NetLineage:
+    """Row lineage in a net fold: `keyed`, rows are followed by `_row_id` (a v3 table), so every
+    split reads it; `output`, the net rows keep the lineage columns (`--with-row-lineage`)."""
+
+    keyed: bool
+    output: bool
+
+    @property
+    def reads(self) -> bool:
+        return self.keyed or self.output
+
+    def read_schema(self, table: Table, schema_id: int | None, *, with_schema_id: bool) -> pa.Schema:
+        return change_arrow_schema(table, schema_id, with_schema_id=with_schema_id, with_row_lineage=self.reads)
+
+    def output_rows(self, rows: pa.Table) -> pa.Table:
+        return rows if self.output else without_lineage(rows)
+
+
+def net_rows(
+    lineage: NetLineage,
+    schema: pa.Schema,
+    batches: Iterable[tuple[int, pa.RecordBatch]],
+    tasks: Iterable[ChangeTask],
+    identifiers: Sequence[str],
+) -> pa.Table:
+    """The net change rows of a range read with `schema` (reader/net.py), with the columns to output."""
+    net = fold_range(schema, batches, snapshots_needing_reconcile(tasks), row_lineage=lineage.keyed)
+    return lineage.output_rows(net.result(net_key_columns(schema, identifiers)))
+
+
 def _net_changes(
     table: Table,
     plan: ChangePlan,
     context: ReadContext,
-    schema: pa.Schema,
     identifiers: Sequence[str],
+    lineage: NetLineage,
     spark: Any,
     chunk_rows: int | None,
     on_chunk: Callable[[Chunk], None] | None,
 ) -> Iterator[pa.RecordBatch]:
     """The net changes of `plan`, folded in plan order (reader/net.py)."""
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
-    requests = [SplitRequest(s) for s in plan.splits]
+    requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in plan.splits]
+    schema = lineage.read_schema(table, plan.schema_id, with_schema_id=context.with_schema_id)
 
     def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
         for chunk in run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows):
@@ -278,8 +308,7 @@ def _net_changes(
             if chunk.batch is not None:
                 yield snapshot_of[chunk.split_id], chunk.batch
 
-    net = fold_range(schema, batches(), snapshots_needing_reconcile(plan.tasks))
-    yield from net.result(net_key_columns(schema, identifiers)).to_batches()
+    yield from net_rows(lineage, schema, batches(), plan.tasks, identifiers).to_batches()
 
 
 Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds

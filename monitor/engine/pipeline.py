@@ -29,10 +29,12 @@ from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundEr
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
+    NetLineage,
     change_arrow_schema,
     check_row_lineage,
     has_row_lineage,
     identifier_names,
+    net_rows,
     read_context,
     schema_id_of,
     snapshots_needing_reconcile,
@@ -54,7 +56,6 @@ from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
-from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
@@ -90,8 +91,6 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.net and not self.carry_over_removal:
             raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
-        if self.net and self.with_row_lineage:
-            raise ConfigError("--net cannot carry the row lineage columns yet; drop --with-row-lineage or --net")
         parse_start(self.start)
         if not self.branch or self.branch != self.branch.strip():
             raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
@@ -657,10 +656,13 @@ class Pipeline:
         if not pending:
             return True
         with_schema_id = self.config.with_schema_id
-        schema = change_arrow_schema(table, schema_id, with_schema_id=with_schema_id)
+        # keyed by `_row_id` on a v3 table: a function of the persisted splits (their first_row_ids),
+        # so a resumed batch folds the same rows the same way
+        lineage = NetLineage(keyed=has_row_lineage(table), output=self.config.with_row_lineage)
+        schema = lineage.read_schema(table, schema_id, with_schema_id=with_schema_id)
         splits = _with_commit_schema_ids(table, batch.splits)
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
-        requests = [SplitRequest(s) for s in splits]
+        requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in splits]
         context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
         next_rows: dict[str, int] = {}
 
@@ -678,10 +680,9 @@ class Pipeline:
                     yield snapshot_of[chunk.split_id], chunk.batch
 
         try:
-            net = fold_range(schema, batches(), snapshots_needing_reconcile(s.task for s in splits))
+            rows = net_rows(lineage, schema, batches(), [s.task for s in splits], identifiers)
         except _Abandoned:
             return False
-        rows = net.result(net_key_columns(schema, identifiers))
         anchor = batch.splits[0]
         token = None
         if rows.num_rows:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,16 @@ import pytest
 
 from tests.spark4.support import comparable, load_df
 from tests.spark4.test_stream_source import run_available_now, sink_rows
-from tests.support.lineage_workload import LINEAGE, RowsById, check_snapshots, rows_by_id, tuples
+from tests.support.lineage_workload import (
+    DATA,
+    LINEAGE,
+    RowsById,
+    check_pairs_adjacent,
+    check_snapshots,
+    expected_changes,
+    rows_by_id,
+    tuples,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON35 = ROOT / ".venv" / "bin" / "python"
@@ -66,6 +76,17 @@ def test_batch_pairs_by_row_id_and_carries_java_lineage(registered: Any, exporte
     assert sorted(tuples(plain, tuple(plain.column_names))) == sorted(
         tuples(with_lineage, tuple(plain.column_names))
     )
+
+
+def test_net_batch_keyed_by_row_id_carries_java_lineage(registered: Any, exported: LineageExport) -> None:
+    """option('net') with 'with-row-lineage': each row id's net change from the range's first to its last
+    snapshot, as Java's `_row_id` reads of the two ends give it (docs/semantics.md, "Keyed by row lineage")."""
+    first, last = exported.snapshots[1][0], exported.snapshots[-1][0]
+    options = exported.options(**{"with-row-lineage": "true", "net": "true", "from-snapshot": str(first)})
+    net = comparable(load_df(registered, options))
+    got = Counter(zip(net.column("_change_type").to_pylist(), tuples(net, LINEAGE + DATA), strict=True))
+    assert got == expected_changes(exported.rows_at(first), exported.rows_at(last))
+    assert not check_pairs_adjacent(net) and "UPDATE_BEFORE" in net.column("_change_type").to_pylist()
 
 
 def test_stream_pairs_by_row_id_and_carries_java_lineage(

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.table import Table
 
-from icetail.kernel.errors import ConfigError, DataFileError, IcetailError
+from icetail.kernel.errors import DataFileError, IcetailError
 from icetail.kernel.model import ChangeSplit, ChangeType
 from icetail.monitor.engine.api import (
+    NetLineage,
     has_row_lineage,
     identifier_names,
+    net_rows,
     read_context,
     snapshots_needing_reconcile,
     without_lineage,
@@ -31,7 +33,6 @@ from icetail.monitor.engine.verify import SnapshotRules, VerifyMode, report, rul
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
-from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.row_lineage import with_lineage_fields
 from icetail.reader.split_reader import Chunk, read_split
@@ -95,14 +96,23 @@ def plan_partitions(
     if verify != VerifyMode.OFF:
         start = plan.from_snapshot_id_exclusive
         rules = rules_of_plan(table.metadata, plan.splits, from_snapshot_exclusive=start, collapsed=plan.collapsed)
-    if net:
-        if with_row_lineage:
-            raise ConfigError("net changes cannot carry row lineage columns yet; drop with-row-lineage or net")
+    lineage_pairing = has_row_lineage(table)
+    if net:  # on a v3 table every split reads `_row_id`: net rows are keyed by it
         checks = tuple(rules.values())
         return [
-            ChangePartitionSpec(context, plan.splits, True, identifiers, True, net=True, verify=verify, checks=checks)
+            ChangePartitionSpec(
+                context,
+                plan.splits,
+                True,
+                identifiers,
+                True,
+                lineage_pairing,
+                with_row_lineage,
+                net=True,
+                verify=verify,
+                checks=checks,
+            )
         ]
-    lineage_pairing = has_row_lineage(table)
     reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
     gather = snapshots_needing_reconcile(plan.tasks) if reconciling else set()
 
@@ -187,11 +197,13 @@ def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
 
 def _net_batches(spec: ChangePartitionSpec, checker: _PartitionChecker) -> Iterator[pa.RecordBatch]:
     """The net changes of the range in `spec` (reader/net.py)."""
+    lineage = NetLineage(keyed=spec.lineage_pairing, output=spec.with_row_lineage)
     batches = (
-        (s.task.commit.snapshot_id, b) for s in spec.splits for b in _split_batches(spec.context, s, False, checker)
+        (s.task.commit.snapshot_id, b)
+        for s in spec.splits
+        for b in _split_batches(spec.context, s, lineage.reads, checker)
     )
-    net = fold_range(spec.arrow_schema, batches, snapshots_needing_reconcile(s.task for s in spec.splits))
-    result = net.result(net_key_columns(spec.arrow_schema, spec.identifier_columns))
+    result = net_rows(lineage, spec.arrow_schema, batches, (s.task for s in spec.splits), spec.identifier_columns)
     yield from (batch for batch in result.to_batches() if batch.num_rows)
 
 
