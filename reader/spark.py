@@ -33,7 +33,7 @@ from icetail.kernel.storage_errors import StorageErrorKind, storage_error, stora
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
-from icetail.sinks.base import ChunkKey, ChunkStager
+from icetail.sinks.base import ChunkStager, SplitSlot
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -174,7 +174,7 @@ class SplitRequest:
     split: ChangeSplit
     start_row_inclusive: int = 0
     # with a stager: the task writes the chunks itself under keys (consumer, batch id, split index)
-    stage_as: tuple[str, str, int] | None = None
+    stage_as: SplitSlot | None = None
     # rows carry `_row_id` and `_last_updated_sequence_number` (for the output, or for update pairing)
     with_row_lineage: bool = False
 
@@ -518,12 +518,11 @@ def _run_split(
     return False
 
 
-def _staged(stager: ChunkStager, stage_as: tuple[str, str, int], chunk: Chunk) -> Chunk:
+def _staged(stager: ChunkStager, stage_as: SplitSlot, chunk: Chunk) -> Chunk:
     """Write the chunk's rows from this task; only where they went and their counts travel on."""
     if chunk.batch is None or chunk.batch.num_rows == 0:
         return chunk
-    consumer, batch_id, split_index = stage_as
-    key = ChunkKey(consumer, batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
+    key = stage_as.chunk_key(chunk.split_id, chunk.row_start_inclusive)
     rows = pa.Table.from_batches([chunk.batch])
     # read_split counted the rows per change type already: they travel on in `change_counts`
     return replace(chunk, batch=None, staged=stager.stage(key, rows))

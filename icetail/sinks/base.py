@@ -21,6 +21,18 @@ def file_safe(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class SplitSlot:
+    """A split's place in its batch: what every chunk key of the split shares."""
+
+    consumer: str
+    batch_id: str
+    split_index: int  # the split's position in its batch
+
+    def chunk_key(self, split_id: str, row_start_inclusive: int) -> ChunkKey:
+        return ChunkKey(self.consumer, self.batch_id, self.split_index, split_id, row_start_inclusive)
+
+
+@dataclass(frozen=True)
 class ChunkKey:
     """Identity of one delivered chunk; equal keys always carry identical rows.
 

@@ -59,7 +59,7 @@ from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
-from icetail.sinks.base import ChunkKey, Sink, StagingSink
+from icetail.sinks.base import Sink, SplitSlot, StagingSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
 
@@ -581,7 +581,7 @@ class Pipeline:
                     requests.append(SplitRequest(split, 0, with_row_lineage=with_lineage or lineage_pairing))
             elif not progress[split.split_id].done:
                 start = progress[split.split_id].next_row_exclusive or 0
-                stage_as = (self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
+                stage_as = SplitSlot(self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
                 requests.append(SplitRequest(split, start, stage_as, with_row_lineage=with_lineage))
         if not requests:
             return True
@@ -686,7 +686,7 @@ class Pipeline:
         anchor = batch.splits[0]
         token = None
         if rows.num_rows:
-            token = self.sink.write(ChunkKey(self.consumer, batch.batch_id, 0, anchor.split_id, 0), rows)
+            token = self.sink.write(SplitSlot(self.consumer, batch.batch_id, 0).chunk_key(anchor.split_id, 0), rows)
         commits = [
             ChunkCommit(
                 split_id=p.split_id,
@@ -716,7 +716,7 @@ class Pipeline:
         return checkpoint is not None and checkpoint.inflight is not None and not checkpoint.inflight.pending()
 
     def _deliver_chunk(self, batch: InflightBatch, split_index: int, chunk: Chunk, tally: _Tally) -> None:
-        key = ChunkKey(self.consumer, batch.batch_id, split_index, chunk.split_id, chunk.row_start_inclusive)
+        key = SplitSlot(self.consumer, batch.batch_id, split_index).chunk_key(chunk.split_id, chunk.row_start_inclusive)
         token = None
         if chunk.staged is not None:
             # the Spark task wrote the rows; the driver only makes them visible, in order
@@ -767,7 +767,7 @@ class Pipeline:
         anchor = snapshot_splits[0]
         token = None
         if rows.num_rows:
-            key = ChunkKey(self.consumer, batch.batch_id, index_of[anchor.split_id], anchor.split_id, 0)
+            key = SplitSlot(self.consumer, batch.batch_id, index_of[anchor.split_id]).chunk_key(anchor.split_id, 0)
             token = self.sink.write(key, rows)
         next_rows: dict[str, int] = {}
         for _, chunk in held:
