@@ -514,43 +514,47 @@ class SqlCheckpointStore:
         return self._write(work)
 
     def change_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> None:
-        if not sink:
-            raise ValueError("sink must not be empty")
-
-        def work(tx: Tx) -> None:
-            row = self._require_idle(
-                tx,
-                consumer,
-                owner,
-                lambda row, batch_id: (
-                    f"consumer {consumer!r} has batch {batch_id} in flight, part of it delivered to "
-                    f"{row.sink}; let a run finish it, or also give --to to abandon it, before changing the sink"
-                ),
-            )
-            tx.execute(
-                "UPDATE icetail_consumers SET sink_url = ?, updated_at_ms = ? WHERE consumer = ?",
-                (sink, row.now_ms, consumer),
-            )
-
-        self._write(work)
+        self._change_idle_consumer(
+            consumer,
+            "sink_url",
+            sink,
+            owner,
+            lambda row, batch_id: (
+                f"consumer {consumer!r} has batch {batch_id} in flight, part of it delivered to "
+                f"{row.sink}; let a run finish it, or also give --to to abandon it, before changing the sink"
+            ),
+        )
 
     def change_branch(self, consumer: str, branch: str, *, owner: str | None = None) -> None:
-        if not branch:
-            raise ValueError("branch must not be empty")
+        self._change_idle_consumer(
+            consumer,
+            "branch",
+            branch,
+            owner,
+            lambda row, batch_id: (
+                f"consumer {consumer!r} has batch {batch_id} in flight on branch {row.branch!r}; let a run "
+                "finish it, or also give --to to abandon it, before changing the branch"
+            ),
+        )
+
+    def _change_idle_consumer(
+        self,
+        consumer: str,
+        column: str,
+        value: str,
+        owner: str | None,
+        refusal: Callable[[_ConsumerRow, str], str],
+    ) -> None:
+        """Set one of the consumer's recorded choices (sink_url, branch): an operator action, fenced
+        by the lease and refused while a batch is in flight (`refusal` says why)."""
+        if not value:
+            raise ValueError(f"{column} must not be empty")
 
         def work(tx: Tx) -> None:
-            row = self._require_idle(
-                tx,
-                consumer,
-                owner,
-                lambda row, batch_id: (
-                    f"consumer {consumer!r} has batch {batch_id} in flight on branch {row.branch!r}; let a run "
-                    "finish it, or also give --to to abandon it, before changing the branch"
-                ),
-            )
+            row = self._require_idle(tx, consumer, owner, refusal)
             tx.execute(
-                "UPDATE icetail_consumers SET branch = ?, updated_at_ms = ? WHERE consumer = ?",
-                (branch, row.now_ms, consumer),
+                f"UPDATE icetail_consumers SET {column} = ?, updated_at_ms = ? WHERE consumer = ?",
+                (value, row.now_ms, consumer),
             )
 
         self._write(work)
