@@ -56,10 +56,11 @@ def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
     """Run `plan` on Spark with a stager that drops every chunk's rows; the change rows counted."""
     from icetail.monitor.engine.api import read_context
     from icetail.reader.spark import SplitRequest, run_splits
+    from icetail.sinks.base import SplitSlot
     from icetail.sinks.discard import DiscardStager
 
     context = read_context(table, plan.schema_id, plan.tasks)
-    requests = [SplitRequest(split, 0, ("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
+    requests = [SplitRequest(split, 0, SplitSlot("bench", "tasks", i)) for i, split in enumerate(plan.splits)]
     return sum(chunk.row_count for chunk in run_splits(spark, context, requests, stager=DiscardStager()))
 
 
