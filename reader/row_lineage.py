@@ -31,6 +31,11 @@ def with_lineage_fields(data_schema: pa.Schema) -> pa.Schema:
     return pa.schema(list(data_schema) + list(LINEAGE_FIELDS))
 
 
+def without_lineage(rows: pa.Table) -> pa.Table:
+    """`rows` without the lineage columns (read only to pair updates by `_row_id`)."""
+    return rows.drop_columns([c for c in LINEAGE_COLUMNS if c in rows.column_names])
+
+
 def lineage_arrays(
     batch: pa.RecordBatch, schema_of_file: Schema, row_start_inclusive: int, data_file: DataFileRef
 ) -> tuple[pa.Array, pa.Array]:

@@ -17,9 +17,16 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
-from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent, FileChangeKind
+from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.kernel.secrets import fileio_items
-from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
+from icetail.monitor.engine.release import (
+    Pairing,
+    gathered_snapshots,
+    releases,
+    snapshot_batches,
+    snapshots_needing_reconcile,
+)
+from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, parse_verify_mode, report, verifier_for
 from icetail.monitor.planning.lineage import snapshot_as_of
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
@@ -27,8 +34,7 @@ from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
-from icetail.reader.reconcile import reconcile_snapshot
-from icetail.reader.row_lineage import LINEAGE_COLUMNS, MIN_FORMAT_VERSION, with_lineage_fields
+from icetail.reader.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 
@@ -75,16 +81,9 @@ def split_requests(
 ) -> list[SplitRequest]:
     """Fresh requests; a split reads lineage when it is output, or when its snapshot is paired by it."""
     return [
-        SplitRequest(
-            s, with_row_lineage=with_row_lineage or (lineage_pairing and s.task.commit.snapshot_id in gather)
-        )
+        SplitRequest(s, with_row_lineage=with_row_lineage or (lineage_pairing and s.task.commit.snapshot_id in gather))
         for s in splits
     ]
-
-
-def without_lineage(rows: pa.Table) -> pa.Table:
-    """`rows` without the lineage columns read only for pairing."""
-    return rows.drop_columns([c for c in LINEAGE_COLUMNS if c in rows.column_names])
 
 
 def read_context(
@@ -127,19 +126,6 @@ def identifier_names(table: Table, schema_id: int | None, requested: Sequence[st
     return tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
 
 
-def snapshots_needing_reconcile(tasks: Iterable[ChangeTask]) -> set[int]:
-    """Snapshots whose tasks can yield both DELETE and INSERT rows."""
-    deleting: set[int] = set()
-    inserting: set[int] = set()
-    for task in tasks:
-        sid = task.commit.snapshot_id
-        if task.kind in (FileChangeKind.REMOVED, FileChangeKind.MODIFIED):
-            deleting.add(sid)
-        if task.kind in (FileChangeKind.ADDED, FileChangeKind.MODIFIED):
-            inserting.add(sid)
-    return deleting & inserting
-
-
 def iter_changes(
     table: Table,
     plan: ChangePlan,
@@ -173,86 +159,52 @@ def iter_changes(
         return
     context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
-    if net:
-        lineage = NetLineage(has_row_lineage(table), with_row_lineage)
-        yield from _net_changes(table, plan, context, identifiers, lineage, spark, chunk_rows, on_chunk)
-        return
     lineage_pairing = has_row_lineage(table)
-    reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
-    gather = snapshots_needing_reconcile(plan.tasks) if reconciling else set()
-    split_by_id: dict[str, ChangeSplit] = {s.split_id: s for s in plan.splits}
-    verifier = (
-        None
-        if mode == VerifyMode.OFF
-        else SnapshotVerifier(
-            table.metadata,
-            plan.splits,
-            set(split_by_id),
-            from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
-            collapsed=plan.collapsed,
-        )
+    verifier = verifier_for(
+        mode,
+        table.metadata,
+        plan.splits,
+        from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
+        collapsed=plan.collapsed,
     )
-    session = spark or spark_session()
-    held: list[pa.RecordBatch] = []
-    held_snapshot: int | None = None
-    requests = split_requests(plan.splits, gather, lineage_pairing=lineage_pairing, with_row_lineage=with_row_lineage)
+
+    def checked(check: SnapshotCheck) -> None:
+        if on_check is not None:
+            on_check(check)
+        report(check, mode)  # raises under strict: the held rows of the snapshot are dropped
+
+    def read(requests: list[SplitRequest]) -> Iterator[Chunk]:
+        chunks = run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows)
+        return chunks if on_chunk is None else _observed(chunks, on_chunk)
+
+    snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
+    strict = mode == VerifyMode.STRICT
+    if net:  # the fold holds every row until the range is read: a refused snapshot raises before any row
+        lineage = NetLineage(keyed=lineage_pairing, output=with_row_lineage)
+        chunks = read([SplitRequest(s, with_row_lineage=lineage.reads) for s in plan.splits])
+        released = releases(chunks, snapshot_of, set(), verifier, on_check=checked)
+        schema = lineage.read_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+        yield from net_rows(lineage, schema, snapshot_batches(released), plan.tasks, identifiers).to_batches()
+        return
+    gathered = gathered_snapshots(
+        plan.tasks, carry_over_removal=carry_over_removal, identifiers=identifiers, lineage_pairing=lineage_pairing
+    )
+    requests = split_requests(plan.splits, gathered, lineage_pairing=lineage_pairing, with_row_lineage=with_row_lineage)
     read_schema = change_arrow_schema(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=lineage_pairing or with_row_lineage
     )
-    pairing = _Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_row_lineage)
-    for chunk in run_splits(session, context, requests, chunk_rows=chunk_rows):
-        if on_chunk is not None:
-            on_chunk(chunk)
-        snapshot_id = split_by_id[chunk.split_id].task.commit.snapshot_id
-        if held_snapshot is not None and snapshot_id != held_snapshot:
-            if held:
-                yield from _released(held, held_snapshot in gather, pairing)
-            held, held_snapshot = [], None
-        strict_hold = mode == VerifyMode.STRICT and verifier is not None and verifier.checks(snapshot_id)
-        hold = snapshot_id in gather or strict_hold
-        check = verifier.add(chunk) if verifier is not None else None
-        if check is not None:
-            if on_check is not None:
-                on_check(check)
-            report(check, mode)  # raises under strict: the held rows of the snapshot are dropped
-        if hold:
-            held_snapshot = snapshot_id
-        if chunk.batch is None or chunk.batch.num_rows == 0:
-            continue
-        if hold:
-            held.append(chunk.batch)
+    pairing = Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_row_lineage)
+    for release in releases(read(requests), snapshot_of, gathered, verifier, strict=strict, on_check=checked):
+        if release.reconcile:
+            yield from pairing.reconciled(release.batches).to_batches()
         else:
-            yield chunk.batch
-    if held:
-        yield from _released(held, held_snapshot in gather, pairing)
+            yield from release.batches
 
 
-def _released(batches: list[pa.RecordBatch], reconcile: bool, pairing: _Pairing) -> Iterator[pa.RecordBatch]:
-    """A held snapshot's rows: reconciled if it was gathered for that, else (held only to be checked) as read."""
-    if reconcile:
-        yield from pairing.reconciled(batches)
-    else:
-        yield from batches
-
-
-@dataclass(frozen=True)
-class _Pairing:
-    """How one snapshot's gathered rows are reconciled, and which columns leave."""
-
-    read_schema: pa.Schema  # the gathered rows: with the lineage columns when pairing reads them
-    identifiers: Sequence[str]
-    carry_over_removal: bool
-    lineage_pairing: bool
-    with_row_lineage: bool
-
-    def reconciled(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = reconcile_snapshot(
-            pa.Table.from_batches(batches, schema=self.read_schema),
-            self.identifiers or None,
-            self.carry_over_removal,
-            row_lineage=self.lineage_pairing,
-        )
-        yield from (rows if self.with_row_lineage else without_lineage(rows)).to_batches()
+def _observed(chunks: Iterable[Chunk], on_chunk: Callable[[Chunk], None]) -> Iterator[Chunk]:
+    for chunk in chunks:
+        on_chunk(chunk)
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -284,31 +236,6 @@ def net_rows(
     """The net change rows of a range read with `schema` (reader/net.py), with the columns to output."""
     net = fold_range(schema, batches, snapshots_needing_reconcile(tasks), row_lineage=lineage.keyed)
     return lineage.output_rows(net.result(net_key_columns(schema, identifiers)))
-
-
-def _net_changes(
-    table: Table,
-    plan: ChangePlan,
-    context: ReadContext,
-    identifiers: Sequence[str],
-    lineage: NetLineage,
-    spark: Any,
-    chunk_rows: int | None,
-    on_chunk: Callable[[Chunk], None] | None,
-) -> Iterator[pa.RecordBatch]:
-    """The net changes of `plan`, folded in plan order (reader/net.py)."""
-    snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
-    requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in plan.splits]
-    schema = lineage.read_schema(table, plan.schema_id, with_schema_id=context.with_schema_id)
-
-    def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
-        for chunk in run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows):
-            if on_chunk is not None:
-                on_chunk(chunk)
-            if chunk.batch is not None:
-                yield snapshot_of[chunk.split_id], chunk.batch
-
-    yield from net_rows(lineage, schema, batches(), plan.tasks, identifiers).to_batches()
 
 
 Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds

@@ -37,10 +37,9 @@ from icetail.monitor.engine.api import (
     net_rows,
     read_context,
     schema_id_of,
-    snapshots_needing_reconcile,
-    without_lineage,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.release import Pairing, Release, gathered_snapshots, releases, snapshot_batches
 from icetail.monitor.engine.startup import (
     DIFF,
     CursorProblem,
@@ -51,12 +50,12 @@ from icetail.monitor.engine.startup import (
     parse_start,
     recovery_for,
 )
-from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, parse_verify_mode, report
+from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, parse_verify_mode, report, verifier_for
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
-from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot
+from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import Sink, SplitSlot, StagingSink
@@ -553,9 +552,12 @@ class Pipeline:
             return self._deliver_net(table, inflight, schema_id, identifiers, tally)
         tasks = [s.task for s in splits]
         lineage_pairing = has_row_lineage(table)
-        reconciling = self.config.carry_over_removal or bool(identifiers) or lineage_pairing
-        gather = snapshots_needing_reconcile(tasks) if reconciling else set()
+        carry_over_removal = self.config.carry_over_removal
+        gathered = gathered_snapshots(
+            tasks, carry_over_removal=carry_over_removal, identifiers=identifiers, lineage_pairing=lineage_pairing
+        )
         with_lineage = self.config.with_row_lineage
+        with_schema_id = self.config.with_schema_id
         progress = {p.split_id: p for p in inflight.progress}
         index_of = {s.split_id: i for i, s in enumerate(splits)}
         by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
@@ -564,9 +566,7 @@ class Pipeline:
         # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
         stager = (
             self.sink.stager(
-                change_arrow_schema(
-                    table, schema_id, with_schema_id=self.config.with_schema_id, with_row_lineage=with_lineage
-                )
+                change_arrow_schema(table, schema_id, with_schema_id=with_schema_id, with_row_lineage=with_lineage)
             )
             if isinstance(self.sink, StagingSink)
             else None
@@ -575,7 +575,7 @@ class Pipeline:
         requests: list[SplitRequest] = []
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
-            if snapshot_id in gather:
+            if snapshot_id in gathered:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
                     # reconcile needs the whole snapshot again, with the row ids it pairs by
                     requests.append(SplitRequest(split, 0, with_row_lineage=with_lineage or lineage_pairing))
@@ -585,60 +585,47 @@ class Pipeline:
                 requests.append(SplitRequest(split, start, stage_as, with_row_lineage=with_lineage))
         if not requests:
             return True
-        context = read_context(table, schema_id, tasks, with_schema_id=self.config.with_schema_id)
-        spark = self._session()
-        chunk_rows = batch.shape.chunk_rows
-        verifier = (
-            None
-            if self._verify == VerifyMode.OFF
-            else SnapshotVerifier(
-                table.metadata,
-                splits,
-                {r.split.split_id for r in requests if r.start_row_inclusive == 0},
-                from_snapshot_exclusive=batch.from_snapshot_exclusive,
-                collapsed=batch.shape.collapsed,
-            )
+        context = read_context(table, schema_id, tasks, with_schema_id=with_schema_id)
+        verifier = verifier_for(
+            self._verify,
+            table.metadata,
+            splits,
+            from_snapshot_exclusive=batch.from_snapshot_exclusive,
+            collapsed=batch.shape.collapsed,
+            fully_read_split_ids={r.split.split_id for r in requests if r.start_row_inclusive == 0},
         )
+        read_schema = change_arrow_schema(
+            table, schema_id, with_schema_id=with_schema_id, with_row_lineage=with_lineage or lineage_pairing
+        )
+        pairing = Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_lineage)
+        chunks = self._tallied(
+            run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows, stager=stager), tally
+        )
+        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         strict = self._verify == VerifyMode.STRICT
-        held: list[tuple[int, Chunk]] = []
-        held_snapshot: int | None = None
-        unchecked: list[tuple[int, Chunk]] = []  # strict: a checked snapshot's chunks, delivered once it passes
-        for chunk in run_splits(spark, context, requests, chunk_rows=chunk_rows, stager=stager):
+        for release in releases(
+            chunks, snapshot_of, gathered, verifier, strict=strict, on_check=lambda c: self._checked(batch, c, tally)
+        ):
+            if release.reconcile:
+                rows = pairing.reconciled(release.batches)
+                snapshot_splits = by_snapshot[release.snapshot_id]
+                anchor_index = index_of[snapshot_splits[0].split_id]
+                self._deliver_reconciled(batch, release, rows, snapshot_splits, anchor_index, progress, tally)
+            else:
+                for chunk in release.chunks:
+                    self._deliver_chunk(batch, index_of[chunk.split_id], chunk, tally)
+                    _hold_for_test(self._stop)
+            if self._stop.is_set():
+                return False
+        return not self._stop.is_set() or self._all_done()
+
+    def _tallied(self, chunks: Iterator[Chunk], tally: _Tally) -> Iterator[Chunk]:
+        """The read chunks, each seen by the on_chunk hook and counted as read."""
+        for chunk in chunks:
             if self._on_chunk is not None:
                 self._on_chunk(chunk)
             tally.add_chunk(chunk)
-            split_index = index_of[chunk.split_id]
-            snapshot_id = splits[split_index].task.commit.snapshot_id
-            if held_snapshot is not None and snapshot_id != held_snapshot:
-                self._deliver_reconciled(
-                    batch, held, by_snapshot[held_snapshot], progress, index_of, (identifiers, lineage_pairing), tally
-                )
-                held, held_snapshot = [], None
-                if self._stop.is_set():
-                    return False
-            check = verifier.add(chunk) if verifier is not None else None
-            if check is not None:
-                self._checked(batch, check, tally)  # raises under strict: nothing of the snapshot is written yet
-            if snapshot_id in gather:
-                held.append((split_index, chunk))
-                held_snapshot = snapshot_id
-                continue
-            if strict and verifier is not None and verifier.checks(snapshot_id):
-                unchecked.append((split_index, chunk))
-                if check is None:
-                    continue
-                ready, unchecked = unchecked, []
-            else:
-                ready = [(split_index, chunk)]
-            for index, ready_chunk in ready:
-                self._deliver_chunk(batch, index, ready_chunk, tally)
-                _hold_for_test(self._stop)
-            if self._stop.is_set():
-                return False
-        if held_snapshot is not None:
-            pairing = (identifiers, lineage_pairing)
-            self._deliver_reconciled(batch, held, by_snapshot[held_snapshot], progress, index_of, pairing, tally)
-        return not self._stop.is_set() or self._all_done()
+            yield chunk
 
     def _deliver_net(
         self, table: Table, inflight: Inflight, schema_id: int | None, identifiers: tuple[str, ...], tally: _Tally
@@ -665,22 +652,28 @@ class Pipeline:
         requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in splits]
         context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
         next_rows: dict[str, int] = {}
+        # every split is read from its first row: each snapshot of the batch can be checked
+        verifier = verifier_for(
+            self._verify,
+            table.metadata,
+            splits,
+            from_snapshot_exclusive=batch.from_snapshot_exclusive,
+            collapsed=batch.shape.collapsed,
+        )
 
-        def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
+        def read() -> Iterator[Chunk]:
             chunks = run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows)
-            for chunk in chunks:
-                if self._on_chunk is not None:
-                    self._on_chunk(chunk)
-                tally.add_chunk(chunk)
+            for chunk in self._tallied(chunks, tally):
                 next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
                 self._renew_lease_if_due()
                 if self._stop.is_set():
                     raise _Abandoned
-                if chunk.batch is not None:
-                    yield snapshot_of[chunk.split_id], chunk.batch
+                yield chunk
 
+        # the fold holds every row until the batch is read: a refused snapshot raises before any is written
+        released = releases(read(), snapshot_of, set(), verifier, on_check=lambda c: self._checked(batch, c, tally))
         try:
-            rows = net_rows(lineage, schema, batches(), [s.task for s in splits], identifiers)
+            rows = net_rows(lineage, schema, snapshot_batches(released), [s.task for s in splits], identifiers)
         except _Abandoned:
             return False
         anchor = batch.splits[0]
@@ -739,38 +732,22 @@ class Pipeline:
     def _deliver_reconciled(
         self,
         batch: InflightBatch,
-        held: list[tuple[int, Chunk]],
+        release: Release,
+        rows: pa.Table,
         snapshot_splits: list[ChangeSplit],
+        anchor_index: int,
         progress: dict[str, Any],
-        index_of: dict[str, int],
-        pairing: tuple[tuple[str, ...], bool],
         tally: _Tally,
     ) -> None:
-        """One snapshot's changes, reconciled as a whole, as one chunk anchored at its first split.
-
-        `pairing`: the identifier columns, and whether updates pair by `_row_id` first (a v3 table).
-        """
-        identifiers, lineage_pairing = pairing
-        batches = [chunk.batch for _, chunk in held if chunk.batch is not None and chunk.batch.num_rows]
-        rows = (
-            reconcile_snapshot(
-                pa.Table.from_batches(batches),
-                identifiers or None,
-                self.config.carry_over_removal,
-                row_lineage=lineage_pairing,
-            )
-            if batches
-            else pa.table({})
-        )
-        if not self.config.with_row_lineage and rows.num_rows:
-            rows = without_lineage(rows)
+        """One snapshot's reconciled `rows` as one chunk anchored at its first split (`anchor_index` in
+        the batch), committed in one transaction."""
         anchor = snapshot_splits[0]
         token = None
         if rows.num_rows:
-            key = SplitSlot(self.consumer, batch.batch_id, index_of[anchor.split_id]).chunk_key(anchor.split_id, 0)
+            key = SplitSlot(self.consumer, batch.batch_id, anchor_index).chunk_key(anchor.split_id, 0)
             token = self.sink.write(key, rows)
         next_rows: dict[str, int] = {}
-        for _, chunk in held:
+        for chunk in release.chunks:
             next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
         commits = [
             ChunkCommit(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from enum import Enum
 
@@ -96,67 +96,63 @@ class SnapshotRules:
 
 
 def rules_of_plan(
-    metadata: TableMetadata, splits: Sequence[ChangeSplit], *, from_snapshot_exclusive: int | None, collapsed: bool
+    metadata: TableMetadata,
+    splits: Sequence[ChangeSplit],
+    *,
+    from_snapshot_exclusive: int | None,
+    collapsed: bool,
+    fully_read_split_ids: Set[str] | None = None,
 ) -> dict[int, SnapshotRules]:
-    """The snapshots of a plan read whole (every split from its first row) that some rule applies to."""
-    verifier = SnapshotVerifier(
-        metadata,
-        splits,
-        {s.split_id for s in splits},
-        from_snapshot_exclusive=from_snapshot_exclusive,
-        collapsed=collapsed,
-    )
+    """The rules of each snapshot of a plan that can be checked (empty rules: nothing provable).
+
+    Only snapshots whose every split is read from its first row here (`fully_read_split_ids`,
+    default all) can be checked: a batch resumed after a crash does not re-read what it delivered
+    before (that part was checked, or delivered under `warn`, by the run that read it). And only
+    snapshots read as themselves: the range walks from `from_snapshot_exclusive` to them through
+    the plan's snapshots (and skipped replace snapshots), which a start from a full snapshot or a
+    repair by a direct diff (`collapsed`) does not.
+    """
     tasks: dict[int, list[ChangeTask]] = defaultdict(list)
+    whole: dict[int, bool] = defaultdict(lambda: not collapsed)
     for split in splits:
-        tasks[split.task.commit.snapshot_id].append(split.task)
-    found = {s: SnapshotRules(s, expectations(metadata, s, t)) for s, t in tasks.items() if verifier.checks(s)}
-    return {s: rules for s, rules in found.items() if rules.rules}
+        snapshot_id = split.task.commit.snapshot_id
+        tasks[snapshot_id].append(split.task)
+        whole[snapshot_id] &= fully_read_split_ids is None or split.split_id in fully_read_split_ids
+    reached = {from_snapshot_exclusive, *tasks}
+    return {
+        s: SnapshotRules(s, expectations(metadata, s, t))
+        for s, t in tasks.items()
+        if whole[s] and _follows(metadata, s, reached)
+    }
 
 
 class SnapshotVerifier:
-    """Counts each snapshot's raw changes from its chunks; checks a snapshot when its last split is read.
+    """Counts each checked snapshot's raw changes from its chunks; checks it when its last split is read.
 
-    Only snapshots whose every split is read from its first row here can be checked: a batch
-    resumed after a crash does not re-read what it delivered before (that part was checked, or
-    delivered under `warn`, by the run that read it). And only snapshots read as themselves: the
-    range walks from `from_snapshot_exclusive` to them through the batch's snapshots (and skipped
-    replace snapshots), which a start from a full snapshot or a repair by a direct diff does not.
+    The same counting runs in the driver (the pipeline, the Python API) and in a Spark task (the
+    data source), which is why it takes rules found beforehand rather than the table's metadata.
     """
 
-    def __init__(
-        self,
-        metadata: TableMetadata,
-        splits: Iterable[ChangeSplit],
-        fully_read_split_ids: set[str],
-        *,
-        from_snapshot_exclusive: int | None,
-        collapsed: bool = False,
-    ) -> None:
-        self._metadata = metadata
+    def __init__(self, rules: Iterable[SnapshotRules], splits: Iterable[ChangeSplit]) -> None:
+        self._rules = {r.snapshot_id: r for r in rules}
         self._snapshot_of: dict[str, int] = {}
         self._pending: dict[int, set[str]] = defaultdict(set)
-        tasks: dict[int, list[ChangeTask]] = defaultdict(list)
-        checkable: dict[int, bool] = defaultdict(lambda: not collapsed)
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
-            self._snapshot_of[split.split_id] = snapshot_id
-            self._pending[snapshot_id].add(split.split_id)
-            tasks[snapshot_id].append(split.task)
-            checkable[snapshot_id] &= split.split_id in fully_read_split_ids
-        self._tasks = {s: tuple(t) for s, t in tasks.items()}
-        reached = {from_snapshot_exclusive, *tasks}
-        self._checkable = frozenset(s for s, ok in checkable.items() if ok and _follows(metadata, s, reached))
-        self._checked: set[int] = set()
+            if snapshot_id in self._rules:
+                self._snapshot_of[split.split_id] = snapshot_id
+                self._pending[snapshot_id].add(split.split_id)
         self._counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
 
-    def checks(self, snapshot_id: int) -> bool:
-        """Whether the snapshot will be checked (its chunks are worth holding under strict)."""
-        return snapshot_id in self._checkable
+    def proves(self, snapshot_id: int) -> bool:
+        """Whether some rule will check the snapshot (under strict its rows are worth holding until then)."""
+        rules = self._rules.get(snapshot_id)
+        return rules is not None and bool(rules.rules)
 
     def add(self, chunk: Chunk) -> SnapshotCheck | None:
         """Count the chunk; the snapshot's check once its last split is done (None before, or if unchecked)."""
-        snapshot_id = self._snapshot_of[chunk.split_id]
-        if snapshot_id not in self._checkable or snapshot_id in self._checked:
+        snapshot_id = self._snapshot_of.get(chunk.split_id)
+        if snapshot_id is None or not self._pending[snapshot_id]:
             return None
         counts = self._counts[snapshot_id]
         for change_type, count in chunk.change_counts:
@@ -168,8 +164,29 @@ class SnapshotVerifier:
             self._pending[snapshot_id].discard(chunk.split_id)
         if self._pending[snapshot_id]:
             return None
-        self._checked.add(snapshot_id)
-        return check_snapshot(self._metadata, snapshot_id, self._tasks[snapshot_id], counts[0], counts[1])
+        return self._rules[snapshot_id].check(counts[0], counts[1])
+
+
+def verifier_for(
+    mode: VerifyMode,
+    metadata: TableMetadata,
+    splits: Sequence[ChangeSplit],
+    *,
+    from_snapshot_exclusive: int | None,
+    collapsed: bool,
+    fully_read_split_ids: Set[str] | None = None,
+) -> SnapshotVerifier | None:
+    """The driver's verifier of a plan or batch (None under `off`)."""
+    if mode == VerifyMode.OFF:
+        return None
+    rules = rules_of_plan(
+        metadata,
+        splits,
+        from_snapshot_exclusive=from_snapshot_exclusive,
+        collapsed=collapsed,
+        fully_read_split_ids=fully_read_split_ids,
+    )
+    return SnapshotVerifier(rules.values(), splits)
 
 
 def _follows(metadata: TableMetadata, snapshot_id: int, reached: set[int | None]) -> bool:
@@ -183,12 +200,6 @@ def _follows(metadata: TableMetadata, snapshot_id: int, reached: set[int | None]
         if snapshot is None or snapshot.summary is None or snapshot.summary.operation.value != "replace":
             return False
     return False
-
-
-def check_snapshot(
-    metadata: TableMetadata, snapshot_id: int, tasks: tuple[ChangeTask, ...], deletes: int, inserts: int
-) -> SnapshotCheck:
-    return SnapshotRules(snapshot_id, expectations(metadata, snapshot_id, tasks)).check(deletes, inserts)
 
 
 def report(

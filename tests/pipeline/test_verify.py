@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +239,23 @@ def test_a_snapshot_partly_delivered_before_a_crash_is_not_checked_on_resume(
     assert [c.snapshot_id for c in checks] == [liar.ids[3]] and not checks[0].mismatches
     assert outcomes[0].resumed and _sink_ids(tmp_path) == Counter(range(30))
     assert not [r for r in caplog.records if r.name == "icetail.verify"]
+
+
+def test_net_changes_are_checked_too(liar: Liar, here: None, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`--net` reads every snapshot whole, so every snapshot is checked; the fold returns nothing
+    before the range is read, so strict refuses before any row leaves (API, `run`)."""
+    table = icetail.load_table(CATALOG, TABLE)
+    with pytest.raises(SnapshotCheckError, match=f"snapshot {liar.liar} fails summary rule added-records"):
+        icetail.read_changes(table, net=True, verify="strict")
+    caplog.set_level(logging.WARNING, logger="icetail.verify")
+    caplog.clear()
+    assert icetail.read_changes(table, net=True).num_rows == 30  # warn: delivered as read, logged
+    assert [r.snapshot_id for r in caplog.records if r.name == "icetail.verify"] == [liar.liar]  # type: ignore[attr-defined]
+
+    config = replace(_config(tmp_path, "strict", "n"), net=True)
+    with Pipeline(config) as pipeline:
+        with pytest.raises(SnapshotCheckError):
+            pipeline.run()
+        checkpoint = pipeline.checkpoint()
+    assert checkpoint is not None and checkpoint.cursor.snapshot_id is None
+    assert _sink_ids(tmp_path) == Counter()  # nothing of the net batch was written

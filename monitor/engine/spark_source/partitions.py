@@ -12,28 +12,27 @@ the task that reads it counts its raw DELETE/INSERT rows and checks them (engine
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import DataFileError, IcetailError
-from icetail.kernel.model import ChangeSplit, ChangeType
-from icetail.monitor.engine.api import (
-    NetLineage,
-    has_row_lineage,
-    identifier_names,
-    net_rows,
-    read_context,
-    snapshots_needing_reconcile,
-    without_lineage,
+from icetail.kernel.model import ChangeSplit
+from icetail.monitor.engine.api import NetLineage, has_row_lineage, identifier_names, net_rows, read_context
+from icetail.monitor.engine.release import Pairing, gathered_snapshots, releases, snapshot_batches
+from icetail.monitor.engine.verify import (
+    SnapshotCheck,
+    SnapshotRules,
+    SnapshotVerifier,
+    VerifyMode,
+    report,
+    rules_of_plan,
 )
-from icetail.monitor.engine.verify import SnapshotRules, VerifyMode, report, rules_of_plan
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
-from icetail.reader.reconcile import reconcile_snapshot
 from icetail.reader.row_lineage import with_lineage_fields
 from icetail.reader.split_reader import Chunk, read_split
 
@@ -95,7 +94,8 @@ def plan_partitions(
     rules: dict[int, SnapshotRules] = {}
     if verify != VerifyMode.OFF:
         start = plan.from_snapshot_id_exclusive
-        rules = rules_of_plan(table.metadata, plan.splits, from_snapshot_exclusive=start, collapsed=plan.collapsed)
+        checkable = rules_of_plan(table.metadata, plan.splits, from_snapshot_exclusive=start, collapsed=plan.collapsed)
+        rules = {snapshot_id: r for snapshot_id, r in checkable.items() if r.rules}
     lineage_pairing = has_row_lineage(table)
     if net:  # on a v3 table every split reads `_row_id`: net rows are keyed by it
         checks = tuple(rules.values())
@@ -113,8 +113,9 @@ def plan_partitions(
                 checks=checks,
             )
         ]
-    reconciling = carry_over_removal or bool(identifiers) or lineage_pairing
-    gather = snapshots_needing_reconcile(plan.tasks) if reconciling else set()
+    gather = gathered_snapshots(
+        plan.tasks, carry_over_removal=carry_over_removal, identifiers=identifiers, lineage_pairing=lineage_pairing
+    )
 
     def spec(splits: list[ChangeSplit], reconcile: bool) -> ChangePartitionSpec:
         snapshots = dict.fromkeys(s.task.commit.snapshot_id for s in splits)
@@ -164,100 +165,56 @@ def plan_partitions(
 def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     """The change rows of one partition (runs in a Spark task); no empty batches.
 
-    Under verify strict the rows of a checked snapshot are held until its check passed, so a
-    refused snapshot yields nothing (the task fails with the SnapshotCheckError).
+    The rows leave in the units of engine/release.py: under verify strict the rows of a checked
+    snapshot are held until its check passed, so a refused snapshot yields nothing (the task
+    fails with the SnapshotCheckError, the query with it).
     """
-    checker = _PartitionChecker(spec)
+    verifier = SnapshotVerifier(spec.checks, spec.splits) if spec.verify != VerifyMode.OFF else None
+    chunks = (chunk for split in spec.splits for chunk in _split_chunks(spec.context, split, spec.reads_lineage))
     if spec.net:
-        yield from _net_batches(spec, checker)
+        yield from _net_batches(spec, chunks, verifier)
         return
-    lineage = spec.reads_lineage
-    if not spec.reconcile:
-        held: list[pa.RecordBatch] = []
-        for split in spec.splits:
-            hold = checker.holds(split)
-            for batch in _split_batches(spec.context, split, lineage, checker):
-                if hold:
-                    held.append(batch)
-                else:
-                    yield batch
-            if hold and checker.passed(split):
-                yield from held
-                held = []
-        return
-    batches = [batch for split in spec.splits for batch in _split_batches(spec.context, split, lineage, checker)]
-    changes = pa.Table.from_batches(batches, schema=spec.arrow_schema)
-    reconciled = reconcile_snapshot(
-        changes, spec.identifier_columns or None, spec.carry_over_removal, row_lineage=spec.lineage_pairing
+    snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in spec.splits}
+    gathered = {spec.splits[0].task.commit.snapshot_id} if spec.reconcile else set()
+    pairing = Pairing(
+        spec.arrow_schema,
+        spec.identifier_columns,
+        spec.carry_over_removal,
+        spec.lineage_pairing,
+        spec.with_row_lineage,
     )
-    if not spec.with_row_lineage:
-        reconciled = without_lineage(reconciled)
-    yield from (batch for batch in reconciled.to_batches() if batch.num_rows)
+    strict = spec.verify == VerifyMode.STRICT
+    checked = _reporter(spec.verify)
+    for release in releases(chunks, snapshot_of, gathered, verifier, strict=strict, on_check=checked):
+        batches = pairing.reconciled(release.batches).to_batches() if release.reconcile else release.batches
+        yield from (batch for batch in batches if batch.num_rows)
 
 
-def _net_batches(spec: ChangePartitionSpec, checker: _PartitionChecker) -> Iterator[pa.RecordBatch]:
-    """The net changes of the range in `spec` (reader/net.py)."""
+def _reporter(mode: VerifyMode) -> Callable[[SnapshotCheck], None]:
+    """Under warn a mismatch is logged (by the Python worker: the executor's log); under strict it raises."""
+
+    def checked(check: SnapshotCheck) -> None:
+        report(check, mode, setting=VERIFY_SETTING)
+
+    return checked
+
+
+def _net_batches(
+    spec: ChangePartitionSpec, chunks: Iterator[Chunk], verifier: SnapshotVerifier | None
+) -> Iterator[pa.RecordBatch]:
+    """The net changes of the range in `spec` (reader/net.py); every snapshot is checked as it is read."""
     lineage = NetLineage(keyed=spec.lineage_pairing, output=spec.with_row_lineage)
-    batches = (
-        (s.task.commit.snapshot_id, b)
-        for s in spec.splits
-        for b in _split_batches(spec.context, s, lineage.reads, checker)
-    )
-    result = net_rows(lineage, spec.arrow_schema, batches, (s.task for s in spec.splits), spec.identifier_columns)
+    snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in spec.splits}
+    released = releases(chunks, snapshot_of, set(), verifier, on_check=_reporter(spec.verify))
+    tasks = (s.task for s in spec.splits)
+    result = net_rows(lineage, spec.arrow_schema, snapshot_batches(released), tasks, spec.identifier_columns)
     yield from (batch for batch in result.to_batches() if batch.num_rows)
 
 
-class _PartitionChecker:
-    """Counts the raw DELETE/INSERT rows of the partition's checked snapshots; checks each once its splits are read.
-
-    Every split of a checked snapshot is in this partition (`plan_partitions`), so its last
-    split read completes its counts. Under warn a mismatch is logged (by the Python worker: the
-    executor's log); under strict it raises SnapshotCheckError, failing the task and the query.
-    """
-
-    def __init__(self, spec: ChangePartitionSpec) -> None:
-        self._mode = spec.verify
-        self._rules = {r.snapshot_id: r for r in spec.checks} if spec.verify != VerifyMode.OFF else {}
-        self._pending: dict[int, int] = {}
-        for split in spec.splits:
-            snapshot_id = split.task.commit.snapshot_id
-            if snapshot_id in self._rules:
-                self._pending[snapshot_id] = self._pending.get(snapshot_id, 0) + 1
-        self._counts: dict[int, list[int]] = {s: [0, 0] for s in self._rules}
-
-    def holds(self, split: ChangeSplit) -> bool:
-        """Whether the split's rows wait for its snapshot's check (strict, and the snapshot is checked)."""
-        return self._mode == VerifyMode.STRICT and split.task.commit.snapshot_id in self._rules
-
-    def passed(self, split: ChangeSplit) -> bool:
-        """Whether the split's snapshot has been checked (it passed: a failure raised)."""
-        return self._pending.get(split.task.commit.snapshot_id) == 0
-
-    def add(self, split: ChangeSplit, chunk: Chunk) -> None:
-        snapshot_id = split.task.commit.snapshot_id
-        counts = self._counts.get(snapshot_id)
-        if counts is None:
-            return
-        for change_type, count in chunk.change_counts:
-            if change_type == ChangeType.DELETE.value:
-                counts[0] += count
-            elif change_type == ChangeType.INSERT.value:
-                counts[1] += count
-        if not chunk.done:
-            return
-        self._pending[snapshot_id] -= 1
-        if self._pending[snapshot_id] == 0:
-            report(self._rules[snapshot_id].check(counts[0], counts[1]), self._mode, setting=VERIFY_SETTING)
-
-
-def _split_batches(
-    context: ReadContext, split: ChangeSplit, with_row_lineage: bool, checker: _PartitionChecker
-) -> Iterator[pa.RecordBatch]:
+def _split_chunks(context: ReadContext, split: ChangeSplit, with_row_lineage: bool) -> Iterator[Chunk]:
+    """The chunks of one split; an unreadable file is a DataFileError naming it."""
     try:
-        for chunk in read_split(context, split, with_row_lineage=with_row_lineage):
-            checker.add(split, chunk)
-            if chunk.batch is not None and chunk.batch.num_rows:
-                yield chunk.batch
+        yield from read_split(context, split, with_row_lineage=with_row_lineage)
     except IcetailError:
         raise
     except (OSError, pa.ArrowException) as exc:
