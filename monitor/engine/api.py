@@ -8,9 +8,10 @@ as a whole, every other snapshot streams chunk by chunk.
 from __future__ import annotations
 
 import datetime
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ParamSpec
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
@@ -238,6 +239,7 @@ def net_rows(
     return lineage.output_rows(net.result(net_key_columns(schema, identifiers)))
 
 
+P = ParamSpec("P")
 Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
 
 
@@ -348,47 +350,28 @@ def changes_batch_reader(
     return pa.RecordBatchReader.from_batches(schema, batches)
 
 
-def read_changes(
-    table: Table,
-    from_snapshot_id_exclusive: int | None = None,
-    to_snapshot_id_inclusive: int | None = None,
-    *,
-    from_timestamp_exclusive: Instant | None = None,
-    to_timestamp_inclusive: Instant | None = None,
-    branch: str = MAIN_BRANCH,
-    from_tag: str | None = None,
-    to_tag: str | None = None,
-    identifier_columns: Sequence[str] | None = None,
-    carry_over_removal: bool = True,
-    spark: Any = None,
-    net: bool = False,
-    verify: str = "warn",
-    with_schema_id: bool = False,
-    with_row_lineage: bool = False,
-) -> pa.Table:
-    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the branch's head).
+def _read_whole(reader: Callable[P, pa.RecordBatchReader], name: str, doc: str) -> Callable[P, pa.Table]:
+    """`reader`'s stream read into one table, with `reader`'s parameters (one signature, checked by mypy)."""
+
+    def read_whole(*args: P.args, **kwargs: P.kwargs) -> pa.Table:
+        return reader(*args, **kwargs).read_all()
+
+    read_whole.__name__ = read_whole.__qualname__ = name
+    read_whole.__doc__ = doc
+    read_whole.__signature__ = inspect.signature(reader).replace(return_annotation="pa.Table")  # type: ignore[attr-defined]
+    return read_whole
+
+
+read_changes = _read_whole(
+    changes_batch_reader,
+    "read_changes",
+    """Every change of (from, to] as one Arrow table (omitted ends: before the first snapshot, the
+    branch's head); the parameters of `changes_batch_reader`, whose whole stream it reads.
 
     `branch` (default `main`) picks the history; `from_tag` (exclusive) and `to_tag` (inclusive)
     bound the range by tag instead of by snapshot id or time.
-
     `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
     `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
     `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.
-    """
-    return changes_batch_reader(
-        table,
-        from_snapshot_id_exclusive,
-        to_snapshot_id_inclusive,
-        from_timestamp_exclusive=from_timestamp_exclusive,
-        to_timestamp_inclusive=to_timestamp_inclusive,
-        branch=branch,
-        from_tag=from_tag,
-        to_tag=to_tag,
-        identifier_columns=identifier_columns,
-        carry_over_removal=carry_over_removal,
-        spark=spark,
-        net=net,
-        verify=verify,
-        with_schema_id=with_schema_id,
-        with_row_lineage=with_row_lineage,
-    ).read_all()
+    """,
+)

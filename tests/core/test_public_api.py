@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import subprocess
 import sys
 from typing import Any
@@ -19,6 +20,16 @@ def test_public_names_are_exported() -> None:
         assert hasattr(icetail, name), name
     assert issubclass(icetail.TerminalError, icetail.IcetailError)
     assert issubclass(icetail.TransientError, icetail.IcetailError)
+
+
+def test_read_changes_takes_the_batch_readers_parameters_and_says_so() -> None:
+    """`help(icetail.read_changes)` shows its own name, return type and docstring, and every parameter."""
+    signature = inspect.signature(icetail.read_changes)
+    assert signature.parameters == inspect.signature(icetail.changes_batch_reader).parameters
+    assert {"from_tag", "net", "verify", "with_row_lineage"} <= set(signature.parameters)
+    assert signature.return_annotation == "pa.Table"
+    assert icetail.read_changes.__name__ == "read_changes"
+    assert "as one Arrow table" in (icetail.read_changes.__doc__ or "")
 
 
 def test_read_changes_by_snapshot_and_by_time_agree(small_table: SmallTable, spark: Any) -> None:

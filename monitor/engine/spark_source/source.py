@@ -32,7 +32,7 @@ from icetail.monitor.engine.spark_source.options import (
 )
 from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, plan_partitions, read_partition
 from icetail.monitor.planning.lineage import snapshot_or_raise
-from icetail.monitor.planning.planner import Planner
+from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
@@ -161,17 +161,7 @@ class ChangesBatchReader(DataSourceReader):
             branch=options.source.branch,
             from_tag=options.from_tag,
         )
-        specs = plan_partitions(
-            table,
-            plan,
-            schema_id=self._schema_id,
-            identifier_columns=self._options.source.identifier_columns,
-            net=self._options.net,
-            with_schema_id=self._options.source.with_schema_id,
-            with_row_lineage=self._options.source.with_row_lineage,
-            verify=self._options.source.verify,
-        )
-        return [ChangePartition(spec) for spec in specs]
+        return _partitions(table, plan, self._schema_id, options.source, net=options.net)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self._schema)
@@ -245,19 +235,27 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         table = self._table()
         assert self._planner is not None
         plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
-        specs = plan_partitions(
-            table,
-            plan,
-            schema_id=self._schema_id,
-            identifier_columns=self._options.source.identifier_columns,
-            with_schema_id=self._options.source.with_schema_id,
-            with_row_lineage=self._options.source.with_row_lineage,
-            verify=self._options.source.verify,
-        )
-        return [ChangePartition(spec) for spec in specs]
+        return _partitions(table, plan, self._schema_id, self._options.source)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self._schema)
+
+
+def _partitions(
+    table: Table, plan: ChangePlan, schema_id: int | None, source: TableOptions, *, net: bool = False
+) -> list[InputPartition]:
+    """The plan's input partitions, read with the table options of the batch or stream reader."""
+    specs = plan_partitions(
+        table,
+        plan,
+        schema_id=schema_id,
+        identifier_columns=source.identifier_columns,
+        net=net,
+        with_schema_id=source.with_schema_id,
+        with_row_lineage=source.with_row_lineage,
+        verify=source.verify,
+    )
+    return [ChangePartition(spec) for spec in specs]
 
 
 __all__ = ["ADMISSION_CONTROL", "ChangePartition", "ChangesBatchReader", "ChangesDataSource", "ChangesStreamReader"]
