@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from icetail.sinks.jsonl_encoding import encode_jsonl
+from tests.sinks import change_rows
 from tests.support.jsonl_reference import every_type_table, reference_lines
 
 GOLDEN = Path(__file__).parent / "data" / "every_type.jsonl"
@@ -89,4 +90,66 @@ def test_timestamps_and_times_of_every_unit_and_year_match() -> None:
         storage = pa.int32() if unit in ("s", "ms") else pa.int64()
         columns[f"time_{unit}"] = pa.array(rng.integers(0, 86_400 * per_second, 2_000), storage).cast(time_type)
     table = pa.table(columns)
+    assert encoded(table) == reference(table)
+
+
+# A column with one value on every row is encoded once and shared (the change metadata of a
+# chunk); these pin that it changes no byte, and that a column that only looks constant is not.
+
+
+def test_change_rows_with_constant_metadata_match_the_reference() -> None:
+    table = change_rows(list(range(1_000)), extra={"amount": pa.array([i / 8 for i in range(1_000)])})
+    assert encoded(table) == reference(table)
+    for offset, length in ((0, 1), (999, 1), (0, 2), (3, 500)):
+        part = table.slice(offset, length)
+        assert encoded(part) == reference(part)
+
+
+@pytest.mark.parametrize("row", range(7))
+def test_every_type_repeated_on_every_row_encodes_as_each_row(row: int) -> None:
+    """Each row of every type (nulls, NaN, escapes, binary, UUIDs, structs) as a constant column."""
+    table = every_type_table().take([row] * 5)
+    assert encoded(table) == reference(table)
+    single = every_type_table().slice(row, 1)
+    assert encoded(single) == reference(single)
+
+
+def test_columns_constant_but_for_one_row_are_encoded_per_row() -> None:
+    """First and last equal with another value, or a null, in between: not constant."""
+    rows = 9
+    columns = {
+        "middle": pa.array(["insert"] * 4 + ["delete"] + ["insert"] * 4),
+        "middle_null": pa.array([7] * 4 + [None] + [7] * 4, pa.int32()),
+        "first_null": pa.array([None] + [7] * 8, pa.int64()),
+        "last_null": pa.array(["x"] * 8 + [None]),
+        "ends": pa.array([1] * 8 + [2], pa.int64()),
+        "zeros": pa.array([0.0, -0.0, 0.0, 0.0, -0.0, 0.0, 0.0, 0.0, 0.0]),  # equal, but not the same text
+        "nan": pa.array([float("nan")] * rows),
+        "ts": pa.array([1_767_225_600_000_000] * 4 + [0] + [1_767_225_600_000_000] * 4, pa.timestamp("us", "UTC")),
+        "flag": pa.array([True] * 4 + [None] + [True] * 4),
+        "blob": pa.array([b"\x00"] * 4 + [b"\x01"] + [b"\x00"] * 4),
+        "all_null": pa.nulls(rows, pa.string()),
+        "shared": pa.array(['say "hi"\n'] * rows),  # constant, and needs escapes
+    }
+    table = pa.table(columns)
+    assert encoded(table) == reference(table)
+    for offset in range(rows):
+        part = table.slice(offset, 3)
+        assert encoded(part) == reference(part)
+
+
+def test_a_batch_of_constant_columns_only() -> None:
+    table = pa.table({"a": pa.array([1] * 4), "b": pa.nulls(4), "c": pa.array(["x"] * 4)})
+    assert encoded(table) == '{"a":1,"b":null,"c":"x"}\n' * 4
+    assert encoded(table.slice(0, 1)) == '{"a":1,"b":null,"c":"x"}\n'
+    assert encoded(table.slice(0, 0)) == ""
+
+
+def test_a_struct_with_a_constant_field() -> None:
+    inner = pa.StructArray.from_arrays(
+        [pa.array([1, 1, 1, 1], pa.int64()), pa.array(["a", "b", "c", "d"])],
+        names=["k", "v"],
+        mask=pa.array([False, True, False, False]),
+    )
+    table = pa.table({"s": inner, "n": pa.array([5, 5, 5, 5])})
     assert encoded(table) == reference(table)
