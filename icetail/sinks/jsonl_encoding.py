@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -296,9 +297,25 @@ def _string_texts(arr: pa.Array) -> pa.Array:
 
 
 def _needs_escape(arr: pa.Array) -> pa.Array | None:
-    """Which strings json.dumps would escape; None if none would."""
+    """Which strings json.dumps would escape; None if none would.
+
+    All the text bytes are looked at at once first: most columns have no byte to escape, and that
+    answer costs a twentieth of a regex per value.
+    """
+    if not _has_escape_byte(arr):
+        return None
     needs = pc.fill_null(pc.match_substring_regex(arr, _NEEDS_ESCAPE), False)
     return needs if pc.any(needs).as_py() else None
+
+
+def _has_escape_byte(arr: pa.Array) -> bool:
+    """Whether the text bytes of the string array `arr` hold a control character, `"` or `\\`.
+
+    Exact for UTF-8 (no byte of a multi-byte character is below 0x80); a null's bytes, if it has
+    any, count too, which only costs the per-value regex.
+    """
+    data = np.frombuffer(_text_buffer(arr), dtype=np.uint8)
+    return bool(data.size) and bool(data.min() < 0x20 or (data == 0x22).any() or (data == 0x5C).any())
 
 
 def _escaped(arr: pa.Array, needs: pa.Array) -> pa.Array:

@@ -162,3 +162,20 @@ def test_every_type_without_nulls_encodes_as_the_reference(name: str) -> None:
     present = column.filter(column.is_valid())
     table = pa.table({name: present, "after": pa.array(range(len(present)))})
     assert encoded(table) == reference(table)
+
+
+def test_strings_needing_escapes_are_found_in_any_slice_and_not_in_a_nulls_bytes() -> None:
+    """The bytes of the whole column are looked at once: only the slice's, and a null's bytes spoil nothing."""
+    values = ["plain", 'a"b', "plain", "tab\there", "back\\slash", "plain", "é漢", "plain"]
+    for offset in range(len(values)):
+        for length in (1, 2, 3):
+            part = pa.table({"s": pa.array(values).slice(offset, length)})
+            assert encoded(part) == reference(part)
+    # a null whose slot holds bytes (Arrow allows it): `"` and a newline that belong to no value
+    data = b'ab"\ncd'
+    offsets = pa.py_buffer(np.array([0, 2, 4, 6], np.int32).tobytes())
+    validity = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little").tobytes())
+    column = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, pa.py_buffer(data)])
+    table = pa.table({"s": column, "n": pa.array([1, 2, 3])})
+    assert encoded(table) == '{"s":"ab","n":1}\n{"s":null,"n":2}\n{"s":"cd","n":3}\n'
+    assert encoded(table) == reference(table)
