@@ -281,8 +281,11 @@ def _float_texts(arr: pa.Array) -> pa.Array:
     python_fixed = pc.or_(pc.and_(pc.greater_equal(magnitude, 1e-4), pc.less(magnitude, 1e16)), pc.equal(arr, 0.0))
     same = pc.and_(python_fixed, pc.invert(pc.match_substring(text, "e")))
     same = pc.fill_null(same, True)  # nulls stay null
-    integral = pc.invert(pc.match_substring(text, "."))
-    text = pc.if_else(integral, pc.binary_join_element_wise(text, ".0", _EMPTY), text)
+    # in fixed notation an integral value is written without a point: Python adds `.0`
+    integral = pc.fill_null(pc.and_(same, pc.equal(pc.floor(arr), arr)), False)
+    if pc.any(integral).as_py():
+        pointed = pc.binary_join_element_wise(text.filter(integral), ".0", _EMPTY)
+        text = pc.replace_with_mask(text, integral, pointed)
     if pc.all(same).as_py():
         return text
     others = pc.invert(same)
