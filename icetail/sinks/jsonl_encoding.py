@@ -43,6 +43,8 @@ SLICE_ROWS = 65_536  # rows per encoded buffer: bounds the memory of one step, a
 _NULL = pa.scalar("null", pa.string())
 _EMPTY = pa.scalar("", pa.string())
 _MAX_TEXT_BYTES = 2**31 - 1  # int32 offsets of a string array
+_FOUR_DIGIT_YEARS = (-62_135_596_800, 253_402_300_800)  # seconds: 0001-01-01 inclusive, 10000-01-01 exclusive
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'  # what json.dumps(ensure_ascii=False) escapes
 
 
@@ -237,13 +239,29 @@ def _unquoted_texts(arr: pa.Array) -> tuple[pa.Array, str] | None:
     """Timestamps, times, dates and decimals: the text inside the quotes, and what closes it."""
     t = arr.type
     if pa.types.is_timestamp(t):
-        # Arrow's cast writes `YYYY-MM-DD hh:mm:ss[.fraction of the unit]` in UTC (what strftime
-        # wrote, 20x faster): the space becomes the ISO `T`
-        text = pc.replace_substring(arr.cast(pa.timestamp(t.unit)).cast(pa.string()), " ", "T", max_replacements=1)
-        return text, '"' if t.tz is None else '+00:00"'
+        return _timestamp_texts(arr), '"' if t.tz is None else '+00:00"'
     if pa.types.is_time(t) or pa.types.is_date(t) or pa.types.is_decimal(t):
         return arr.cast(pa.string()), '"'
     return None
+
+
+def _timestamp_texts(arr: pa.Array) -> pa.Array:
+    """ISO-8601 texts in UTC, without the quotes.
+
+    Arrow's cast writes `YYYY-MM-DD hh:mm:ss[.fraction of the unit]` in UTC (what strftime wrote,
+    20x faster): the space becomes the ISO `T`. With four-digit years it is the 11th byte of
+    every text, replaced in place (4x faster than looking for it); other years move it.
+    """
+    unit = arr.type.unit
+    text = arr.cast(pa.timestamp(unit)).cast(pa.string())
+    low, high = pc.min_max(arr.view(pa.int64())).values()
+    per_second = _PER_SECOND[unit]
+    if (
+        low.is_valid
+        and _FOUR_DIGIT_YEARS[0] * per_second <= low.as_py() <= high.as_py() < _FOUR_DIGIT_YEARS[1] * per_second
+    ):
+        return pc.binary_replace_slice(text, 10, 11, "T")
+    return pc.replace_substring(text, " ", "T", max_replacements=1)
 
 
 def _as_list(arr: pa.Array, values: pa.Array) -> pa.Array:

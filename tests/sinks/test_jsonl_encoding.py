@@ -179,3 +179,16 @@ def test_strings_needing_escapes_are_found_in_any_slice_and_not_in_a_nulls_bytes
     table = pa.table({"s": column, "n": pa.array([1, 2, 3])})
     assert encoded(table) == '{"s":"ab","n":1}\n{"s":null,"n":2}\n{"s":"cd","n":3}\n'
     assert encoded(table) == reference(table)
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_timestamps_beyond_four_digit_years_match(unit: str) -> None:
+    """Years 0, 10000 and before year 0 move the `T`: the slice holding one is encoded the long way."""
+    per_second = {"s": 1, "ms": 10**3, "us": 10**6}[unit]
+    first, after_last = -62_135_596_800, 253_402_300_800  # 0001-01-01, 10000-01-01
+    seconds = [first, after_last - 1, 0, first - 1, after_last, 1_767_225_600, -70_000_000_000]
+    for tz in (None, "UTC"):
+        column = pa.array([s * per_second for s in seconds], pa.timestamp(unit, tz))
+        for offset, length in ((0, 3), (0, 4), (1, 4), (3, 1), (4, 1), (4, 2), (5, 2), (0, 7)):
+            table = pa.table({"ts": column.slice(offset, length), "n": pa.array(range(length))})
+            assert encoded(table) == reference(table)
