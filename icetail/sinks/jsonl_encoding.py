@@ -95,7 +95,7 @@ def _encode_slice(batch: pa.RecordBatch) -> Iterator[pa.Buffer]:
 
 
 def _text_buffer(texts: pa.Array) -> pa.Buffer:
-    """The UTF-8 bytes of a string array with no nulls, all values back to back (no copy)."""
+    """The UTF-8 bytes of a string array, all values back to back (no copy; a null's bytes, if any, too)."""
     data = texts.buffers()[2]
     if data is None or len(texts) == 0:
         return pa.py_buffer(b"")
