@@ -22,7 +22,7 @@ them into lines. Python touches single values only where Arrow's text differs fr
 floats outside [1e-4, 1e16) or not finite, strings that need escaping, binary (base64), UUIDs,
 and types with no kernel (durations). A column with one value on every row of a slice (the
 metadata columns of a change chunk: one change type, one commit) is encoded once and its text
-shared by every line; in a change row it was about a third of the encoding's time.
+shared by every line; in a change row it was ~30% of the encoding's time.
 """
 
 from __future__ import annotations
