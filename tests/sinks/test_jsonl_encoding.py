@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from icetail.sinks.jsonl_encoding import encode_jsonl
+from tests.sinks import change_rows
 from tests.support.jsonl_reference import every_type_table, reference_lines
 
 GOLDEN = Path(__file__).parent / "data" / "every_type.jsonl"
@@ -90,3 +91,104 @@ def test_timestamps_and_times_of_every_unit_and_year_match() -> None:
         columns[f"time_{unit}"] = pa.array(rng.integers(0, 86_400 * per_second, 2_000), storage).cast(time_type)
     table = pa.table(columns)
     assert encoded(table) == reference(table)
+
+
+# A column with one value on every row is encoded once and shared (the change metadata of a
+# chunk); these pin that it changes no byte, and that a column that only looks constant is not.
+
+
+def test_change_rows_with_constant_metadata_match_the_reference() -> None:
+    table = change_rows(list(range(1_000)), extra={"amount": pa.array([i / 8 for i in range(1_000)])})
+    assert encoded(table) == reference(table)
+    for offset, length in ((0, 1), (999, 1), (0, 2), (3, 500)):
+        part = table.slice(offset, length)
+        assert encoded(part) == reference(part)
+
+
+@pytest.mark.parametrize("row", range(7))
+def test_every_type_repeated_on_every_row_encodes_as_each_row(row: int) -> None:
+    """Each row of every type (nulls, NaN, escapes, binary, UUIDs, structs) as a constant column."""
+    table = every_type_table().take([row] * 5)
+    assert encoded(table) == reference(table)
+    single = every_type_table().slice(row, 1)
+    assert encoded(single) == reference(single)
+
+
+def test_columns_constant_but_for_one_row_are_encoded_per_row() -> None:
+    """First and last equal with another value, or a null, in between: not constant."""
+    rows = 9
+    columns = {
+        "middle": pa.array(["insert"] * 4 + ["delete"] + ["insert"] * 4),
+        "middle_null": pa.array([7] * 4 + [None] + [7] * 4, pa.int32()),
+        "first_null": pa.array([None] + [7] * 8, pa.int64()),
+        "last_null": pa.array(["x"] * 8 + [None]),
+        "ends": pa.array([1] * 8 + [2], pa.int64()),
+        "zeros": pa.array([0.0, -0.0, 0.0, 0.0, -0.0, 0.0, 0.0, 0.0, 0.0]),  # equal, but not the same text
+        "nan": pa.array([float("nan")] * rows),
+        "ts": pa.array([1_767_225_600_000_000] * 4 + [0] + [1_767_225_600_000_000] * 4, pa.timestamp("us", "UTC")),
+        "flag": pa.array([True] * 4 + [None] + [True] * 4),
+        "blob": pa.array([b"\x00"] * 4 + [b"\x01"] + [b"\x00"] * 4),
+        "all_null": pa.nulls(rows, pa.string()),
+        "shared": pa.array(['say "hi"\n'] * rows),  # constant, and needs escapes
+    }
+    table = pa.table(columns)
+    assert encoded(table) == reference(table)
+    for offset in range(rows):
+        part = table.slice(offset, 3)
+        assert encoded(part) == reference(part)
+
+
+def test_a_batch_of_constant_columns_only() -> None:
+    table = pa.table({"a": pa.array([1] * 4), "b": pa.nulls(4), "c": pa.array(["x"] * 4)})
+    assert encoded(table) == '{"a":1,"b":null,"c":"x"}\n' * 4
+    assert encoded(table.slice(0, 1)) == '{"a":1,"b":null,"c":"x"}\n'
+    assert encoded(table.slice(0, 0)) == ""
+
+
+def test_a_struct_with_a_constant_field() -> None:
+    inner = pa.StructArray.from_arrays(
+        [pa.array([1, 1, 1, 1], pa.int64()), pa.array(["a", "b", "c", "d"])],
+        names=["k", "v"],
+        mask=pa.array([False, True, False, False]),
+    )
+    table = pa.table({"s": inner, "n": pa.array([5, 5, 5, 5])})
+    assert encoded(table) == reference(table)
+
+
+@pytest.mark.parametrize("name", every_type_table().schema.names)
+def test_every_type_without_nulls_encodes_as_the_reference(name: str) -> None:
+    """A column without nulls leaves its quotes to the row join; with nulls it cannot (null is unquoted)."""
+    column = every_type_table().column(name).combine_chunks()
+    present = column.filter(column.is_valid())
+    table = pa.table({name: present, "after": pa.array(range(len(present)))})
+    assert encoded(table) == reference(table)
+
+
+def test_strings_needing_escapes_are_found_in_any_slice_and_not_in_a_nulls_bytes() -> None:
+    """The bytes of the whole column are looked at once: only the slice's, and a null's bytes spoil nothing."""
+    values = ["plain", 'a"b', "plain", "tab\there", "back\\slash", "plain", "é漢", "plain"]
+    for offset in range(len(values)):
+        for length in (1, 2, 3):
+            part = pa.table({"s": pa.array(values).slice(offset, length)})
+            assert encoded(part) == reference(part)
+    # a null whose slot holds bytes (Arrow allows it): `"` and a newline that belong to no value
+    data = b'ab"\ncd'
+    offsets = pa.py_buffer(np.array([0, 2, 4, 6], np.int32).tobytes())
+    validity = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little").tobytes())
+    column = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, pa.py_buffer(data)])
+    table = pa.table({"s": column, "n": pa.array([1, 2, 3])})
+    assert encoded(table) == '{"s":"ab","n":1}\n{"s":null,"n":2}\n{"s":"cd","n":3}\n'
+    assert encoded(table) == reference(table)
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_timestamps_beyond_four_digit_years_match(unit: str) -> None:
+    """Years 0, 10000 and before year 0 move the `T`: the slice holding one is encoded the long way."""
+    per_second = {"s": 1, "ms": 10**3, "us": 10**6}[unit]
+    first, after_last = -62_135_596_800, 253_402_300_800  # 0001-01-01, 10000-01-01
+    seconds = [first, after_last - 1, 0, first - 1, after_last, 1_767_225_600, -70_000_000_000]
+    for tz in (None, "UTC"):
+        column = pa.array([s * per_second for s in seconds], pa.timestamp(unit, tz))
+        for offset, length in ((0, 3), (0, 4), (1, 4), (3, 1), (4, 1), (4, 2), (5, 2), (0, 7)):
+            table = pa.table({"ts": column.slice(offset, length), "n": pa.array(range(length))})
+            assert encoded(table) == reference(table)
