@@ -50,7 +50,14 @@ from icetail.monitor.engine.startup import (
     parse_start,
     recovery_for,
 )
-from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, parse_verify_mode, report, verifier_for
+from icetail.monitor.engine.verify import (
+    SnapshotCheck,
+    SnapshotVerifier,
+    VerifyMode,
+    parse_verify_mode,
+    report,
+    verifier_for,
+)
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
@@ -586,14 +593,7 @@ class Pipeline:
         if not requests:
             return True
         context = read_context(table, schema_id, tasks, with_schema_id=with_schema_id)
-        verifier = verifier_for(
-            self._verify,
-            table.metadata,
-            splits,
-            from_snapshot_exclusive=batch.from_snapshot_exclusive,
-            collapsed=batch.shape.collapsed,
-            fully_read_split_ids={r.split.split_id for r in requests if r.start_row_inclusive == 0},
-        )
+        verifier = self._verifier(table, batch, {r.split.split_id for r in requests if r.start_row_inclusive == 0})
         read_schema = change_arrow_schema(
             table, schema_id, with_schema_id=with_schema_id, with_row_lineage=with_lineage or lineage_pairing
         )
@@ -652,14 +652,7 @@ class Pipeline:
         requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in splits]
         context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
         next_rows: dict[str, int] = {}
-        # every split is read from its first row: each snapshot of the batch can be checked
-        verifier = verifier_for(
-            self._verify,
-            table.metadata,
-            splits,
-            from_snapshot_exclusive=batch.from_snapshot_exclusive,
-            collapsed=batch.shape.collapsed,
-        )
+        verifier = self._verifier(table, batch)  # every split is read from its first row
 
         def read() -> Iterator[Chunk]:
             chunks = run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows)
@@ -693,6 +686,19 @@ class Pipeline:
         self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
         tally.add_rows(rows)
         return True
+
+    def _verifier(
+        self, table: Table, batch: InflightBatch, fully_read_split_ids: set[str] | None = None
+    ) -> SnapshotVerifier | None:
+        """What checks the batch's snapshots (None under off); only those read whole here can be checked."""
+        return verifier_for(
+            self._verify,
+            table.metadata,
+            batch.splits,
+            from_snapshot_exclusive=batch.from_snapshot_exclusive,
+            collapsed=batch.shape.collapsed,
+            fully_read_split_ids=fully_read_split_ids,
+        )
 
     def _checked(self, batch: InflightBatch, check: SnapshotCheck, tally: _Tally) -> None:
         """Count, report and log a snapshot's check; under strict a mismatch raises SnapshotCheckError."""
