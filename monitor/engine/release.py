@@ -73,29 +73,35 @@ def releases(
 
     `snapshot_of` maps a split id to its commit snapshot. Each chunk is counted by `verifier`;
     `on_check` gets a snapshot's check when its last chunk is read and may raise to refuse it
-    (under strict, nothing of that snapshot has been released then).
+    (under strict, nothing of that snapshot has been released then). `chunks` is closed when
+    the releases end, are refused or are abandoned, not when the garbage collector gets to it.
     """
-    held: list[Chunk] = []
-    held_snapshot: int | None = None
-    for chunk in chunks:
-        snapshot_id = snapshot_of[chunk.split_id]
-        if held_snapshot is not None and snapshot_id != held_snapshot:
+    try:
+        held: list[Chunk] = []
+        held_snapshot: int | None = None
+        for chunk in chunks:
+            snapshot_id = snapshot_of[chunk.split_id]
+            if held_snapshot is not None and snapshot_id != held_snapshot:
+                yield Release(held_snapshot, tuple(held), held_snapshot in gathered)
+                held, held_snapshot = [], None
+            check = verifier.add(chunk) if verifier is not None else None
+            if check is not None and on_check is not None:
+                on_check(check)
+            gather = snapshot_id in gathered
+            if not gather and not (strict and verifier is not None and verifier.proves(snapshot_id)):
+                yield Release(snapshot_id, (chunk,), reconcile=False)
+                continue
+            held.append(chunk)
+            held_snapshot = snapshot_id
+            if check is not None and not gather:  # checked and passed: it leaves as read
+                yield Release(snapshot_id, tuple(held), reconcile=False)
+                held, held_snapshot = [], None
+        if held_snapshot is not None:
             yield Release(held_snapshot, tuple(held), held_snapshot in gathered)
-            held, held_snapshot = [], None
-        check = verifier.add(chunk) if verifier is not None else None
-        if check is not None and on_check is not None:
-            on_check(check)
-        gather = snapshot_id in gathered
-        if not gather and not (strict and verifier is not None and verifier.proves(snapshot_id)):
-            yield Release(snapshot_id, (chunk,), reconcile=False)
-            continue
-        held.append(chunk)
-        held_snapshot = snapshot_id
-        if check is not None and not gather:  # checked and passed: it leaves as read
-            yield Release(snapshot_id, tuple(held), reconcile=False)
-            held, held_snapshot = [], None
-    if held_snapshot is not None:
-        yield Release(held_snapshot, tuple(held), held_snapshot in gathered)
+    finally:  # a refused check or an abandoned read stops the read now (run_splits cancels its Spark jobs)
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def snapshot_batches(released: Iterable[Release]) -> Iterator[tuple[int, pa.RecordBatch]]:

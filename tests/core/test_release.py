@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pytest
 
@@ -118,3 +120,28 @@ def test_a_split_read_in_part_is_never_checked() -> None:
     verifier = SnapshotVerifier([], [split_of(s, n) for s, n in SNAPSHOT_OF.items()])
     units = list(releases(_read(), SNAPSHOT_OF, set(), verifier, strict=True, on_check=checks.append))
     assert len(units) == 6 and checks == []
+
+
+def test_the_read_is_closed_when_a_check_refuses_or_the_caller_stops() -> None:
+    """The read (run_splits, which cancels its Spark jobs when closed) stops at once, not at garbage collection."""
+    closed: list[str] = []
+
+    def read(name: str) -> Iterator[Chunk]:
+        try:
+            yield from _read()
+        finally:
+            closed.append(name)
+
+    def refuse(check: SnapshotCheck) -> None:
+        if check.mismatches:
+            raise RuntimeError("refused")
+
+    refused = read("refused")
+    with pytest.raises(RuntimeError):
+        list(releases(refused, SNAPSHOT_OF, set(), _verifier((1, 4)), strict=True, on_check=refuse))
+    assert closed == ["refused"]
+
+    units = releases(read("stopped"), SNAPSHOT_OF, set())
+    next(units)
+    units.close()  # what a stop request or a caller leaving its loop does
+    assert closed == ["refused", "stopped"]
