@@ -25,14 +25,16 @@ rows). Rows are then matched to the table's columns by name and cast to their ty
 columns the rows lack are written as nulls.
 
 Data files are written by the Spark tasks that read the rows (`stager`), through pyiceberg's own
-writer, under the table's data location and named `icetail-<chunk>-...`; the driver reads only
-the file's footer to commit it (`commit_staged`). A replayed chunk that is already committed has
-its new file deleted again. A file staged by a run that stopped before committing it stays
-unreferenced: Iceberg's orphan-file removal collects it. Partitioned sink tables are written from
-the driver (pyiceberg's partitioned append).
+writer, under the table's data location and named `icetail-<chunk>-...`; the driver commits the
+DataFile (statistics included) that the task's writer made of it, without reading the file
+(`commit_staged`). A replayed chunk that is already committed has its new file deleted again.
+A file staged by a run that stopped before committing it stays unreferenced: Iceberg's
+orphan-file removal collects it. Partitioned sink tables are written from the driver
+(pyiceberg's partitioned append).
 
-The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_schema` (the
-table's shape), `iceberg_stager` (the Spark-task writer), `iceberg_errors` (retry or reject).
+The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_commit` (one
+commit on the held metadata), `iceberg_schema` (the table's shape), `iceberg_stager` (the
+Spark-task writer), `iceberg_errors` (retry or reject).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
 from icetail.sinks.iceberg_evolution import evolve_by_field_id
 from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
 from icetail.sinks.iceberg_schema import conform, sink_schema
-from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_name
+from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_file, staged_name
 
 _T = TypeVar("_T")
 
@@ -167,10 +169,11 @@ class IcebergTableSink:
         return self._chunk_step(key, "committed", lambda: self._commit_staged(key, staged))
 
     def _commit_staged(self, key: ChunkKey, staged: str) -> str:
-        if not staged_name(staged).startswith(file_prefix(key)):
-            raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {staged} is not chunk {key.name}")
+        path, written = staged_file(staged)
+        if not staged_name(path).startswith(file_prefix(key)):
+            raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {path} is not chunk {key.name}")
         table = self._held(None)
-        data_file: DataFile = parquet_file_to_data_file(table.io, table.metadata, staged)
+        data_file: DataFile = written or parquet_file_to_data_file(table.io, table.metadata, path)
         rows = int(data_file.record_count)
         summary = self._summary(key, rows)
 
@@ -180,7 +183,7 @@ class IcebergTableSink:
 
         def replayed() -> None:  # a replay of a committed chunk: its new file is not needed
             with contextlib.suppress(OSError):
-                table.io.delete(staged)
+                table.io.delete(path)
 
         return self._append_once(key, rows, table, lambda t: (t, fast_append), replayed)
 

@@ -18,6 +18,7 @@ from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg_commit import commit_view
 from icetail.sinks.iceberg_ledger import CHUNK_ID_PROPERTY
 from icetail.sinks.iceberg_sink import IcebergStager, IcebergTableSink
+from icetail.sinks.iceberg_stager import staged_file
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 
@@ -73,7 +74,7 @@ def test_a_staged_chunk_another_run_committed_meanwhile_is_not_appended_again(sq
 
     assert ids(load(sql_catalog)) == [1, 2]
     assert _chunk_ids(sql_catalog) == [key(0).name, key(1).name]
-    assert not Path(again.removeprefix("file:")).exists()
+    assert not Path(staged_file(again)[0].removeprefix("file:")).exists()
 
 
 def test_another_writers_commit_between_chunks_is_kept_under_the_next_chunk(sql_catalog: SqlCatalog) -> None:
