@@ -6,11 +6,16 @@ Every chunk becomes one append snapshot whose summary carries
 * `icetail.chunk-id`   - `ChunkKey.name`, unique per consumer
 * `icetail.chunk-rows` - the number of rows in the chunk
 
-Before writing, the sink refreshes the table and looks for this consumer's chunk id among the
-snapshots of the table's current history (main branch ancestry, indexed once at open and kept
-up to date incrementally). A chunk that is already there - the write succeeded but the offset
-commit did not - is skipped, the pattern of Flink's Iceberg sink. The token is the id of the
-snapshot that holds the chunk.
+Before writing, the sink looks for this consumer's chunk id among the snapshots of the table's
+current history (main branch ancestry, indexed once at open and kept up to date incrementally).
+A chunk that is already there - the write succeeded but the offset commit did not - is skipped,
+the pattern of Flink's Iceberg sink. The token is the id of the snapshot that holds the chunk.
+
+The look-up is made on the metadata the sink holds: its own last commit (the table is reloaded
+once per batch, and after any failure). The chunk's commit requires the branch head to be the
+one that metadata shows, so it lands only if nothing was committed since the look-up; when
+another writer did commit, the commit fails as a whole, and the sink reloads the table, looks
+again and commits again (`iceberg_commit`: pyiceberg's own rebasing retry is off).
 
 The table is created (with its namespace) when missing, from the rows' schema with every column
 optional. When the source table's schema changes (a batch never spans a change), the sink table
@@ -20,14 +25,16 @@ rows). Rows are then matched to the table's columns by name and cast to their ty
 columns the rows lack are written as nulls.
 
 Data files are written by the Spark tasks that read the rows (`stager`), through pyiceberg's own
-writer, under the table's data location and named `icetail-<chunk>-...`; the driver reads only
-the file's footer to commit it (`commit_staged`). A replayed chunk that is already committed has
-its new file deleted again. A file staged by a run that stopped before committing it stays
-unreferenced: Iceberg's orphan-file removal collects it. Partitioned sink tables are written from
-the driver (pyiceberg's partitioned append).
+writer, under the table's data location and named `icetail-<chunk>-...`; the driver commits the
+DataFile (statistics included) that the task's writer made of it, without reading the file
+(`commit_staged`). A replayed chunk that is already committed has its new file deleted again.
+A file staged by a run that stopped before committing it stays unreferenced: Iceberg's
+orphan-file removal collects it. Partitioned sink tables are written from the driver
+(pyiceberg's partitioned append).
 
-The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_schema` (the
-table's shape), `iceberg_stager` (the Spark-task writer), `iceberg_errors` (retry or reject).
+The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_commit` (one
+commit on the held metadata), `iceberg_schema` (the table's shape), `iceberg_stager` (the
+Spark-task writer), `iceberg_errors` (retry or reject).
 """
 
 from __future__ import annotations
@@ -38,10 +45,10 @@ from typing import TypeVar
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 
 from icetail.catalogs import open_catalog
 from icetail.kernel.errors import (
@@ -55,11 +62,12 @@ from icetail.kernel.errors import (
 )
 from icetail.kernel.secrets import fileio_items
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.iceberg_commit import commit_retries, committed
 from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
 from icetail.sinks.iceberg_evolution import evolve_by_field_id
 from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
 from icetail.sinks.iceberg_schema import conform, sink_schema
-from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_name
+from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_file, staged_name
 
 _T = TypeVar("_T")
 
@@ -76,6 +84,7 @@ class IcebergTableSink:
         self.identifier = identifier
         self.consumer = consumer
         self._closed = False
+        self._stale = False  # a step failed: the held metadata may be behind the catalog, reload it
         self._ledger = ChunkLedger(consumer)
         self.catalog = _open_catalog(catalog_name)
         self._table = self._load()
@@ -103,12 +112,15 @@ class IcebergTableSink:
             raise SinkRejectedError(f"iceberg sink {self._where()} is closed")
         try:
             return step()
-        except IcetailError:
+        except BaseException as exc:
+            self._stale = True  # whatever happened (a commit's outcome may be unknown), reload next time
+            if isinstance(exc, IcetailError):
+                raise
+            if isinstance(exc, TRANSIENT_ERRORS):
+                raise SinkError(f"iceberg sink {self._where()}: {transient}: {error_text(exc)}") from exc
+            if isinstance(exc, REJECTED_ERRORS):
+                raise SinkRejectedError(f"iceberg sink {self._where()}: {rejected}: {error_text(exc)}") from exc
             raise
-        except TRANSIENT_ERRORS as exc:
-            raise SinkError(f"iceberg sink {self._where()}: {transient}: {error_text(exc)}") from exc
-        except REJECTED_ERRORS as exc:
-            raise SinkRejectedError(f"iceberg sink {self._where()}: {rejected}: {error_text(exc)}") from exc
 
     def close(self) -> None:
         """Release the catalog's connections; idempotent."""
@@ -123,15 +135,14 @@ class IcebergTableSink:
     # -- steps -----------------------------------------------------------------------------------
 
     def _write(self, key: ChunkKey, rows: pa.Table) -> str:
-        table = self._refreshed(rows.schema)
-        self._ledger.index(table)
-        done = self._ledger.get(key.name)
-        if done is not None:
-            self._check_replay(key, done, rows.num_rows)
-            return str(done[0])
-        table = self._evolve(table, rows.schema)
-        table.append(conform(rows, table.schema().as_arrow()), snapshot_properties=self._summary(key, rows.num_rows))
-        return self._committed(table, key, rows.num_rows)
+        summary = self._summary(key, rows.num_rows)
+
+        def appended(table: Table) -> tuple[Table, Callable[[Transaction], None]]:
+            table = self._evolve(table, rows.schema)
+            conformed = conform(rows, table.schema().as_arrow())
+            return table, lambda transaction: transaction.append(conformed, snapshot_properties=summary)
+
+        return self._append_once(key, rows.num_rows, self._held(rows.schema), appended, replayed=lambda: None)
 
     def stager(self, schema: pa.Schema) -> IcebergStager | None:
         """What the Spark tasks need to write this batch's data files; None for a partitioned table.
@@ -158,21 +169,63 @@ class IcebergTableSink:
         return self._chunk_step(key, "committed", lambda: self._commit_staged(key, staged))
 
     def _commit_staged(self, key: ChunkKey, staged: str) -> str:
-        if not staged_name(staged).startswith(file_prefix(key)):
-            raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {staged} is not chunk {key.name}")
-        table = self._refreshed(None)
-        self._ledger.index(table)
-        data_file: DataFile = parquet_file_to_data_file(table.io, table.metadata, staged)
+        path, written = staged_file(staged)
+        if not staged_name(path).startswith(file_prefix(key)):
+            raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {path} is not chunk {key.name}")
+        table = self._held(None)
+        data_file: DataFile = written or parquet_file_to_data_file(table.io, table.metadata, path)
         rows = int(data_file.record_count)
-        done = self._ledger.get(key.name)
-        if done is not None:  # a replay of a committed chunk: its new file is not needed
-            self._check_replay(key, done, rows)
-            with contextlib.suppress(OSError):
-                table.io.delete(staged)
-            return str(done[0])
-        with table.transaction() as transaction:
-            with transaction.update_snapshot(snapshot_properties=self._summary(key, rows)).fast_append() as append:
+        summary = self._summary(key, rows)
+
+        def fast_append(transaction: Transaction) -> None:
+            with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 append.append_data_file(data_file)
+
+        def replayed() -> None:  # a replay of a committed chunk: its new file is not needed
+            with contextlib.suppress(OSError):
+                table.io.delete(path)
+
+        return self._append_once(key, rows, table, lambda t: (t, fast_append), replayed)
+
+    def _append_once(
+        self,
+        key: ChunkKey,
+        rows: int,
+        table: Table,
+        appended: Callable[[Table], tuple[Table, Callable[[Transaction], None]]],
+        replayed: Callable[[], None],
+    ) -> str:
+        """Commit `key`'s rows as one snapshot unless the table holds the chunk already; the token.
+
+        The ledger is read on the very metadata the commit is based on, and the commit lands only
+        if the branch head has not moved since (`iceberg_commit`): a conflict means someone else
+        committed, maybe this chunk, so the table is reloaded and the chunk looked up again. A
+        chunk found in held metadata is looked up again in the table as committed now (the
+        snapshot holding it may have been rolled back since): replays are rare, the reload cheap.
+        """
+        retries = commit_retries(table)
+        conflicts = 0
+        reloaded = False
+        while True:
+            self._ledger.index(table)
+            done = self._ledger.get(key.name)
+            if done is not None and not reloaded:
+                table, reloaded = self._reloaded(), True
+                continue
+            if done is not None:
+                self._check_replay(key, done, rows)
+                replayed()
+                return str(done[0])
+            table, stage = appended(table)
+            try:
+                table = committed(table, stage)
+                break
+            except CommitFailedException:
+                conflicts += 1
+                if conflicts > retries:
+                    raise
+                table, reloaded = self._reloaded(), True
+        self._table = table
         return self._committed(table, key, rows)
 
     def _summary(self, key: ChunkKey, rows: int) -> dict[str, str]:
@@ -193,22 +246,40 @@ class IcebergTableSink:
             raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} was appended but cannot be found")
         return str(snapshot_id)
 
+    def _held(self, schema: pa.Schema | None) -> Table:
+        """The table as this sink last loaded or committed it; reloaded if a step failed since.
+
+        A chunk's commit needs no fresher metadata: it fails if the table moved (`_append_once`).
+        """
+        if self._table is not None and not self._stale:
+            return self._table
+        return self._refreshed(schema)
+
+    def _reloaded(self) -> Table:
+        """The table as committed right now (it exists: the sink held it)."""
+        try:
+            self._table = self._table.refresh() if self._table is not None else self._load()
+        except (NoSuchTableError, NoSuchNamespaceError) as exc:
+            raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use") from exc
+        if self._table is None:
+            raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use")
+        self._stale = False
+        return self._table
+
     def _refreshed(self, schema: pa.Schema | None) -> Table:
         """The table as committed right now; created from `schema` if it does not exist yet.
 
         Without a schema (committing a staged file) the table must exist already.
         """
         if self._table is not None:
-            try:
-                return self._table.refresh()
-            except (NoSuchTableError, NoSuchNamespaceError) as exc:
-                raise SinkRejectedError(f"iceberg sink table {self._where()} was dropped while in use") from exc
+            return self._reloaded()
         table = self._load()
         if table is None:
             if schema is None:
                 raise SinkRejectedError(f"iceberg sink table {self._where()} does not exist; nothing was staged for it")
             table = self._create(schema)
         self._table = table
+        self._stale = False
         return table
 
     def _load(self) -> Table | None:

@@ -1,18 +1,23 @@
 """The Iceberg sink's Spark-task half: write a chunk as one data file of the sink table, uncommitted.
 
 The driver commits the file afterwards (`IcebergTableSink.commit_staged`), recognising it by the
-chunk's file name prefix.
+chunk's file name prefix. The staged token carries the file's path and the DataFile pyiceberg's
+writer made of it (row count, size, column statistics from the footer it just wrote), so the
+driver commits it without opening the file again (`staged_file`).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import pickle
 import uuid
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import write_file
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import WriteTask
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
@@ -53,7 +58,7 @@ class IcebergStager:
             raise SinkRejectedError(
                 f"iceberg sink: chunk {key.name} does not fit the table: {error_text(exc)}"
             ) from exc
-        return str(data_file.file_path)
+        return staged_token(data_file)
 
 
 @functools.lru_cache(maxsize=8)
@@ -80,3 +85,25 @@ def file_prefix(key: ChunkKey) -> str:
 def staged_name(path: str) -> str:
     """The file name of a staged file's path."""
     return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+_DATA_FILE = "\n"  # after the path: the pickled DataFile, base64 (a path holds no newline)
+
+
+def staged_token(data_file: DataFile) -> str:
+    """What `stage` returns: the file's path, then the DataFile the driver commits."""
+    return f"{data_file.file_path}{_DATA_FILE}{base64.b64encode(pickle.dumps(data_file)).decode('ascii')}"
+
+
+def staged_file(staged: str) -> tuple[str, DataFile | None]:
+    """(path, DataFile) of a staged token; no DataFile for a bare path (then the driver reads the footer).
+
+    The token comes from this sink's own Spark tasks, as every result Spark hands the driver.
+    """
+    path, _, encoded = staged.partition(_DATA_FILE)
+    if not encoded:
+        return path, None
+    data_file = pickle.loads(base64.b64decode(encoded))
+    if not isinstance(data_file, DataFile) or data_file.file_path != path:
+        raise ValueError(f"staged token for {path} does not describe that file")
+    return path, data_file

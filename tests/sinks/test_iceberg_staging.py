@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
@@ -19,6 +20,7 @@ from icetail.sinks.base import StagingSink
 from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg_ledger import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY
 from icetail.sinks.iceberg_sink import IcebergStager, IcebergTableSink
+from icetail.sinks.iceberg_stager import staged_file
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 
@@ -44,7 +46,8 @@ def test_staged_chunk_is_a_table_data_file_with_field_ids_committed_with_its_chu
     rows = change_rows([1, 2, 3])
     sink, stager = _open(rows.schema)
     staged = stager.stage(key(0), rows)
-    assert Path(staged.removeprefix("file:")).name.startswith("icetail-" + key(0).name)
+    path, written = staged_file(staged)
+    assert Path(path.removeprefix("file:")).name.startswith("icetail-" + key(0).name)
     assert load(sql_catalog).current_snapshot() is None  # written, not yet visible
 
     token = sink.commit_staged(key(0), staged)
@@ -56,9 +59,11 @@ def test_staged_chunk_is_a_table_data_file_with_field_ids_committed_with_its_chu
     assert snapshot.summary is not None
     assert snapshot.summary.get(CHUNK_ID_PROPERTY) == key(0).name
     assert snapshot.summary.get(CHUNK_ROWS_PROPERTY) == "3"
-    assert _data_files(sql_catalog) == [staged]
+    assert _data_files(sql_catalog) == [path]
     assert ids(table) == [1, 2, 3]
-    schema = pq.read_schema(staged.removeprefix("file:"))
+    # the task's DataFile, committed as is, is what pyiceberg makes of the file's footer
+    assert written == parquet_file_to_data_file(table.io, table.metadata, path)
+    schema = pq.read_schema(path.removeprefix("file:"))
     field_ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in schema}
     assert field_ids == {f.name: f.field_id for f in table.schema().fields}
 
@@ -66,19 +71,19 @@ def test_staged_chunk_is_a_table_data_file_with_field_ids_committed_with_its_chu
 def test_replayed_staged_chunk_is_not_appended_twice_and_its_new_file_is_deleted(sql_catalog: SqlCatalog) -> None:
     rows = change_rows([1, 2])
     sink, stager = _open(rows.schema)
-    first_file = stager.stage(key(0), rows)
-    first = sink.commit_staged(key(0), first_file)
+    first_staged = stager.stage(key(0), rows)
+    first = sink.commit_staged(key(0), first_staged)
     sink.close()
 
     # a crash after the sink commit, before the offset commit: a new run stages the chunk again
     restarted, stager = _open(rows.schema)
     again = stager.stage(key(0), rows)
-    assert again != first_file
+    assert staged_file(again)[0] != staged_file(first_staged)[0]
     assert restarted.commit_staged(key(0), again) == first
     restarted.close()
 
-    assert not Path(again.removeprefix("file:")).exists()
-    assert _data_files(sql_catalog) == [first_file]
+    assert not Path(staged_file(again)[0].removeprefix("file:")).exists()
+    assert _data_files(sql_catalog) == [staged_file(first_staged)[0]]
     assert ids(load(sql_catalog)) == [1, 2]
     assert len(load(sql_catalog).metadata.snapshots) == 1
 
