@@ -98,12 +98,17 @@ def staged_token(data_file: DataFile) -> str:
 def staged_file(staged: str) -> tuple[str, DataFile | None]:
     """(path, DataFile) of a staged token; no DataFile for a bare path (then the driver reads the footer).
 
-    The token comes from this sink's own Spark tasks, as every result Spark hands the driver.
+    The token comes from this sink's own Spark tasks, as every result Spark hands the driver. A
+    DataFile the driver cannot take back (an executor with another pyiceberg, say) is not an
+    error: the driver reads the file's footer instead, as for a bare path.
     """
     path, _, encoded = staged.partition(_DATA_FILE)
     if not encoded:
         return path, None
-    data_file = pickle.loads(base64.b64decode(encoded))
+    try:
+        data_file = pickle.loads(base64.b64decode(encoded))
+    except Exception:  # noqa: BLE001 - any undecodable record falls back to the footer
+        return path, None
     if not isinstance(data_file, DataFile) or data_file.file_path != path:
-        raise ValueError(f"staged token for {path} does not describe that file")
+        return path, None
     return path, data_file

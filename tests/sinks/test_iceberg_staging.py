@@ -68,6 +68,23 @@ def test_staged_chunk_is_a_table_data_file_with_field_ids_committed_with_its_chu
     assert field_ids == {f.name: f.field_id for f in table.schema().fields}
 
 
+@pytest.mark.parametrize("record", ["bm90IGEgcGlja2xl", "garbage!", "bare"])
+def test_a_staged_record_the_driver_cannot_take_back_falls_back_to_the_footer(
+    sql_catalog: SqlCatalog, record: str
+) -> None:
+    """An executor with another pyiceberg, a damaged token: the driver reads the file's footer instead."""
+    rows = change_rows([1, 2, 3])
+    sink, stager = _open(rows.schema)
+    path, written = staged_file(stager.stage(key(0), rows))
+    assert written is not None
+    token = path if record == "bare" else f"{path}\n{record}"
+    assert staged_file(token) == (path, None)
+    assert sink.commit_staged(key(0), token) == str(load(sql_catalog).current_snapshot().snapshot_id)  # type: ignore[union-attr]
+    sink.close()
+    assert ids(load(sql_catalog)) == [1, 2, 3]
+    assert load(sql_catalog).scan().plan_files()[0].file.record_count == 3
+
+
 def test_replayed_staged_chunk_is_not_appended_twice_and_its_new_file_is_deleted(sql_catalog: SqlCatalog) -> None:
     rows = change_rows([1, 2])
     sink, stager = _open(rows.schema)
