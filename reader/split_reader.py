@@ -3,8 +3,10 @@
 Runs inside a Spark task. For each chunk the rows visible before the snapshot (parent's
 deletes applied) and after it (the snapshot's deletes applied) are compared as boolean masks:
 visible before only -> DELETE, after only -> INSERT. Row groups whose masks cannot differ are
-never decoded. Each chunk reports the file-absolute row where the next chunk starts, which the
-pipeline commits as the split's offset.
+never decoded. When only a few rows of a file change (a DELETE of some of its rows), text columns
+with small dictionaries are read as dictionary indices and only the kept rows become strings.
+Each chunk reports the file-absolute row where the next chunk starts, which the pipeline commits
+as the split's offset.
 """
 
 from __future__ import annotations
