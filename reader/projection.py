@@ -153,15 +153,24 @@ def key_columns(batch: pa.RecordBatch, schema_of_file: Schema, key_fields: Seque
     return pa.table(columns, names=names)
 
 
-def project(batch: pa.RecordBatch, schema_of_file: Schema, requested: Schema, format_version: int) -> pa.RecordBatch:
+def project(
+    batch: pa.RecordBatch,
+    schema_of_file: Schema,
+    requested: Schema,
+    format_version: int,
+    target: pa.Schema | None = None,
+) -> pa.RecordBatch:
     """`batch` (read with the file's schema) as `requested`, matched by field id at every depth.
 
     Renamed fields follow their id, fields the file lacks read as NULL (or their initial default),
     promoted types are cast, and NULL lists, maps and structs stay NULL at every level (pyiceberg
     0.12's projection turns a NULL list of structs or map of structs into an empty one).
+    `target`: `requested` as Arrow when the caller has it (with or without field ids), so a reader
+    projecting chunk after chunk converts the schema once, not per chunk.
     """
     file_struct = schema_of_file.as_struct()
-    target = arrow_schema(requested)
+    if target is None:
+        target = arrow_schema(requested)
     downcast = format_version <= 2
     arrays = []
     for field, arrow_field in zip(requested.fields, target, strict=True):

@@ -89,4 +89,11 @@ def deletion_vector_positions(blob: bytes) -> np.ndarray:
     framing and bitmap decoders.
     """
     bitmaps = DeletionVector._deserialize_bitmap(_extract_vector_payload(blob))
-    return np.asarray(DeletionVector("", bitmaps).to_vector().to_numpy(), dtype=np.int64)
+    # pyiceberg's `to_vector` builds Python ints one position at a time (~10 ms per 100k);
+    # each 32-bit bitmap's array, offset by its key, is the same positions in bulk
+    parts = [
+        np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.int64) + (key << 32)
+        for key, bitmap in enumerate(bitmaps)
+        if len(bitmap)
+    ]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)

@@ -68,3 +68,10 @@ def test_optional_v3_fields_of_a_v2_data_file_are_none(small_table: SmallTable) 
         assert optional_data_file_field(data_file, v3_field) is None
     assert optional_data_file_field(data_file, "no_such_field") is None
     assert optional_data_file_field(data_file, "record_count") == 3
+
+
+def test_deletion_vector_positions_of_an_empty_vector_and_of_empty_leading_keys() -> None:
+    assert deletion_vector_positions(_dv_blob([])).tolist() == []
+    # keys 0 and 1 absent: the decoder pads them with empty bitmaps, which add no positions
+    positions = [(2 << 32) + 1, (2 << 32) + 9]
+    assert deletion_vector_positions(_dv_blob(positions)).tolist() == positions

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.support.oracle import assert_changes_match, row_tuples
@@ -92,6 +93,41 @@ def test_v2_position_deletes(catalog) -> None:
     assert _changes(out, s1)[(2, "b", "INSERT")] == 2
     assert _changes(out, s2) == Counter({(2, "b", "DELETE"): 2})
     assert _changes(out, s3) == Counter({(4, None, "DELETE"): 1})
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_a_delete_of_few_rows_reads_dictionary_text_as_indices_and_matches_java(catalog, format_version: int) -> None:
+    """A DELETE of 10% (position deletes or DVs): the reader takes the low-cardinality text column as
+    dictionary indices (split_reader._dictionary_columns) and keeps plain reads for the others; the
+    rows, NULLs included, are Java's, read whole and in chunks that cut row groups."""
+    from icetail.reader.split_reader import _dictionary_columns
+
+    _create(catalog, "id bigint, cat string, name string, tag string", format_version=format_version)
+    catalog.sql(
+        f"INSERT INTO {{cat}}.ns.t SELECT {SINGLE_FILE} id, concat('c', id % 3), concat('name-', id), "
+        "CASE WHEN id % 4 = 0 THEN NULL ELSE concat('t', id % 2) END FROM range(3000)"
+    )
+    catalog.sql("DELETE FROM {cat}.ns.t WHERE id % 10 = 7")
+    s2 = catalog.current_snapshot_id("t")
+    data_files = {f for f, _ in catalog.java_planned_files("t", s2)}
+    assert len(data_files) == 1
+    with catalog.load_table("t").io.new_input(next(iter(data_files))).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        chosen = _dictionary_columns(
+            parquet.metadata, list(range(parquet.num_row_groups)), ["id", "cat", "name", "tag"], parquet.schema_arrow
+        )
+    assert chosen == ["cat", "tag"], "the case this test is for: small dictionaries read as indices, not `name`"
+
+    out = _check_all(catalog, s2)
+    assert _changes(out, s2, ("cat",)) == Counter({("c0", "DELETE"): 100, ("c1", "DELETE"): 100, ("c2", "DELETE"): 100})
+    parent = catalog.load_table("t").snapshot_by_id(s2).parent_snapshot_id
+    whole = _read(catalog, parent, s2)
+    assert whole.num_rows == 300
+    from icetail.monitor.engine.api import iter_changes, plan_range
+
+    table = catalog.load_table("t")
+    chunked = pa.Table.from_batches(iter_changes(table, plan_range(table, parent, s2), chunk_rows=700))
+    assert chunked.sort_by("id").equals(whole.sort_by("id"))
 
 
 def test_v2_position_delete_file_is_rewritten_on_each_delete(catalog) -> None:
