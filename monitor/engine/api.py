@@ -23,6 +23,7 @@ from icetail.kernel.secrets import fileio_items
 from icetail.monitor.engine.release import (
     Pairing,
     gathered_snapshots,
+    observed,
     releases,
     snapshot_batches,
     snapshots_needing_reconcile,
@@ -176,7 +177,7 @@ def iter_changes(
 
     def read(requests: list[SplitRequest]) -> Iterator[Chunk]:
         chunks = run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows)
-        return chunks if on_chunk is None else _observed(chunks, on_chunk)
+        return chunks if on_chunk is None else observed(chunks, on_chunk)
 
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
     strict = mode == VerifyMode.STRICT
@@ -200,12 +201,6 @@ def iter_changes(
             yield from pairing.reconciled(release.batches).to_batches()
         else:
             yield from release.batches
-
-
-def _observed(chunks: Iterable[Chunk], on_chunk: Callable[[Chunk], None]) -> Iterator[Chunk]:
-    for chunk in chunks:
-        on_chunk(chunk)
-        yield chunk
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,14 @@ from icetail.monitor.engine.api import (
     schema_id_of,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.release import Pairing, Release, gathered_snapshots, releases, snapshot_batches
+from icetail.monitor.engine.release import (
+    Pairing,
+    Release,
+    gathered_snapshots,
+    observed,
+    releases,
+    snapshot_batches,
+)
 from icetail.monitor.engine.startup import (
     DIFF,
     CursorProblem,
@@ -621,11 +628,13 @@ class Pipeline:
 
     def _tallied(self, chunks: Iterator[Chunk], tally: _Tally) -> Iterator[Chunk]:
         """The read chunks, each seen by the on_chunk hook and counted as read."""
-        for chunk in chunks:
+
+        def seen(chunk: Chunk) -> None:
             if self._on_chunk is not None:
                 self._on_chunk(chunk)
             tally.add_chunk(chunk)
-            yield chunk
+
+        return observed(chunks, seen)
 
     def _deliver_net(
         self, table: Table, inflight: Inflight, schema_id: int | None, identifiers: tuple[str, ...], tally: _Tally

@@ -104,6 +104,13 @@ def releases(
             close()
 
 
+def observed(chunks: Iterable[Chunk], on_chunk: Callable[[Chunk], None]) -> Iterator[Chunk]:
+    """`chunks`, each shown to `on_chunk` as it is read (before it is held or released)."""
+    for chunk in chunks:
+        on_chunk(chunk)
+        yield chunk
+
+
 def snapshot_batches(released: Iterable[Release]) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The rows of released chunks with their commit snapshot, as a net fold takes them (reader/net.py)."""
     for release in released:
