@@ -10,6 +10,8 @@ spread between rounds is a finding of its own). Readers:
 * `run_parquet_sink` - `icetail run --sink parquet:///DIR` from a fresh consumer, in this process;
 * `run_iceberg_sink` - `icetail run --sink iceberg://CATALOG/ns.delivered_sink` from a fresh
   consumer into a fresh sink table (created by the sink, dropped after the round), in this process;
+  its staged chunks are committed in groups (the default `--sink-commit-rows`);
+* `run_iceberg_sink_per_chunk` - the same with `--sink-commit-rows 0`: a sink snapshot per chunk;
 * baselines: `raw_decode` (threaded `pyarrow.parquet.read_table` of the files, the issue's bar),
   and `raw_rw_parquet` / `raw_rw_jsonl` (that decode plus the same output written by pyarrow /
   icetail's JSON line encoder: what the writer alone costs).
@@ -53,6 +55,7 @@ from bench.procs import cpu_by_kind  # noqa: E402
 CATALOG = "icebench"
 # cli_jsonl is left out by default: JSON encoding costs ~20x the decode (ask for it with --readers)
 READERS = ("read_changes", "batch_iterator", "cli_parquet", "run_parquet_sink", "run_iceberg_sink")
+OTHER_READERS = ("run_iceberg_sink_per_chunk", "cli_jsonl")
 
 
 @dataclass(frozen=True)
@@ -164,8 +167,11 @@ SINK_TABLE = "ns.delivered_sink"
 DELETE_LABELS = {"pos": "10% position deletes (v2)", "dv": "10% deletion vectors (v3)"}
 
 
-def run_iceberg_sink_rows(t: Target, spark: Any, scratch: Path) -> int:
-    """A fresh consumer from `from_exclusive` to the end into a fresh Iceberg sink table; its row count."""
+def run_iceberg_sink_rows(t: Target, spark: Any, scratch: Path, *extra: str) -> int:
+    """A fresh consumer from `from_exclusive` to the end into a fresh Iceberg sink table; its row count.
+
+    With the default sink commit groups (commit_group.py); `extra` flags are added to `run`.
+    """
     from pyiceberg.catalog import load_catalog
 
     state = scratch / "state-iceberg.db"
@@ -178,6 +184,7 @@ def run_iceberg_sink_rows(t: Target, spark: Any, scratch: Path) -> int:
         "--sink", f"iceberg://{t.catalog}/{SINK_TABLE}",
         "--start", start,
         "--until-caught-up",
+        *extra,
     )  # fmt: skip
     catalog = load_catalog(t.catalog)
     sink = catalog.load_table(SINK_TABLE)
@@ -187,6 +194,11 @@ def run_iceberg_sink_rows(t: Target, spark: Any, scratch: Path) -> int:
     shutil.rmtree(gen.local_path(sink.location()), ignore_errors=True)
     state.unlink()
     return rows
+
+
+def run_iceberg_sink_per_chunk_rows(t: Target, spark: Any, scratch: Path) -> int:
+    """`run_iceberg_sink` committing every chunk as its own snapshot (`--sink-commit-rows 0`, as before groups)."""
+    return run_iceberg_sink_rows(t, spark, scratch, "--sink-commit-rows", "0")
 
 
 def drop_sink_table(catalog_name: str) -> None:
@@ -235,6 +247,7 @@ ALL_READERS: dict[str, Callable[[Target, Any, Path], int]] = {
     "raw_rw_parquet": raw_rw_parquet_rows,
     "run_parquet_sink": run_parquet_sink_rows,
     "run_iceberg_sink": run_iceberg_sink_rows,
+    "run_iceberg_sink_per_chunk": run_iceberg_sink_per_chunk_rows,
     "cli_jsonl": cli_rows(".jsonl"),
     "raw_rw_jsonl": raw_rw_jsonl_rows,
 }
@@ -242,6 +255,7 @@ BASELINE_OF = {
     "cli_parquet": "raw_rw_parquet",
     "run_parquet_sink": "raw_rw_parquet",
     "run_iceberg_sink": "raw_rw_parquet",
+    "run_iceberg_sink_per_chunk": "raw_rw_parquet",
     "cli_jsonl": "raw_rw_jsonl",
 }
 
@@ -251,10 +265,11 @@ def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None 
     chosen = {k: v for k, v in ALL_READERS.items() if readers is None or k in readers or k.startswith("raw")}
     if readers is not None and "cli_jsonl" not in readers:
         chosen.pop("raw_rw_jsonl", None)
-    if readers is not None and not {"cli_parquet", "run_parquet_sink", "run_iceberg_sink"} & set(readers):
+    writers = {"cli_parquet", "run_parquet_sink", "run_iceberg_sink", "run_iceberg_sink_per_chunk"}
+    if readers is not None and not writers & set(readers):
         chosen.pop("raw_rw_parquet", None)
     spreads = {name: Spread() for name in chosen}
-    if "run_iceberg_sink" in chosen:
+    if {"run_iceberg_sink", "run_iceberg_sink_per_chunk"} & set(chosen):
         drop_sink_table(t.catalog)
     scratch = Path(tempfile.mkdtemp(prefix="icetail-delivered-"))
     try:
@@ -413,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-group-rows", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=20260101)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--readers", default=",".join(READERS), help=f"subset of {','.join(READERS)}")
+    parser.add_argument("--readers", default=",".join(READERS), help=f"subset of {','.join(READERS + OTHER_READERS)}")
     parser.add_argument("--deletes", action="store_true", help="also 10%% position deletes and deletion vectors")
     parser.add_argument(
         "--java-python", default=str(REPO / ".venv" / "bin" / "python"), help="pyspark 3.5 interpreter with the jars"

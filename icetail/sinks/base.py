@@ -9,6 +9,7 @@ Sinks that cannot promise that (`exactly_once = False`) deliver at least once.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -88,4 +89,17 @@ class StagingSink(Sink, Protocol):
 
     def commit_staged(self, key: ChunkKey, staged: str) -> str | None:
         """Make the staged chunk visible under its final name; return the token."""
+        ...
+
+
+@runtime_checkable
+class GroupCommitSink(StagingSink, Protocol):
+    """A staging sink for which each commit is a costly, lasting thing (an Iceberg snapshot), so the
+    pipeline makes several staged chunks visible in one commit. A group is visible whole or not at
+    all, and each of its chunks stays idempotent by its key: a replay regrouped differently is
+    still written once.
+    """
+
+    def commit_staged_group(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
+        """Make the staged chunks visible in one commit, in order; the token of each."""
         ...

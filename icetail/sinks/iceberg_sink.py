@@ -1,10 +1,11 @@
 """Append the change rows to another Iceberg table, exactly once per chunk.
 
-Every chunk becomes one append snapshot whose summary carries
+Every commit is one append snapshot whose summary carries (`iceberg_ledger`)
 
 * `icetail.consumer`   - the consumer id
-* `icetail.chunk-id`   - `ChunkKey.name`, unique per consumer
-* `icetail.chunk-rows` - the number of rows in the chunk
+* `icetail.chunk-id`   - `ChunkKey.name`, unique per consumer (or `icetail.chunk-ids`, comma-separated,
+                         for a group of staged chunks committed together, `commit_staged_group`)
+* `icetail.chunk-rows` - the number of rows in the chunk (for a group: of each chunk)
 
 Before writing, the sink looks for this consumer's chunk id among the snapshots of the table's
 current history (main branch ancestry, indexed once at open and kept up to date incrementally).
@@ -40,7 +41,7 @@ Spark-task writer), `iceberg_errors` (retry or reject).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
@@ -135,14 +136,15 @@ class IcebergTableSink:
     # -- steps -----------------------------------------------------------------------------------
 
     def _write(self, key: ChunkKey, rows: pa.Table) -> str:
-        summary = self._summary(key, rows.num_rows)
+        summary = chunk_summary(self.consumer, [(key.name, rows.num_rows)])
 
-        def appended(table: Table) -> tuple[Table, Callable[[Transaction], None]]:
+        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
             table = self._evolve(table, rows.schema)
             conformed = conform(rows, table.schema().as_arrow())
             return table, lambda transaction: transaction.append(conformed, snapshot_properties=summary)
 
-        return self._append_once(key, rows.num_rows, self._held(rows.schema), appended, replayed=lambda: None)
+        chunks = [(key.name, rows.num_rows)]
+        return self._append_once(chunks, self._held(rows.schema), appended, replayed=lambda i: None)[0]
 
     def stager(self, schema: pa.Schema) -> IcebergStager | None:
         """What the Spark tasks need to write this batch's data files; None for a partitioned table.
@@ -166,57 +168,84 @@ class IcebergTableSink:
 
     def commit_staged(self, key: ChunkKey, staged: str) -> str:
         """Append the data file a Spark task wrote for `key` as the chunk's snapshot (once)."""
-        return self._chunk_step(key, "committed", lambda: self._commit_staged(key, staged))
+        return self._chunk_step(key, "committed", lambda: self._commit_staged([(key, staged)])[0])
 
-    def _commit_staged(self, key: ChunkKey, staged: str) -> str:
-        path, written = staged_file(staged)
-        if not staged_name(path).startswith(file_prefix(key)):
-            raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {path} is not chunk {key.name}")
+    def commit_staged_group(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
+        """Append the data files Spark tasks wrote for several chunks as one snapshot; each chunk once.
+
+        One snapshot per group instead of one per chunk: fewer commits (each one a manifest, a
+        manifest list, a metadata file and a catalog update) and a sink history that does not grow
+        with the number of small source files. The chunks of the group that the table already holds
+        (a replay) are skipped; the rest are appended together.
+        """
+        if not staged:
+            return []
+        for key, _ in staged:
+            if key.consumer != self.consumer:
+                raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
+        names = f"chunks {staged[0][0].name} to {staged[-1][0].name}"
+        return self._guarded(
+            f"{names} not committed", f"{names} do not fit the table", lambda: self._commit_staged(staged)
+        )
+
+    def _commit_staged(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
         table = self._held(None)
-        data_file: DataFile = written or parquet_file_to_data_file(table.io, table.metadata, path)
-        rows = int(data_file.record_count)
-        summary = self._summary(key, rows)
+        paths: list[str] = []
+        data_files: list[DataFile] = []
+        for key, token in staged:
+            path, written = staged_file(token)
+            if not staged_name(path).startswith(file_prefix(key)):
+                raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {path} is not chunk {key.name}")
+            paths.append(path)
+            data_files.append(written or parquet_file_to_data_file(table.io, table.metadata, path))
+        chunks = [(key.name, int(f.record_count)) for (key, _), f in zip(staged, data_files, strict=True)]
 
-        def fast_append(transaction: Transaction) -> None:
-            with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
-                append.append_data_file(data_file)
+        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
+            summary = chunk_summary(self.consumer, [chunks[i] for i in pending])
 
-        def replayed() -> None:  # a replay of a committed chunk: its new file is not needed
+            def fast_append(transaction: Transaction) -> None:
+                with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    for i in pending:
+                        append.append_data_file(data_files[i])
+
+            return table, fast_append
+
+        def replayed(i: int) -> None:  # a replay of a committed chunk: its new file is not needed
             with contextlib.suppress(OSError):
-                table.io.delete(path)
+                table.io.delete(paths[i])
 
-        return self._append_once(key, rows, table, lambda t: (t, fast_append), replayed)
+        return self._append_once(chunks, table, appended, replayed)
 
     def _append_once(
         self,
-        key: ChunkKey,
-        rows: int,
+        chunks: Sequence[tuple[str, int]],
         table: Table,
-        appended: Callable[[Table], tuple[Table, Callable[[Transaction], None]]],
-        replayed: Callable[[], None],
-    ) -> str:
-        """Commit `key`'s rows as one snapshot unless the table holds the chunk already; the token.
+        appended: Callable[[Table, list[int]], tuple[Table, Callable[[Transaction], None]]],
+        replayed: Callable[[int], None],
+    ) -> list[str]:
+        """Commit the `chunks` (name, rows) the table does not hold yet as one snapshot; their tokens.
 
         The ledger is read on the very metadata the commit is based on, and the commit lands only
         if the branch head has not moved since (`iceberg_commit`): a conflict means someone else
-        committed, maybe this chunk, so the table is reloaded and the chunk looked up again. A
+        committed, maybe these chunks, so the table is reloaded and the chunks looked up again. A
         chunk found in held metadata is looked up again in the table as committed now (the
         snapshot holding it may have been rolled back since): replays are rare, the reload cheap.
+        A group is committed as one snapshot, so it is found whole or not at all; chunks found are
+        skipped (`replayed`) and the others appended (`appended` gets their indexes).
         """
         retries = commit_retries(table)
         conflicts = 0
         reloaded = False
         while True:
             self._ledger.index(table)
-            done = self._ledger.get(key.name)
-            if done is not None and not reloaded:
+            done = [self._ledger.get(name) for name, _ in chunks]
+            if any(d is not None for d in done) and not reloaded:
                 table, reloaded = self._reloaded(), True
                 continue
-            if done is not None:
-                self._check_replay(key, done, rows)
-                replayed()
-                return str(done[0])
-            table, stage = appended(table)
+            pending = [i for i, d in enumerate(done) if d is None]
+            if not pending:
+                break
+            table, stage = appended(table, pending)
             try:
                 table = committed(table, stage)
                 break
@@ -225,26 +254,33 @@ class IcebergTableSink:
                 if conflicts > retries:
                     raise
                 table, reloaded = self._reloaded(), True
-        self._table = table
-        return self._committed(table, key, rows)
+        tokens: list[str] = []
+        snapshot_id = self._committed(table, [chunks[i] for i in pending]) if pending else None
+        for i, found in enumerate(done):
+            if found is None:
+                tokens.append(str(snapshot_id))
+                continue
+            self._check_replay(chunks[i], found)
+            replayed(i)
+            tokens.append(str(found[0]))
+        return tokens
 
-    def _summary(self, key: ChunkKey, rows: int) -> dict[str, str]:
-        return chunk_summary(self.consumer, key.name, rows)
-
-    def _check_replay(self, key: ChunkKey, done: tuple[int, int | None], rows: int) -> None:
-        snapshot_id, stored_rows = done
+    def _check_replay(self, chunk: tuple[str, int], done: tuple[int, int | None]) -> None:
+        (name, rows), (snapshot_id, stored_rows) = chunk, done
         if stored_rows is not None and stored_rows != rows:
             raise SinkRejectedError(
-                f"iceberg sink {self._where()}: chunk {key.name} is already in snapshot {snapshot_id} with "
+                f"iceberg sink {self._where()}: chunk {name} is already in snapshot {snapshot_id} with "
                 f"{stored_rows} rows but was replayed with {rows}; chunk boundaries must not change"
             )
 
-    def _committed(self, table: Table, key: ChunkKey, rows: int) -> str:
-        """The id of the snapshot that now holds `key`, found after our own append."""
-        snapshot_id = self._ledger.committed(table, key.name, rows)
+    def _committed(self, table: Table, chunks: Sequence[tuple[str, int]]) -> int:
+        """The id of the snapshot that now holds `chunks`, found after our own append."""
+        self._table = table
+        snapshot_id = self._ledger.committed(table, chunks)
         if snapshot_id is None:
-            raise SinkError(f"iceberg sink {self._where()}: chunk {key.name} was appended but cannot be found")
-        return str(snapshot_id)
+            names = ", ".join(name for name, _ in chunks)
+            raise SinkError(f"iceberg sink {self._where()}: chunks {names} were appended but cannot be found")
+        return snapshot_id
 
     def _held(self, schema: pa.Schema | None) -> Table:
         """The table as this sink last loaded or committed it; reloaded if a step failed since.

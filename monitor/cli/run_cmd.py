@@ -41,6 +41,17 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--branch", default=None, help="follow this branch instead of main (e.g. a WAP audit branch)")
     parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
+    parser.add_argument(
+        "--sink-commit-rows",
+        type=int,
+        default=None,
+        help="iceberg sink: commit staged chunks together until a snapshot holds N rows (default 1000000, 0: each)",
+    )
+    parser.add_argument(
+        "--sink-commit-interval",
+        default=None,
+        help="iceberg sink: ... or until the first of them waited this long (default 10s, 0s: each chunk)",
+    )
     parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)

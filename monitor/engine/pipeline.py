@@ -4,7 +4,8 @@ Exactly-once rests on an order that makes every crash harmless:
 1. the batch (range and ordered splits) is written ahead to the state before any row is read,
    so a restart finishes the same batch even if the table moved on;
 2. each chunk is written to the sink first (idempotent per chunk key) and its row offset
-   committed to the state second; a crash in between replays the same chunk onto the same key;
+   committed to the state second; a crash in between replays the same chunk onto the same key
+   (an Iceberg sink commits staged chunks in groups, each chunk still keyed: commit_group.py);
 3. the cursor advances only when every split of the batch is done.
 Snapshots that need carry-over removal or update pairing are reconciled as a whole and
 delivered as one chunk anchored at their first split (see docs/delivery.md).
@@ -12,6 +13,7 @@ delivered as one chunk anchored at their first split (see docs/delivery.md).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -39,6 +41,7 @@ from icetail.monitor.engine.api import (
     schema_id_of,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, coalesced
 from icetail.monitor.engine.release import (
     Pairing,
     Release,
@@ -72,11 +75,12 @@ from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
-from icetail.sinks.base import Sink, SplitSlot, StagingSink
+from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
+log = logging.getLogger("icetail.pipeline")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class PipelineConfig:
     start: str = "earliest"
     max_snapshots_per_batch: int | None = None
     chunk_rows: int | None = None  # rows between two offset commits; None: one parquet row group
+    # an Iceberg sink commits staged chunks together until a commit holds this many rows (inclusive)...
+    sink_commit_rows: int = 1_000_000
+    sink_commit_interval_seconds: float = 10.0  # ... or its first chunk waited this long; 0 rows or 0s: per chunk
     identifier_columns: tuple[str, ...] | None = None
     carry_over_removal: bool = True
     on_missing_cursor: str = "fail"
@@ -113,8 +120,14 @@ class PipelineConfig:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
         if self.chunk_rows is not None and self.chunk_rows < 1:
             raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
+        _ = self.group_policy  # checks the sink commit bounds
         if "." not in self.table:
             raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
+
+    @property
+    def group_policy(self) -> GroupPolicy:
+        """When staged chunks of a group-committing sink are committed together."""
+        return GroupPolicy(self.sink_commit_rows, self.sink_commit_interval_seconds)
 
     @property
     def consumer_id(self) -> str:
@@ -309,7 +322,8 @@ class Pipeline:
         return self._store.load(self.consumer)
 
     def request_stop(self) -> None:
-        """Finish the chunk in progress, commit it, and return (the batch stays in flight)."""
+        """Finish the chunk in progress, commit it (and the sink commit group waiting), and return
+        (the batch stays in flight)."""
         self._stop.set()
 
     @property
@@ -610,21 +624,69 @@ class Pipeline:
         )
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         strict = self._verify == VerifyMode.STRICT
-        for release in releases(
+        # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together
+        group = ChunkGroup(self.config.group_policy) if staging and self._groups_commits() else None
+        released = releases(
             chunks, snapshot_of, gathered, verifier, strict=strict, on_check=lambda c: self._checked(batch, c, tally)
-        ):
+        )
+        for release in self._committing_on_failure(released, batch, group, tally):
             if release.reconcile:
+                self._commit_group(batch, group, tally)
                 rows = pairing.reconciled(release.batches)
                 snapshot_splits = by_snapshot[release.snapshot_id]
                 anchor_index = index_of[snapshot_splits[0].split_id]
                 self._deliver_reconciled(batch, release, rows, snapshot_splits, anchor_index, progress, tally)
             else:
                 for chunk in release.chunks:
-                    self._deliver_chunk(batch, index_of[chunk.split_id], chunk, tally)
+                    key = SplitSlot(self.consumer, batch.batch_id, index_of[chunk.split_id]).chunk_key(
+                        chunk.split_id, chunk.row_start_inclusive
+                    )
+                    if group is not None and (chunk.staged is not None or not chunk.row_count):
+                        group.add(key, chunk)
+                        if group.full():
+                            self._commit_group(batch, group, tally)
+                        continue
+                    self._commit_group(batch, group, tally)  # in delivery order: what waits goes first
+                    self._deliver_chunk(batch, key, chunk, tally)
                     _hold_for_test(self._stop)
             if self._stop.is_set():
+                self._commit_group(batch, group, tally)
                 return False
+        self._commit_group(batch, group, tally)
         return not self._stop.is_set() or self._all_done()
+
+    def _committing_on_failure(
+        self, released: Iterator[Release], batch: InflightBatch, group: ChunkGroup | None, tally: _Tally
+    ) -> Iterator[Release]:
+        """`released`; when the read fails or a snapshot is refused (`--verify strict`), the chunks
+        released before it are still committed, as they would have been without a group."""
+        try:
+            yield from released
+        except Exception:
+            try:
+                self._commit_group(batch, group, tally)
+            except Exception as exc:  # the group is read again on the next run; the read's error is the news
+                log.warning("chunks of batch %s left uncommitted after a failed read: %s", batch.batch_id, exc)
+            raise
+
+    def _groups_commits(self) -> bool:
+        return isinstance(self.sink, GroupCommitSink) and self.config.group_policy.groups
+
+    def _commit_group(self, batch: InflightBatch, group: ChunkGroup | None, tally: _Tally) -> None:
+        """The waiting staged chunks made visible in one sink commit, then their offsets in one transaction."""
+        if group is None or not len(group):
+            return
+        members = group.take()
+        staged = [(m.key, m.chunk.staged) for m in members if m.chunk.staged is not None]
+        tokens: dict[ChunkKey, str | None] = {}
+        if staged:
+            committed = cast(GroupCommitSink, self.sink).commit_staged_group(staged)
+            tokens = {key: token for (key, _), token in zip(staged, committed, strict=True)}
+        for member in members:
+            tally.add_counts(member.chunk.change_counts)
+        self._store.commit_chunks(self.consumer, batch.batch_id, coalesced(members, tokens), owner=self._owner)
+        self._renew_lease_if_due()
+        _hold_for_test(self._stop)
 
     def _tallied(self, chunks: Iterator[Chunk], tally: _Tally) -> Iterator[Chunk]:
         """The read chunks, each seen by the on_chunk hook and counted as read."""
@@ -723,8 +785,7 @@ class Pipeline:
         checkpoint = self._store.load(self.consumer)
         return checkpoint is not None and checkpoint.inflight is not None and not checkpoint.inflight.pending()
 
-    def _deliver_chunk(self, batch: InflightBatch, split_index: int, chunk: Chunk, tally: _Tally) -> None:
-        key = SplitSlot(self.consumer, batch.batch_id, split_index).chunk_key(chunk.split_id, chunk.row_start_inclusive)
+    def _deliver_chunk(self, batch: InflightBatch, key: ChunkKey, chunk: Chunk, tally: _Tally) -> None:
         token = None
         if chunk.staged is not None:
             # the Spark task wrote the rows; the driver only makes them visible, in order

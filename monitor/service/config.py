@@ -28,6 +28,8 @@ PIPELINE_KEYS = {
     "start": "start",
     "max_snapshots_per_batch": "max_snapshots_per_batch",
     "chunk_rows": "chunk_rows",
+    "sink_commit_rows": "sink_commit_rows",
+    "sink_commit_interval": "sink_commit_interval_seconds",
     "identifier_columns": "identifier_columns",
     "keep_carry_over": "keep_carry_over",
     "on_missing_cursor": "on_missing_cursor",
@@ -39,9 +41,9 @@ PIPELINE_KEYS = {
     "with_row_lineage": "with_row_lineage",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
-INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "metrics_port", "max_failures"}
+INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "sink_commit_rows", "metrics_port", "max_failures"}
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
-DURATION_KEYS = {"interval", "shutdown_timeout"}
+DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval"}
 LIST_KEYS = {"identifier_columns"}
 CHOICE_KEYS = {"verify": VERIFY_MODES}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -235,6 +237,15 @@ def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
     return pipelines[0]
 
 
+def _duration_flag(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ConfigError as exc:
+        raise ConfigError(f"--sink-commit-interval {exc}") from None
+
+
 def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> PipelineConfig:
     """A PipelineConfig from `base` (config file/env) overridden by the flags that were given."""
     values: dict[str, Any] = dict(base or {})
@@ -247,6 +258,8 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "start": args.start,
         "max_snapshots_per_batch": args.max_snapshots_per_batch,
         "chunk_rows": args.chunk_rows,
+        "sink_commit_rows": getattr(args, "sink_commit_rows", None),
+        "sink_commit_interval_seconds": _duration_flag(getattr(args, "sink_commit_interval", None)),
         "identifier_columns": args.identifier_columns,
         "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
         "on_missing_cursor": args.on_missing_cursor,

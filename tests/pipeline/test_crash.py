@@ -113,6 +113,8 @@ def test_sigkill_at_random_moments_delivers_every_change_exactly_once(
         "--max-snapshots-per-batch", "2",
         "--chunk-rows", "100",
     ]  # fmt: skip
+    if sink_kind == "iceberg":  # staged chunks committed in groups of >= 250 rows (commit_group.py)
+        cmd += ["--sink-commit-rows", "250"]
     schema = crash_source.expected.schema
     expected = row_multiset(crash_source.expected, schema)
     rng = random.Random(f"{SEED}:{sink_kind}:{state_kind}")

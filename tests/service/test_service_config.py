@@ -425,3 +425,33 @@ def test_with_row_lineage_from_file_environment_and_flag(tmp_path: Path) -> None
 
 def _flags(values: dict[str, str]) -> list[str]:
     return [part for key, value in values.items() for part in (f"--{key}", value)]
+
+
+def test_sink_commit_bounds_from_file_environment_and_flags(tmp_path: Path) -> None:
+    content = {**BASE, "sink_commit_rows": 5000, "sink_commit_interval": "1m"}
+    default = build(tmp_path, BASE).pipelines[0]
+    assert (default.sink_commit_rows, default.sink_commit_interval_seconds) == (1_000_000, 10.0)
+    from_file = build(tmp_path, content).pipelines[0]
+    assert (from_file.sink_commit_rows, from_file.sink_commit_interval_seconds) == (5000, 60.0)
+    env = {"ICETAIL_SINK_COMMIT_ROWS": "7000", "ICETAIL_SINK_COMMIT_INTERVAL": "500ms"}
+    from_env = build(tmp_path, content, **env).pipelines[0]
+    assert (from_env.sink_commit_rows, from_env.sink_commit_interval_seconds) == (7000, 0.5)
+    flags = ("--sink-commit-rows", "0", "--sink-commit-interval", "2s")
+    from_flags = build(tmp_path, content, *flags, **env).pipelines[0]
+    assert (from_flags.sink_commit_rows, from_flags.sink_commit_interval_seconds) == (0, 2.0)
+    assert not from_flags.group_policy.groups
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "expected"),
+    [
+        pytest.param(("--sink-commit-rows", "-1"), {}, "--sink-commit-rows must be >= 0", id="negative-rows"),
+        pytest.param(("--sink-commit-interval", "soon"), {}, "--sink-commit-interval duration 'soon'", id="bad-flag"),
+        pytest.param((), {"ICETAIL_SINK_COMMIT_INTERVAL": "x"}, "ICETAIL_SINK_COMMIT_INTERVAL", id="bad-env"),
+        pytest.param((), {"ICETAIL_SINK_COMMIT_ROWS": "1e6"}, "sink_commit_rows must be an integer", id="env-not-int"),
+    ],
+)
+def test_bad_sink_commit_bounds_are_one_line_errors(
+    tmp_path: Path, flags: tuple[str, ...], env: dict[str, str], expected: str
+) -> None:
+    assert expected in config_error(tmp_path, BASE, *flags, **env)
