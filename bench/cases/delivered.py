@@ -136,12 +136,21 @@ def cli_rows(suffix: str) -> Callable[[Target, Any, Path], int]:
         if suffix == ".parquet":
             rows = pq.ParquetFile(out).metadata.num_rows
         else:
-            with open(out, "rb") as stream:
-                rows = sum(1 for _ in stream)
+            rows = _lines(out)
         out.unlink()
         return rows
 
     return read
+
+
+def _lines(path: Path) -> int:
+    """Newlines in `path`, counted in 8 MiB blocks: a Python loop over 1M lines cost ~0.3 s, inside
+    the timed call (R16-R21's JSON lines figures include it)."""
+    count = 0
+    with open(path, "rb") as stream:
+        while block := stream.read(8 << 20):
+            count += block.count(b"\n")
+    return count
 
 
 def run_parquet_sink_rows(t: Target, spark: Any, scratch: Path) -> int:

@@ -30,8 +30,11 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import uuid
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
 import numpy as np
@@ -39,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SLICE_ROWS = 65_536  # rows per encoded buffer: bounds the memory of one step, and int32 text offsets
+ENCODER_THREADS = max(1, min(4, os.cpu_count() or 1))  # slices encoded at once (the kernels release the GIL)
 
 _NULL = pa.scalar("null", pa.string())
 _EMPTY = pa.scalar("", pa.string())
@@ -53,31 +57,71 @@ def encode_jsonl(rows: pa.Table | pa.RecordBatch) -> bytes:
     return b"".join(buffer.to_pybytes() for buffer in jsonl_buffers(rows))
 
 
-def jsonl_buffers(rows: pa.Table | pa.RecordBatch) -> Iterator[pa.Buffer]:
-    """The lines of `rows` in order, as UTF-8 buffers of whole lines (at most SLICE_ROWS each)."""
-    batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
-    for batch in batches:
-        for start in range(0, batch.num_rows, SLICE_ROWS):
-            yield from _encode_slice(batch.slice(start, SLICE_ROWS))
+def jsonl_buffers(
+    rows: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch], *, threads: int = ENCODER_THREADS
+) -> Iterator[pa.Buffer]:
+    """The lines of `rows` (one table or batch, or several in order) in order, as UTF-8 buffers of
+    whole lines (at most SLICE_ROWS each).
+
+    Why threads: the encoding is Arrow kernels that release the GIL, so `threads` slices are
+    encoded at once (measured: 1M change rows 0.57 s on one thread, 0.29 s on two), at most
+    `threads + 1` slices ahead of the one being written, so memory stays bounded.
+    """
+    parts = [rows] if isinstance(rows, pa.Table | pa.RecordBatch) else rows
+    slices = (
+        batch.slice(start, SLICE_ROWS)
+        for part in parts
+        for batch in (part.to_batches() if isinstance(part, pa.Table) else [part])
+        for start in range(0, batch.num_rows, SLICE_ROWS)
+    )
+    if threads <= 1:
+        for batch in slices:
+            yield from _encode_slice(batch)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="icetail-jsonl") as pool:
+        ahead: deque[Future[list[pa.Buffer]]] = deque()
+        try:
+            for batch in slices:
+                ahead.append(pool.submit(_encoded_slice, batch))
+                if len(ahead) > threads:
+                    yield from ahead.popleft().result()
+            while ahead:
+                yield from ahead.popleft().result()
+        finally:  # abandoned or failed: do not encode what nobody will write
+            for future in ahead:
+                future.cancel()
 
 
-def write_jsonl_to(stream: IO[str], rows: pa.Table | pa.RecordBatch) -> int:
-    """Write the lines of `rows` to the text stream `stream` and flush it; returns the row count.
+def write_jsonl_to(stream: IO[str], rows: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch]) -> int:
+    """Write the lines of `rows` (or of several tables or batches, in order) to the text stream
+    `stream`, flushing it after every buffer; returns the row count.
 
     The bytes go to the stream's binary buffer when it has one (stdout, files), so nothing is
     decoded and encoded again.
     """
+    count = 0
+
+    def counted() -> Iterator[pa.Table | pa.RecordBatch]:
+        nonlocal count
+        for part in [rows] if isinstance(rows, pa.Table | pa.RecordBatch) else rows:
+            count += part.num_rows
+            yield part
+
     binary = getattr(stream, "buffer", None)
     if binary is not None:
         stream.flush()
-        for buffer in jsonl_buffers(rows):
+        for buffer in jsonl_buffers(counted()):
             binary.write(buffer)
-        binary.flush()
+            binary.flush()  # a reader of a pipe sees whole lines as they come
     else:
-        for buffer in jsonl_buffers(rows):
+        for buffer in jsonl_buffers(counted()):
             stream.write(buffer.to_pybytes().decode("utf-8"))
     stream.flush()
-    return rows.num_rows
+    return count
+
+
+def _encoded_slice(batch: pa.RecordBatch) -> list[pa.Buffer]:
+    return list(_encode_slice(batch))
 
 
 def _encode_slice(batch: pa.RecordBatch) -> Iterator[pa.Buffer]:

@@ -7,13 +7,14 @@ here at random (floats of every magnitude, strings with every escape, slices and
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from icetail.sinks.jsonl_encoding import encode_jsonl
+from icetail.sinks.jsonl_encoding import SLICE_ROWS, encode_jsonl, jsonl_buffers, write_jsonl_to
 from tests.sinks import change_rows
 from tests.support.jsonl_reference import every_type_table, reference_lines
 
@@ -192,3 +193,46 @@ def test_timestamps_beyond_four_digit_years_match(unit: str) -> None:
         for offset, length in ((0, 3), (0, 4), (1, 4), (3, 1), (4, 1), (4, 2), (5, 2), (0, 7)):
             table = pa.table({"ts": column.slice(offset, length), "n": pa.array(range(length))})
             assert encoded(table) == reference(table)
+
+
+def _many_slices() -> list[pa.Table]:
+    """Change rows over several slices (SLICE_ROWS) and batches of uneven sizes, with escapes."""
+    rng = np.random.default_rng(7)
+    parts = []
+    for size in (70_000, 1, 0, 140_000, 3):
+        ids = list(range(len(parts) * 1_000_000, len(parts) * 1_000_000 + size))
+        extra = {
+            "f": pa.array(rng.standard_normal(size) * 1e17, pa.float64()),
+            "t": pa.array([f'q"{i}\\\n' if i % 9_999 == 0 else f"v{i}" for i in ids], pa.string()),
+        }
+        parts.append(change_rows(ids, snapshot_id=1000 + len(parts), extra=extra))
+    return parts
+
+
+def test_slices_encoded_on_threads_come_out_in_order_with_the_same_bytes() -> None:
+    parts = _many_slices()
+    one_thread = b"".join(b.to_pybytes() for b in jsonl_buffers(parts, threads=1))
+    assert one_thread == b"".join(encode_jsonl(part) for part in parts)
+    for threads in (2, 3):
+        assert b"".join(b.to_pybytes() for b in jsonl_buffers(parts, threads=threads)) == one_thread
+    first_rows = reference(parts[1]) + reference(parts[4])  # small parts: checked against the oracle
+    assert encode_jsonl(parts[1]).decode() + encode_jsonl(parts[4]).decode() == first_rows
+
+
+def test_writing_several_batches_counts_every_row_to_files_and_text_streams(tmp_path: Path) -> None:
+    parts = _many_slices()
+    expected = b"".join(encode_jsonl(part) for part in parts)
+    with open(tmp_path / "out.jsonl", "w", encoding="utf-8") as stream:
+        assert write_jsonl_to(stream, iter(parts)) == sum(p.num_rows for p in parts)
+    assert (tmp_path / "out.jsonl").read_bytes() == expected
+    text = io.StringIO()  # no binary buffer: written as text
+    assert write_jsonl_to(text, parts[0]) == parts[0].num_rows
+    assert text.getvalue().encode("utf-8") == encode_jsonl(parts[0])
+
+
+def test_an_abandoned_encoding_stops_without_encoding_the_rest() -> None:
+    parts = _many_slices()
+    buffers = jsonl_buffers(parts, threads=2)
+    first = next(buffers)
+    buffers.close()  # returns once the slices in flight are done; nothing hangs
+    assert first.to_pybytes() == encode_jsonl(parts[0].slice(0, SLICE_ROWS))
