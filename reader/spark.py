@@ -208,7 +208,10 @@ DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spa
 # list, so a wave only bounds how far the tasks run ahead of the consumer (in temporary files);
 # each Spark job costs ~75 ms of JVM CPU, which bigger waves spread over more rows.
 HANDOFF_WAVE_BYTES = 256 * 1024 * 1024
-MIN_WAVE_SPLITS = 64
+# A wave is cut by its bytes; the count bound only keeps a wave of tiny splits finite. Each wave is
+# a Spark job (~60 ms in local mode), so 200 files of 10k rows in waves of 64 splits read in 0.67 s
+# against 0.45 s in one wave (R25).
+MAX_WAVE_SPLITS = 1024
 WAVES_IN_FLIGHT = 2  # Spark jobs submitted ahead of the wave being consumed
 TASKS_PER_CORE = 2  # Spark tasks per wave and core: enough to even out skew, few enough to amortize a task
 
@@ -277,7 +280,7 @@ def run_splits(
     handoff = _new_handoff_dir() if not connect and _executors_share_driver_host(spark.sparkContext) else None
     if wave_bytes is None:
         wave_bytes = HANDOFF_WAVE_BYTES if handoff is not None else DEFAULT_WAVE_BYTES
-    waves = plan_waves(requests, max(MIN_WAVE_SPLITS, 4 * parallelism), wave_bytes)
+    waves = plan_waves(requests, max(MAX_WAVE_SPLITS, 4 * parallelism), wave_bytes)
 
     submitting = [threading.Event() for _ in waves]  # wave i's job goes to Spark after wave i-1's
     wave_groups = [group_for_tasks(wave, TASKS_PER_CORE * parallelism) for wave in waves]
