@@ -242,6 +242,9 @@ class IcebergTableSink:
             if any(d is not None for d in done) and not reloaded:
                 table, reloaded = self._reloaded(), True
                 continue
+            for i, found in enumerate(done):  # a replay with other rows is refused before anything is committed
+                if found is not None:
+                    self._check_replay(chunks[i], found)
             pending = [i for i, d in enumerate(done) if d is None]
             if not pending:
                 break
@@ -260,7 +263,6 @@ class IcebergTableSink:
             if found is None:
                 tokens.append(str(snapshot_id))
                 continue
-            self._check_replay(chunks[i], found)
             replayed(i)
             tokens.append(str(found[0]))
         return tokens

@@ -119,6 +119,16 @@ def test_a_chunk_of_a_group_replayed_with_other_rows_is_refused(sql_catalog: Sql
     assert ids(load(sql_catalog)) == [1, 2, 3]
 
 
+def test_a_group_replaying_a_chunk_with_other_rows_commits_none_of_its_new_chunks(sql_catalog: SqlCatalog) -> None:
+    sink = _sink()
+    sink.commit_staged_group(_staged(_stager(sink), {0: [1], 1: [2, 3]}))
+    with pytest.raises(SinkRejectedError, match="chunk boundaries must not change"):
+        sink.commit_staged_group(_staged(_stager(sink), {0: [1, 9], 1: [2, 3], 2: [4]}))
+    sink.close()
+    assert ids(load(sql_catalog)) == [1, 2, 3]  # chunk 2 was not appended
+    assert len(load(sql_catalog).snapshots()) == 1
+
+
 def test_a_group_for_another_consumer_is_refused(sql_catalog: SqlCatalog) -> None:
     sink = _sink()
     stager = _stager(sink)
