@@ -28,6 +28,7 @@ shared by every line; in a change row it was ~30% of the encoding's time.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 import os
@@ -68,13 +69,15 @@ def jsonl_buffers(
     `threads + 1` slices ahead of the one being written, so memory stays bounded.
     """
     parts = [rows] if isinstance(rows, pa.Table | pa.RecordBatch) else rows
-    slices = (
+    slices: Iterator[pa.RecordBatch] = (
         batch.slice(start, SLICE_ROWS)
         for part in parts
         for batch in (part.to_batches() if isinstance(part, pa.Table) else [part])
         for start in range(0, batch.num_rows, SLICE_ROWS)
     )
-    if threads <= 1:
+    first_two = list(itertools.islice(slices, 2))
+    slices = itertools.chain(first_two, slices)
+    if threads <= 1 or len(first_two) < 2:  # one slice (a small chunk): no threads to start
         for batch in slices:
             yield from _encode_slice(batch)
         return
@@ -83,7 +86,7 @@ def jsonl_buffers(
         try:
             for batch in slices:
                 ahead.append(pool.submit(_encoded_slice, batch))
-                if len(ahead) > threads:
+                while ahead and (len(ahead) > threads or ahead[0].done()):  # what is ready goes out
                     yield from ahead.popleft().result()
             while ahead:
                 yield from ahead.popleft().result()
