@@ -50,7 +50,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sink-commit-interval",
         default=None,
-        help="iceberg sink: ... or until the first of them waited this long (default 10s, 0s: each chunk)",
+        help="iceberg sink: or once the first chunk of a commit waited this long (default 10s, 0s: each chunk)",
     )
     parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
