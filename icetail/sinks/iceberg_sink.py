@@ -103,9 +103,12 @@ class IcebergTableSink:
         return self._chunk_step(key, "written", lambda: self._write(key, rows))
 
     def _chunk_step(self, key: ChunkKey, outcome: str, step: Callable[[], str]) -> str:
+        self._check_consumer(key)
+        return self._guarded(f"chunk {key.name} not {outcome}", f"chunk {key.name} does not fit the table", step)
+
+    def _check_consumer(self, key: ChunkKey) -> None:
         if key.consumer != self.consumer:
             raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
-        return self._guarded(f"chunk {key.name} not {outcome}", f"chunk {key.name} does not fit the table", step)
 
     def _guarded(self, transient: str, rejected: str, step: Callable[[], _T]) -> _T:
         """Run `step` on the open sink, its errors mapped to SinkError (retry) or SinkRejectedError."""
@@ -181,8 +184,7 @@ class IcebergTableSink:
         if not staged:
             return []
         for key, _ in staged:
-            if key.consumer != self.consumer:
-                raise ConfigError(f"iceberg sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
+            self._check_consumer(key)
         names = f"chunks {staged[0][0].name} to {staged[-1][0].name}"
         return self._guarded(
             f"{names} not committed", f"{names} do not fit the table", lambda: self._commit_staged(staged)

@@ -68,10 +68,9 @@ def jsonl_buffers(
     encoded at once (measured: 1M change rows 0.57 s on one thread, 0.29 s on two), at most
     `threads + 1` slices ahead of the one being written, so memory stays bounded.
     """
-    parts = [rows] if isinstance(rows, pa.Table | pa.RecordBatch) else rows
     slices: Iterator[pa.RecordBatch] = (
         batch.slice(start, SLICE_ROWS)
-        for part in parts
+        for part in _parts(rows)
         for batch in (part.to_batches() if isinstance(part, pa.Table) else [part])
         for start in range(0, batch.num_rows, SLICE_ROWS)
     )
@@ -106,7 +105,7 @@ def write_jsonl_to(stream: IO[str], rows: pa.Table | pa.RecordBatch | Iterable[p
 
     def counted() -> Iterator[pa.Table | pa.RecordBatch]:
         nonlocal count
-        for part in [rows] if isinstance(rows, pa.Table | pa.RecordBatch) else rows:
+        for part in _parts(rows):
             count += part.num_rows
             yield part
 
@@ -121,6 +120,13 @@ def write_jsonl_to(stream: IO[str], rows: pa.Table | pa.RecordBatch | Iterable[p
             stream.write(buffer.to_pybytes().decode("utf-8"))
     stream.flush()
     return count
+
+
+def _parts(
+    rows: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch],
+) -> Iterable[pa.Table | pa.RecordBatch]:
+    """One table or batch as a sequence of one, or the given ones."""
+    return [rows] if isinstance(rows, pa.Table | pa.RecordBatch) else rows
 
 
 def _encoded_slice(batch: pa.RecordBatch) -> list[pa.Buffer]:
