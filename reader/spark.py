@@ -37,7 +37,12 @@ from icetail.sinks.base import ChunkStager, SplitSlot
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
+# Spark's own redaction (values of matching keys, and any value that matches, e.g. `sun.java.command`
+# under spark-submit) extended to a password in a URL's userinfo, which names no `password` key.
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|://[^/\s:@]*:[^/\s@]*@"
+
 DEFAULT_CONF = {
+    "spark.redaction.regex": REDACTION_REGEX,
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.secrets import redact_text
 
 ACCEPTED_FORMS = (
     "sqlite:///relative/path/state.db",
@@ -51,13 +52,8 @@ def parse_store_url(url: str) -> StoreLocation:
 
 
 def redact(url: str) -> str:
-    """The URL with its password, if any, replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """The URL with every password form (userinfo, `password=` parameter, PGPASSWORD's value) as ***."""
+    return redact_text(url)
 
 
 def _sqlite(url: str, netloc: str, path: str, query: str, fragment: str) -> SqliteLocation:

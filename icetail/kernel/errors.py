@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from icetail.kernel.secrets import redact_text
+
 
 def error_text(exc: BaseException) -> str:
     """`Type: first line of the message` (the type alone when there is none), for one-line error messages."""
@@ -27,7 +29,8 @@ class IcetailError(Exception):
 
     `exit_code` is the CLI's exit status for it; `stage` is where a failed service cycle broke
     (catalog, plan, read, sink or state: the `stage` label of `icetail_failures_total`), so both
-    follow from the class, and a new error class says its own.
+    follow from the class, and a new error class says its own. The message is redacted
+    (`redact_text`) when the error is made, so no output path can show a password it carries.
     """
 
     exit_code = 1
@@ -40,6 +43,8 @@ class IcetailError(Exception):
             cls.stage = stage
 
     def __init__(self, message: str, *args: Any) -> None:
+        # passwords that reached the message (a URL, a driver's error text) never leave in it
+        message = redact_text(message)
         super().__init__(message, *args)
         self.message = message
 

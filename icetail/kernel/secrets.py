@@ -8,20 +8,32 @@ a traceback or a task description that shows one never shows a secret.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 REDACTED = "***"
 
 # Key names that hold a secret (pyiceberg's FileIO and catalog properties, and common spellings).
 # `access-key-id` and `client-id` are identifiers rather than secrets, but printing them helps
 # nobody: they are redacted too. Spark's own default (spark.redaction.regex) is of the same kind.
-_SECRET_KEY = re.compile(
-    r"(?i)(secret|password|passwd|token|credential|private|session|signature|sas|account-key|"
-    r"access-key|key-id|client-id|api-key|apikey|auth|connection-string|ticket)"
+_SECRET_WORDS = (
+    r"secret|password|passwd|token|credential|private|session|signature|sas|account-key|"
+    r"access-key|key-id|client-id|api-key|apikey|auth|connection-string|ticket"
 )
-# `scheme://user:password@host` in URIs (a catalog's SQLAlchemy or REST URI)
+_SECRET_KEY = re.compile(rf"(?i)({_SECRET_WORDS})")
+# `scheme://user:password@host` in URIs (a catalog's SQLAlchemy or REST URI, a libpq URL)
 _URI_PASSWORD = re.compile(r"(://[^/\s:@]*):[^/\s@]*@")
+# `name=value` where the name holds a secret: a URL's query parameter (`?password=...&`), a libpq
+# keyword/value DSN (`password=...`, `password = 'a b'`), a Spark or pyiceberg property echoed
+_NAMED_VALUE = re.compile(
+    rf"(?i)(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*)(?P<eq>\s*=\s*)"
+    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,'\"]+)"
+)
+# Environment variables whose values are secrets wherever they are echoed (libpq's, the AWS chain's).
+SECRET_ENV_VARS = ("PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# Shorter values are not searched for in text: a password of 3 characters would blank out words.
+_MIN_ECHOED_SECRET = 4
 
 
 def is_secret_key(key: str) -> bool:
@@ -34,6 +46,24 @@ def redact_value(key: str, value: str) -> str:
     if is_secret_key(key):
         return REDACTED
     return _URI_PASSWORD.sub(rf"\1:{REDACTED}@", value)
+
+
+def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """`text` as it may be printed, logged or stored for display: every password form libpq accepts
+    (`user:password@` in a URL, a `password=` query parameter or DSN keyword, any other secret-named
+    `name=value`) and the values of the secret environment variables (`PGPASSWORD`, ...) replaced by ***.
+
+    Applied where text leaves icetail (error lines, log records, `status`, recorded sink URLs), so a
+    secret that reached a message through a URL or a driver's error text is still never shown.
+    """
+    text = _URI_PASSWORD.sub(rf"\1:{REDACTED}@", text)
+    text = _NAMED_VALUE.sub(rf"\g<name>\g<eq>{REDACTED}", text)
+    env = os.environ if environ is None else environ
+    for name in SECRET_ENV_VARS:
+        value = env.get(name, "")
+        if len(value) >= _MIN_ECHOED_SECRET and value != REDACTED:
+            text = text.replace(value, REDACTED)
+    return text
 
 
 def redacted_items(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from icetail._version import installed_version
 from icetail.kernel.errors import IcetailError
+from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
 
 COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("icetail: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 1
-        print(f"icetail: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"icetail: unexpected error: {redact_text(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return 1
 
 

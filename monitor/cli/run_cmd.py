@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from icetail.kernel.errors import ConfigError, ConsumerNotFoundError, IcetailError
+from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.progress import Progress, describe
 from icetail.monitor.engine.catalog import load_table, open_catalog
@@ -176,16 +177,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.consumer:
             checkpoint = store.load(args.consumer)
             if checkpoint is None:
-                raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
+                raise _not_in_store(args.consumer, args.state)
             checkpoints = [checkpoint]
         else:
             checkpoints = [c for c in (store.load(s.consumer) for s in store.list_consumers()) if c is not None]
         last = {c.consumer: next(iter(store.history(c.consumer, 1)), None) for c in checkpoints}
     if not checkpoints:
-        print(f"checkpoint store {args.state} has no consumers yet; `icetail run` creates one", file=sys.stderr)
+        where = redact_text(args.state)
+        print(f"checkpoint store {where} has no consumers yet; `icetail run` creates one", file=sys.stderr)
     reports = [status_of(c, last_batch=last[c.consumer]) for c in checkpoints]
     if args.json:
-        print(json.dumps(reports, indent=2))
+        print(redact_text(json.dumps(reports, indent=2)))
     else:
         for r in reports:
             lag_seconds = r.get("lag_seconds")
@@ -214,7 +216,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 )
             if "lag_error" in r:
                 line += f"; {r['lag_error']}"
-            print(line)
+            print(redact_text(line))
     return 0
 
 
@@ -228,7 +230,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     with _existing_store(args.state) as store:
         checkpoint = store.load(args.consumer)
         if checkpoint is None:
-            raise ConsumerNotFoundError(f"consumer {args.consumer!r} is not in {args.state}; check --consumer")
+            raise _not_in_store(args.consumer, args.state)
         cursor = None
         branch = args.branch or checkpoint.branch
         if mode is not None or args.branch is not None:
@@ -249,8 +251,12 @@ def cmd_reset(args: argparse.Namespace) -> int:
     if args.branch is not None:
         print(f"consumer {args.consumer}: follows branch {args.branch} from its cursor on", file=sys.stderr)
     if sink is not None:
-        print(f"consumer {args.consumer}: delivers to {sink} from its cursor on", file=sys.stderr)
+        print(f"consumer {args.consumer}: delivers to {redact_text(sink)} from its cursor on", file=sys.stderr)
     return 0
+
+
+def _not_in_store(consumer: str, state_url: str) -> ConsumerNotFoundError:
+    return ConsumerNotFoundError(f"consumer {consumer!r} is not in {redact_text(state_url)}; check --consumer")
 
 
 def _cursor_text(snapshot_id: int | None, committed_at: str | None) -> str:

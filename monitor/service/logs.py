@@ -1,4 +1,8 @@
-"""Structured logs: JSON lines when stderr is not a terminal, a readable line format when it is."""
+"""Structured logs: JSON lines when stderr is not a terminal, a readable line format when it is.
+
+Every formatted line passes `redact_text`: a password in a URL or a driver's message never reaches
+the log, whatever logger or `extra=` field carried it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import json
 import logging
 import sys
 from typing import Any
+
+from icetail.kernel.secrets import redact_text
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -24,7 +30,7 @@ class JsonFormatter(logging.Formatter):
         event.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED})
         if record.exc_info:
             event["error"] = self.formatException(record.exc_info).splitlines()[-1]
-        return json.dumps(event, default=str)
+        return redact_text(json.dumps(event, default=str))
 
 
 class LineFormatter(logging.Formatter):
@@ -34,7 +40,7 @@ class LineFormatter(logging.Formatter):
         extras = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _RESERVED)
         time = datetime.datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         line = f"{time} {record.levelname.lower():5} {record.getMessage()}"
-        return f"{line}  {extras}" if extras else line
+        return redact_text(f"{line}  {extras}" if extras else line)
 
 
 def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) -> None:
