@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import Sink
 from icetail.sinks.iceberg_sink import IcebergTableSink
 from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink
@@ -113,8 +114,7 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
     `schema` (the change rows' schema, optional) lets the iceberg sink create its table at
     open rather than at the first write; the other sinks ignore it.
     """
-    if not consumer:
-        raise ConfigError("open_sink needs a non-empty consumer id")
+    check_consumer_id(consumer)  # it becomes part of file and object names
     target = parse_sink_url(url)
     if target.scheme == "parquet":
         assert target.path is not None

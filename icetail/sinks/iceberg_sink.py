@@ -61,6 +61,7 @@ from icetail.kernel.errors import (
     SinkRejectedError,
     error_text,
 )
+from icetail.kernel.names import check_consumer_id
 from icetail.kernel.secrets import fileio_items
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.iceberg_commit import commit_retries, committed
@@ -83,7 +84,7 @@ class IcebergTableSink:
             raise ConfigError(f"iceberg sink table {identifier!r} must be written as NAMESPACE.TABLE")
         self.catalog_name = catalog_name
         self.identifier = identifier
-        self.consumer = consumer
+        self.consumer = check_consumer_id(consumer)  # in file names and the comma-separated chunk ids
         self._closed = False
         self._stale = False  # a step failed: the held metadata may be behind the catalog, reload it
         self._ledger = ChunkLedger(consumer)

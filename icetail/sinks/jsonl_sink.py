@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, error_text
+from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.jsonl_encoding import jsonl_buffers, write_jsonl_to
 from icetail.sinks.parquet_sink import fsync_dir
@@ -33,7 +34,7 @@ class JsonlFileSink:
 
     def __init__(self, path: str | os.PathLike[str], *, consumer: str) -> None:
         self.path = Path(os.path.abspath(path))
-        self.consumer = consumer
+        self.consumer = check_consumer_id(consumer)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             existed = self.path.exists()

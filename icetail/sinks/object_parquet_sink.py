@@ -43,8 +43,9 @@ from icetail.kernel.errors import (
     StorageAccessError,
     error_text,
 )
+from icetail.kernel.names import check_consumer_id, key_inside
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error_kind
-from icetail.sinks.base import ChunkKey, file_safe
+from icetail.sinks.base import ChunkKey
 
 SCHEMES = ("s3", "gs", "abfs")
 COMMITTED_DIR = "_committed"
@@ -99,7 +100,7 @@ class ObjectParquetSink:
     ) -> None:
         self.scheme = scheme
         self.location = location.strip("/")  # BUCKET/PREFIX
-        self.consumer = consumer
+        self.consumer = check_consumer_id(consumer)  # part of every object name
         self.url = f"parquet+{scheme}://{self.location}"
         self._closed = False
         bucket = self.location.split("/", 1)[0]
@@ -143,10 +144,10 @@ class ObjectParquetSink:
 
     # -- layout ---------------------------------------------------------------------------
     def _object(self, key: ChunkKey) -> str:
-        return f"{self.location}/{key.name}{SUFFIX}"
+        return key_inside(self.location, key.name + SUFFIX)
 
     def _record(self, key: ChunkKey) -> str:
-        return f"{self.location}/{COMMITTED_DIR}/{key.name}{RECORD_SUFFIX}"
+        return key_inside(f"{self.location}/{COMMITTED_DIR}", key.name + RECORD_SUFFIX)
 
     def _uri(self, path: str) -> str:
         return f"{self.scheme}://{path}"
@@ -169,7 +170,7 @@ class ObjectParquetSink:
 
     def _remove_leftovers(self, min_age_s: float) -> int:
         """Delete this consumer's data objects that have no commit record and are older than `min_age_s`."""
-        mine = re.compile(rf"^{re.escape(file_safe(self.consumer))}-b\d{{6}}-[0-9a-f]{{8}}-.*{re.escape(SUFFIX)}$")
+        mine = re.compile(rf"^{re.escape(self.consumer)}-b\d{{6}}-[0-9a-f]{{8}}-.*{re.escape(SUFFIX)}$")
         try:
             objects = {
                 os.path.basename(i.path): i
@@ -207,7 +208,7 @@ class ObjectParquetStager:
     location: str
 
     def stage(self, key: ChunkKey, rows: pa.Table) -> str:
-        path = f"{self.location}/{key.name}{SUFFIX}"
+        path = key_inside(self.location, key.name + SUFFIX)
         try:
             pq.write_table(rows, path, filesystem=object_filesystem(self.scheme))
         except OSError as exc:

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, error_text
-from icetail.sinks.base import ChunkKey, file_safe
+from icetail.kernel.names import check_consumer_id, path_inside
+from icetail.sinks.base import ChunkKey
 
 TMP_DIR = "_tmp"
 SUFFIX = ".parquet"
@@ -38,7 +39,8 @@ class ParquetDirSink:
         self.directory = Path(os.path.abspath(directory))
         self.consumer = consumer
         self._where = str(self.directory)
-        self._tmp = self.directory / TMP_DIR / file_safe(consumer)
+        # a consumer id is one plain name (kernel/names.py): `_tmp/<consumer>` is this consumer's alone
+        self._tmp = path_inside(self.directory / TMP_DIR, check_consumer_id(consumer))
         self._closed = False
         try:
             self._tmp.mkdir(parents=True, exist_ok=True)
@@ -54,11 +56,11 @@ class ParquetDirSink:
         if key.consumer != self.consumer:
             raise ConfigError(f"parquet sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
         name = key.name + SUFFIX
-        tmp = self._tmp / name
+        tmp, final = path_inside(self._tmp, name), path_inside(self.directory, name)
         try:
             pq.write_table(rows, str(tmp))
             _fsync_file(tmp)
-            os.replace(tmp, self.directory / name)
+            os.replace(tmp, final)
             fsync_dir(self.directory)
         except (OSError, MemoryError) as exc:  # a full disk, a lost mount: worth retrying
             _discard(tmp)
@@ -77,10 +79,10 @@ class ParquetDirSink:
         if self._closed:
             raise SinkRejectedError(f"parquet sink {self._where!r} is closed")
         name = key.name + SUFFIX
-        if Path(staged).name != name:
-            raise SinkRejectedError(f"parquet sink: staged file {staged} is not chunk {name}")
+        if Path(staged) != path_inside(self._tmp, name):
+            raise SinkRejectedError(f"parquet sink: staged file {staged} is not chunk {name} of {self._tmp}")
         try:
-            os.replace(staged, self.directory / name)
+            os.replace(staged, path_inside(self.directory, name))
             fsync_dir(self.directory)
         except OSError as exc:
             raise SinkError(f"parquet sink: committing {name} in {self._where!r} failed: {error_text(exc)}") from exc
@@ -115,7 +117,7 @@ class ParquetStager:
     directory: str
 
     def stage(self, key: ChunkKey, rows: pa.Table) -> str:
-        path = Path(self.tmp_dir) / (key.name + SUFFIX)
+        path = path_inside(self.tmp_dir, key.name + SUFFIX)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(rows, str(path))

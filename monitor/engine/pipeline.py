@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
 from icetail.kernel.model import ChangeSplit
+from icetail.kernel.names import check_consumer_id
 from icetail.kernel.processes import host_name, process_is_running
 from icetail.monitor.engine.api import (
     NetLineage,
@@ -123,6 +124,7 @@ class PipelineConfig:
         _ = self.group_policy  # checks the sink commit bounds
         if "." not in self.table:
             raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
+        check_consumer_id(self.consumer_id, derived_from=None if self.consumer else "--catalog and --table")
 
     @property
     def group_policy(self) -> GroupPolicy:
