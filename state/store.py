@@ -92,6 +92,11 @@ class CheckpointStore(Protocol):
         """
         ...
 
+    def forget_unstarted(self, consumer: str, *, owner: str) -> bool:
+        """Remove a consumer that never began a batch (generation 0, none in flight, no history),
+        held by `owner`: the first run that created it failed, and leaves no trace. False if it had begun."""
+        ...
+
     def change_sink(self, consumer: str, sink: str, *, owner: str | None = None) -> None:
         """Record a different sink (an operator action); refused while a batch is in flight."""
         ...
@@ -510,6 +515,20 @@ class SqlCheckpointStore:
             _check_writer(consumer, owner, row)
             tx.execute("UPDATE icetail_consumers SET sink_url = ? WHERE consumer = ?", (sink, consumer))
             return sink
+
+        return self._write(work)
+
+    def forget_unstarted(self, consumer: str, *, owner: str) -> bool:
+        def work(tx: Tx) -> bool:
+            row = self._consumer_row(tx, consumer, lock=True)
+            if row is None:
+                return False
+            _check_holder(consumer, owner, row)
+            if row.generation != 0 or self._batch_header(tx, consumer) is not None:
+                return False
+            if tx.query("SELECT 1 FROM icetail_history WHERE consumer = ?", (consumer,)):
+                return False
+            return tx.execute("DELETE FROM icetail_consumers WHERE consumer = ? AND generation = 0", (consumer,)) == 1
 
         return self._write(work)
 

@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def status_of(
-    checkpoint: Checkpoint, *, with_table: bool = True, last_batch: HistoryEntry | None = None
+    checkpoint: Checkpoint, state_url: str, *, with_table: bool = True, last_batch: HistoryEntry | None = None
 ) -> dict[str, Any]:
     """Cursor, lag in snapshots and seconds, in-flight progress (lag needs the catalog).
 
@@ -137,11 +137,11 @@ def status_of(
             "schema_id": last_batch.shape.schema_id,
         }
     if with_table:
-        report.update(lag_of(checkpoint))
+        report.update(lag_of(checkpoint, state_url))
     return report
 
 
-def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
+def lag_of(checkpoint: Checkpoint, state_url: str) -> dict[str, Any]:
     try:
         table = table_on_branch(load_table(open_catalog(checkpoint.catalog), checkpoint.table), checkpoint.branch)
     except IcetailError as exc:
@@ -152,7 +152,7 @@ def lag_of(checkpoint: Checkpoint) -> dict[str, Any]:
         return {
             "current_snapshot_id": current,
             "cursor_condition": problem.condition.value,
-            "lag_error": f"{problem.message}; {problem.fix(checkpoint.consumer)}",
+            "lag_error": f"{problem.message}; {problem.fix(checkpoint.consumer, state_url)}",
         }
     try:
         pending = undelivered_snapshots(table.metadata, checkpoint.cursor.snapshot_id)
@@ -185,7 +185,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not checkpoints:
         where = redact_text(args.state)
         print(f"checkpoint store {where} has no consumers yet; `icetail run` creates one", file=sys.stderr)
-    reports = [status_of(c, last_batch=last[c.consumer]) for c in checkpoints]
+    reports = [status_of(c, args.state, last_batch=last[c.consumer]) for c in checkpoints]
     if args.json:
         print(redact_text(json.dumps(reports, indent=2)))
     else:

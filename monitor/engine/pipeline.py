@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import threading
 import time
 import uuid
@@ -43,6 +44,7 @@ from icetail.monitor.engine.api import (
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, coalesced
+from icetail.monitor.engine.hints import reset_command
 from icetail.monitor.engine.release import (
     Pairing,
     Release,
@@ -232,6 +234,7 @@ class Pipeline:
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
         self._full_next = False
+        self._created = False  # this run created the consumer and has not begun a batch yet
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -259,6 +262,7 @@ class Pipeline:
             # the consumer must exist before it can be leased; its start is decided in run_batch
             table = self._load_table()
             checkpoint = self._create_consumer(table)
+            self._created = True
         elif (checkpoint.catalog, checkpoint.table) != (self.config.catalog, self.config.table):
             raise ConfigError(
                 f"consumer {self.consumer!r} follows {checkpoint.catalog}.{checkpoint.table}, not "
@@ -270,26 +274,40 @@ class Pipeline:
         self._lease_renewed_at = time.monotonic()
         try:
             self._check_branch()
-            self._check_sink()
+            self._check_sink(self._recorded_sink())
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
+            self._check_sink(self._store.record_sink(self.consumer, self.sink_identity, owner=self._owner))
         except BaseException:
+            self._forget_if_unstarted()
             self._store.release_lease(self.consumer, self._owner)
             raise
 
-    def _check_sink(self) -> None:
-        """A consumer delivers to one sink: the first run records it, a later run must name the same.
+    def _recorded_sink(self) -> str | None:
+        checkpoint = self._store.load(self.consumer)
+        return checkpoint.sink if checkpoint is not None else None
+
+    def _forget_if_unstarted(self) -> None:
+        """A first run that fails before its first batch is written ahead leaves no consumer behind,
+        so the corrected command starts it afresh (its --start, its sink) instead of being refused."""
+        if self._created:
+            self._created = not self._store.forget_unstarted(self.consumer, owner=self._owner)
+
+    def _check_sink(self, recorded: str | None) -> None:
+        """A consumer delivers to one sink: the first run records it once it opened, a later run
+        must name the same.
 
         Otherwise a changed --sink would quietly continue from the cursor, so the new sink would
         miss everything before it and the old one everything after. A consumer from before
         schema version 2 has no sink recorded; its next run records its sink (under the lease).
+        A sink that fails to open is never recorded.
         """
         sink = self.sink_identity
-        recorded = self._store.record_sink(self.consumer, sink, owner=self._owner)
-        if recorded != sink:
+        if recorded is not None and recorded != sink:
+            move = reset_command(self.config.state_url, self.consumer, "--sink", shlex.quote(sink), "--to", "...")
             raise ConfigError(
                 f"consumer {self.consumer!r} delivers to {recorded}, not {sink}; a consumer keeps one sink: "
-                f"run with --sink {recorded}, name another --consumer for the new sink, or move this one with "
-                f"`icetail reset --consumer {self.consumer} --sink {sink} --to earliest|latest|...`"
+                f"run with --sink {shlex.quote(recorded)}, name another --consumer for the new sink, or move this "
+                f"one with {move} (--to earliest|latest|snapshot:ID|...)"
             )
 
     def _check_branch(self) -> None:
@@ -301,11 +319,12 @@ class Pipeline:
         checkpoint = self._store.load(self.consumer)
         recorded = checkpoint.branch if checkpoint is not None else self.config.branch
         if recorded != self.config.branch:
+            move = reset_command(self.config.state_url, self.consumer, "--branch", shlex.quote(self.config.branch))
             raise ConfigError(
                 f"consumer {self.consumer!r} follows branch {recorded!r}, not {self.config.branch!r}; a consumer "
-                f"follows one branch: run with --branch {recorded}, name another --consumer for branch "
-                f"{self.config.branch!r}, or move this one with `icetail reset --consumer {self.consumer} "
-                f"--branch {self.config.branch} [--to earliest|latest|...]`"
+                f"follows one branch: run with --branch {shlex.quote(recorded)}, name another --consumer for branch "
+                f"{self.config.branch!r}, or move this one with {move} (and --to earliest|latest|... to move the "
+                "cursor too)"
             )
 
     def close(self) -> None:
@@ -353,7 +372,12 @@ class Pipeline:
         """Run batches until caught up (or one batch with `once`), holding the lease throughout."""
         outcomes: list[BatchOutcome] = []
         while not self._stop.is_set():
-            outcome = self.run_batch()
+            try:
+                outcome = self.run_batch()
+            except BaseException:
+                self._forget_if_unstarted()
+                raise
+            self._created = False
             if outcome is None:
                 break
             outcomes.append(outcome)
@@ -476,26 +500,29 @@ class Pipeline:
         return BranchDroppedError(
             f"consumer {consumer!r}: branch {branch!r} of table {self.config.table} no longer exists (dropped, or "
             f"published and removed); the consumer delivered up to {at}: recreate the branch, or follow another with "
-            f"`icetail reset --consumer {consumer} --branch main --to latest|snapshot:ID|...` and run with "
-            "--branch main"
+            f"{reset_command(self.config.state_url, consumer, '--branch', 'main', '--to', '...')} "
+            "(--to latest|snapshot:ID|...) and run with --branch main"
         )
 
     def _create_consumer(self, table: Table) -> Checkpoint:
         mode = parse_start(self.config.start)
         cursor = initial_cursor(table.metadata, mode, self.config.table)
         self._full_next = mode.reads_full_snapshot
+        # the sink is recorded once it opened (open), so a sink that fails to open is never recorded
         return self._store.ensure_consumer(
-            self.consumer, self.config.catalog, self.config.table, cursor, self.sink_identity, self.config.branch
+            self.consumer, self.config.catalog, self.config.table, cursor, None, self.config.branch
         )
 
     def _plan_next(self, table: Table, checkpoint: Checkpoint) -> ChangePlan | None:
         assert self._planner is not None
         metadata = table.metadata
         cursor = checkpoint.cursor
-        problem = cursor_problem(metadata, cursor, self.config.branch)
+        full = self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
+        # a full read from before the first snapshot needs no history: an expired one is no problem
+        problem = None if full and cursor.snapshot_id is None else cursor_problem(metadata, cursor, self.config.branch)
         if problem is not None:
             action = recovery_for(problem, self.config.on_missing_cursor, self.config.protect_cursor)
-            if action == DIFF and problem.current_snapshot_id is not None:
+            if action == DIFF and problem.current_snapshot_id is not None and problem.cursor_snapshot_id is not None:
                 # repair: the net change from the (kept) cursor snapshot to the current one, one batch
                 self._start_session()
                 return self._planner.plan_direct(
@@ -504,10 +531,12 @@ class Pipeline:
             cursor = self._recover_cursor(table, problem, action)
         current = metadata.current_snapshot_id
         if current is None or current == cursor.snapshot_id:
+            if problem is not None:  # recovered onto the current snapshot (latest): a success, so it is stored
+                self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
             return None
         self._start_session()  # there is a batch: the JVM starts while it is planned and begun
         base = self._next_ordinal(cursor) if problem is None else 0
-        full = self._full_next or (self.config.start == "full" and checkpoint.generation == 0)
+        full = self._full_next or full
         if cursor.snapshot_id is None and full:
             self._full_next = False
             plan = self._planner.plan_full(current, ordinal_base=base)
@@ -518,7 +547,12 @@ class Pipeline:
         if self.config.max_snapshots_per_batch is not None:
             chain = chain[: self.config.max_snapshots_per_batch]
         to_snapshot = chain[-1].snapshot_id
-        return self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
+        plan = self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
+        if problem is not None:
+            # the recovered cursor is stored only by the batch written ahead from the stored one (CAS):
+            # a run that fails before that leaves the consumer as it found it
+            return replace(plan, from_snapshot_id_exclusive=checkpoint.cursor.snapshot_id)
+        return plan
 
     def _next_ordinal(self, cursor: Cursor) -> int:
         """`_change_ordinal` of the next snapshot: ordinals count from the consumer's (re)start.
@@ -532,15 +566,20 @@ class Pipeline:
         return history[0].shape.next_ordinal
 
     def _recover_cursor(self, table: Table, problem: CursorProblem, policy: str) -> Cursor:
+        """The cursor `policy` continues from, in memory only: nothing is stored until the batch
+        from the stored cursor is written ahead (or, with nothing to deliver, the run succeeded)."""
         if policy == "fail":
-            raise problem.error(self.consumer)
+            raise problem.error(self.consumer, self.config.state_url)
         if policy == "full":
-            # no separate reset: the full read is written ahead as the next batch, from the lost
-            # cursor, so a crash before it is written simply repeats this decision
+            # the full read is written ahead as the next batch, from the lost cursor, so a crash
+            # before it is written simply repeats this decision
             self._full_next = True
             return Cursor.before_first_snapshot()
         cursor = initial_cursor(table.metadata, StartMode(policy), self.config.table)
-        self._store.reset_cursor(self.consumer, cursor, owner=self._owner)
+        unusable = cursor_problem(table.metadata, cursor, self.config.branch)
+        if unusable is not None:  # earliest, when the oldest history expired too
+            error = unusable.error(self.consumer, self.config.state_url)
+            raise type(error)(f"--on-missing-cursor {policy}: {error}")
         return cursor
 
     def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:

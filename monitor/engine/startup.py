@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pyiceberg.table.metadata import TableMetadata
 
 from icetail.kernel.errors import ConfigError, NotAncestorError, TerminalError
+from icetail.monitor.engine.hints import reset_command
 from icetail.monitor.planning.lineage import (
     CursorCondition,
     cursor_condition,
+    history_expired_before,
     is_ancestor,
     snapshot_as_of,
     snapshot_or_raise,
@@ -134,13 +136,19 @@ class CursorProblem:
     """A lost cursor: which condition, what happened, and what fixes it."""
 
     condition: CursorCondition
-    cursor_snapshot_id: int
+    cursor_snapshot_id: int | None  # None: before the first snapshot, whose history expired
     current_snapshot_id: int | None  # the head of the followed branch
     branch: str = MAIN_BRANCH
+    oldest_kept_snapshot_id: int | None = None  # the oldest snapshot of the chain, when history expired
 
     @property
     def message(self) -> str:
         cursor, current = self.cursor_snapshot_id, self.current_snapshot_id
+        if cursor is None:
+            return (
+                f"the cursor is before the first snapshot, but the history before snapshot "
+                f"{self.oldest_kept_snapshot_id} has expired, so it cannot be followed from there"
+            )
         if self.condition == CursorCondition.CURSOR_EXPIRED:
             return f"cursor snapshot {cursor} has expired (no longer in the table metadata)"
         if self.condition == CursorCondition.CHAIN_EXPIRED:
@@ -155,8 +163,15 @@ class CursorProblem:
             )
         return f"current snapshot {current} does not descend from cursor snapshot {cursor} (rollback or branch reset)"
 
-    def fix(self, consumer: str) -> str:
-        reset = f"`icetail reset --consumer {consumer} --to ...`"
+    def fix(self, consumer: str, state_url: str) -> str:
+        """What to run instead; every command in it works when pasted (monitor/engine/hints.py)."""
+        reset = reset_command(state_url, consumer, "--to", "...")
+        if self.cursor_snapshot_id is None:
+            to_kept = reset_command(state_url, consumer, "--to", f"snapshot:{self.oldest_kept_snapshot_id}")
+            return (
+                "rerun with --on-missing-cursor full (the current rows as INSERTs, then the changes) or latest, "
+                f"or start after the oldest kept snapshot with {to_kept}"
+            )
         if self.condition == CursorCondition.CURSOR_EXPIRED:
             return (
                 f"the changes since it cannot be read: rerun with --on-missing-cursor earliest|latest|full or move it "
@@ -169,8 +184,8 @@ class CursorProblem:
             )
         return f"rerun with --on-missing-cursor diff to deliver the rollback as changes, or move it with {reset}"
 
-    def error(self, consumer: str) -> CursorLostError:
-        return ERROR_OF[self.condition](f"consumer {consumer!r}: {self.message}; {self.fix(consumer)}")
+    def error(self, consumer: str, state_url: str) -> CursorLostError:
+        return ERROR_OF[self.condition](f"consumer {consumer!r}: {self.message}; {self.fix(consumer, state_url)}")
 
 
 def cursor_problem(metadata: TableMetadata, cursor: Cursor, branch: str = MAIN_BRANCH) -> CursorProblem | None:
@@ -179,17 +194,25 @@ def cursor_problem(metadata: TableMetadata, cursor: Cursor, branch: str = MAIN_B
     `metadata`'s current snapshot is the head of `branch` (refs.metadata_on_branch).
     """
     condition = cursor_condition(metadata, cursor.snapshot_id)
-    if condition is None or cursor.snapshot_id is None:
+    if condition is None:
         return None
-    return CursorProblem(condition, cursor.snapshot_id, metadata.current_snapshot_id, branch)
+    current = metadata.current_snapshot_id
+    oldest = history_expired_before(metadata, current) if cursor.snapshot_id is None and current is not None else None
+    return CursorProblem(
+        condition, cursor.snapshot_id, current, branch, oldest.snapshot_id if oldest is not None else None
+    )
 
 
 def recovery_for(problem: CursorProblem, policy: str, protect_cursor: bool) -> str:
     """What to do about a lost cursor: `fail` or a policy of MISSING_CURSOR_POLICIES.
 
     A direct diff needs the cursor snapshot's files, so it cannot answer an expired cursor; a
-    protected consumer repairs a chain broken by expiry by a diff unless told otherwise.
+    protected consumer repairs a chain broken by expiry by a diff unless told otherwise. From
+    before the first snapshot, a diff is the full read (the current rows as INSERTs), and
+    `earliest` is where the cursor already is: it cannot answer a history that expired there.
     """
+    if problem.cursor_snapshot_id is None:
+        return {DIFF: "full", "earliest": "fail"}.get(policy, policy)
     if policy == DIFF:
         return "fail" if problem.condition == CursorCondition.CURSOR_EXPIRED else DIFF
     if policy == "fail" and protect_cursor and problem.condition == CursorCondition.CHAIN_EXPIRED:

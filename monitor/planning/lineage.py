@@ -54,15 +54,60 @@ def snapshot_or_raise(metadata: TableMetadata, snapshot_id: int, role: str) -> S
     return snapshot
 
 
+class HistoryExpiredError(SnapshotNotFoundError):
+    """The history before `oldest_kept` (the oldest snapshot still on the chain) has expired, so a
+    range from before the first snapshot cannot be read: it would silently miss the rows that
+    snapshot inherited. Callers add the fix that works for them (`--from-snapshot`, a reset)."""
+
+    @property
+    def oldest_kept(self) -> int:
+        return int(self.args[1])
+
+
+def history_expired_before(metadata: TableMetadata, to_snapshot_id_inclusive: int) -> Snapshot | None:
+    """The oldest snapshot on `to`'s chain when the history before it has expired, else None.
+
+    Expired history shows two ways: a parent id left dangling (Java's expiry), or a cleared parent
+    id (pyiceberg's expiry) on a snapshot whose summary counts more files or rows in the table than
+    it added, so rows it inherited would never be read. A root that added everything it holds (a
+    table's first snapshot, a replaced table's new root) is a true start.
+    """
+    snapshot = snapshot_or_raise(metadata, to_snapshot_id_inclusive, "to")
+    while snapshot.parent_snapshot_id is not None:
+        parent = snapshot_by_id(metadata, snapshot.parent_snapshot_id)
+        if parent is None:
+            return snapshot
+        snapshot = parent
+    return snapshot if not _could_be_first(snapshot) else None
+
+
+def _could_be_first(snapshot: Snapshot) -> bool:
+    summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+    for total, added in (("total-data-files", "added-data-files"), ("total-records", "added-records")):
+        if total in summary and int(summary[total]) > int(summary.get(added, 0)):
+            return False
+    return True
+
+
 def snapshots_between(
     metadata: TableMetadata, from_snapshot_id_exclusive: int | None, to_snapshot_id_inclusive: int
 ) -> list[Snapshot]:
     """Ancestors of `to` back to (not including) `from`, oldest first.
 
     Raises NotAncestorError when `from` is given but not on `to`'s ancestry (a rollback or a
-    different branch), naming both snapshot ids.
+    different branch), naming both snapshot ids; HistoryExpiredError when `from` is before the
+    first snapshot (None) but the history before the oldest kept snapshot has expired.
     """
-    if from_snapshot_id_exclusive is not None:
+    if from_snapshot_id_exclusive is None:
+        oldest = history_expired_before(metadata, to_snapshot_id_inclusive)
+        if oldest is not None:
+            raise HistoryExpiredError(
+                f"the history before snapshot {oldest.snapshot_id} (an ancestor of {to_snapshot_id_inclusive}) has "
+                f"expired, so it cannot be read from before the first snapshot: start after a kept snapshot "
+                f"(e.g. --from-snapshot {oldest.snapshot_id})",
+                oldest.snapshot_id,
+            )
+    else:
         snapshot_or_raise(metadata, from_snapshot_id_exclusive, "from")
     chain: list[Snapshot] = []
     snapshot: Snapshot | None = snapshot_or_raise(metadata, to_snapshot_id_inclusive, "to")
@@ -70,11 +115,6 @@ def snapshots_between(
         chain.append(snapshot)
         parent_id = snapshot.parent_snapshot_id
         snapshot = snapshot_by_id(metadata, parent_id) if parent_id is not None else None
-        if parent_id is not None and snapshot is None and from_snapshot_id_exclusive is None:
-            raise SnapshotNotFoundError(
-                f"snapshot {parent_id}, an ancestor of {to_snapshot_id_inclusive}, has expired; the history before it "
-                f"cannot be read: start from a later snapshot (e.g. --from-snapshot {chain[-1].snapshot_id})"
-            )
     if from_snapshot_id_exclusive is not None and snapshot is None:
         raise NotAncestorError(
             f"snapshot {from_snapshot_id_exclusive} is not an ancestor of snapshot {to_snapshot_id_inclusive} "
@@ -115,7 +155,10 @@ def cursor_condition(metadata: TableMetadata, cursor_snapshot_id: int | None) ->
     also reads as CHAIN_EXPIRED; the direct diff that answers it is right for both.
     """
     if cursor_snapshot_id is None:
-        return None
+        # "before the first snapshot" is older than any kept snapshot: lost when that history expired
+        current = metadata.current_snapshot_id
+        expired = current is not None and history_expired_before(metadata, current) is not None
+        return CursorCondition.CHAIN_EXPIRED if expired else None
     cursor = snapshot_by_id(metadata, cursor_snapshot_id)
     if cursor is None:
         return CursorCondition.CURSOR_EXPIRED

@@ -159,7 +159,8 @@ def test_status_and_outcome_name_the_schema(evolving: Any, spark: Any, tmp_path:
         checkpoint = pipeline.checkpoint()
         last = pipeline._store.history("c", 1)[0]
     assert checkpoint is not None
-    assert status_of(checkpoint, with_table=False, last_batch=last)["last_batch"]["schema_id"] == 0
+    report = status_of(checkpoint, "sqlite:///state.db", with_table=False, last_batch=last)
+    assert report["last_batch"]["schema_id"] == 0
     assert " schema 0" in describe(outcome)
 
 
