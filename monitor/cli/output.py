@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.files import publishable_mode
 from icetail.monitor.cli.prefetch import Prefetched
 from icetail.sinks.factory import remote_scheme
 from icetail.sinks.jsonl_encoding import write_jsonl_to
@@ -60,7 +61,10 @@ def _write(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> i
     if not os.path.isdir(directory):
         raise ConfigError(f"--output directory {directory} does not exist; create it first")
     fd, tmp = tempfile.mkstemp(prefix=".icetail-", suffix=".tmp", dir=directory)
-    os.close(fd)
+    try:
+        publishable_mode(fd)  # mkstemp's 0600 would outlive the rename: the umask decides, as for run's sinks
+    finally:
+        os.close(fd)
     try:
         if path.endswith(".parquet"):
             rows = 0

@@ -137,3 +137,19 @@ def test_changes_net(small_table: SmallTable, spark: Any, tmp_path: Any, capsys:
         capsys, "changes", "--catalog", "core", "--table", "ns.t", "--net", "--keep-carry-over", "--output", "-"
     )
     assert code == 2 and err.count("\n") == 1 and "--keep-carry-over" in err, err
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_output_files_honour_the_umask(
+    small_table: SmallTable, spark: Any, tmp_path: Any, capsys: Any, umask: int
+) -> None:
+    """`changes --output` wrote 0600 files whatever the umask (mkstemp's mode outlived the rename)."""
+    previous = os.umask(umask)
+    try:
+        for name in ("out.parquet", "out.jsonl"):
+            target = tmp_path / name
+            code, _, err = _run(capsys, "changes", "--catalog", "core", "--table", "ns.t", "--output", str(target))
+            assert code == 0, err
+            assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~umask), name
+    finally:
+        os.umask(previous)
