@@ -18,6 +18,8 @@ import yaml
 from icetail.kernel.errors import ConfigError, message_line
 from icetail.monitor.engine.pipeline import PipelineConfig
 from icetail.monitor.engine.verify import VERIFY_MODES
+from icetail.sinks.factory import parse_sink_url
+from icetail.state.urls import parse_store_url
 
 PIPELINE_KEYS = {
     "catalog": "catalog",
@@ -152,6 +154,12 @@ def load_file(path: str | None) -> dict[str, Any]:
         raise ConfigError(f"--config {path} is a directory; name a YAML file") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config {path} is not valid YAML: {message_line(exc)}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"--config {path} is not UTF-8 text (byte {exc.start} cannot be decoded); name a YAML file saved as UTF-8"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"--config {path} cannot be read: {exc.strerror or exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of keys")
     return _coerce_all(_normalize(raw, path), lambda key: path)
@@ -198,7 +206,11 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         base = {PIPELINE_KEYS[k]: v for k, v in merged.items() if k != "keep_carry_over"}
         if "keep_carry_over" in merged:
             base["carry_over_removal"] = not merged["keep_carry_over"]
-        pipelines.append(config_from_args(args, base))
+        pipeline = config_from_args(args, base)
+        # URLs are checked before anything starts (metrics server, Spark, a first cycle), as `run` does
+        parse_store_url(pipeline.state_url)
+        parse_sink_url(pipeline.sink_url)
+        pipelines.append(pipeline)
     consumers = [p.consumer_id for p in pipelines]
     if len(set(consumers)) != len(consumers):
         raise ConfigError(f"two tables share a consumer id ({consumers}); give each a distinct consumer")

@@ -253,11 +253,22 @@ def test_parse_duration_units() -> None:
         ("catalog: prod\ntable: db.t\nstate: sqlite:////s.db\nsink: '-'\ncolour: red\n", "unknown key 'colour'"),
         ("catalog: prod\ntable: db.t\nstate: sqlite:////s.db\nsink: '-'\ninterval: 1 hour\n", "duration '1 hour'"),
         ("tables: [\n", "is not valid YAML"),
+        # checked before the metrics server, Spark or a first cycle start, as `run` checks them
+        ("catalog: prod\ntable: db.t\nstate: 'sqlite://host/s.db'\nsink: '-'\n", "bad checkpoint store URL"),
+        ("catalog: prod\ntable: db.t\nstate: 'mysql://h/db'\nsink: '-'\n", "bad checkpoint store URL"),
+        ("catalog: prod\ntable: db.t\nstate: sqlite:////s.db\nsink: 'parquet:/x'\n", "sink URL 'parquet:/x'"),
+        ("catalog: prod\ntable: db.t\nstate: sqlite:////s.db\nsink: 'kafka://t'\n", "unknown scheme 'kafka'"),
+        (b"catalog: prod\n\xff\xfe\x00binary", "is not UTF-8 text"),
     ],
-    ids=["unknown-key", "bad-duration", "invalid-yaml"],
+    ids=["unknown-key", "bad-duration", "invalid-yaml", "state-host", "state-scheme", "sink-form", "sink-scheme",
+         "binary"],  # fmt: skip
 )
-def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, content: str, expected: str) -> None:
-    path = config_file(tmp_path, content)
+def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, content: str | bytes, expected: str) -> None:
+    if isinstance(content, bytes):
+        path = str(tmp_path / "icetail.yaml")
+        Path(path).write_bytes(content)
+    else:
+        path = config_file(tmp_path, content)
     port = free_port()
     done = subprocess.run(
         [ICETAIL, "serve", "--config", path, "--metrics-host", "127.0.0.1", "--metrics-port", str(port)],
@@ -272,6 +283,14 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, content: 
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("icetail: error: ") and expected in lines[0]
     assert done.stdout == ""
+    assert not (tmp_path / "s.db").exists() and not list(tmp_path.glob("spark-*"))  # nothing was started
+
+
+def test_run_with_a_binary_config_file_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "icetail.yaml"
+    path.write_bytes(bytes(range(256)))
+    message = config_error(tmp_path, None, "--config", str(path))
+    assert f"--config {path} is not" in message
 
 
 @pytest.mark.parametrize(
