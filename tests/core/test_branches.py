@@ -154,7 +154,8 @@ def test_run_on_a_branch_and_the_consumer_keeps_it(
     capsys.readouterr()
     assert main(run) == 2  # no --branch: main, which this consumer does not follow
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "follows branch 'audit', not 'main'" in err[0] and "reset --consumer c --branch" in err[0]
+    assert len(err) == 1 and "follows branch 'audit', not 'main'" in err[0], err
+    assert "`icetail reset --state sqlite:///" in err[0] and "--consumer c --branch main`" in err[0], err
     assert main([*run, "--branch", "audit", "--protect-cursor"]) == 0
     table = small_table.load()
     head = table.metadata.refs["audit"].snapshot_id

@@ -174,7 +174,8 @@ def test_consumer_follows_branch_through_fast_forward_reset_and_drop(
     with Pipeline(follow, spark=spark) as pipeline:
         assert pipeline.run()
     # a run naming another branch is refused with the ways on, before anything moves
-    with pytest.raises(ConfigError, match=r"follows branch 'audit', not 'main'.*reset --consumer audit --branch main"):
+    refusal = r"follows branch 'audit', not 'main'.*reset --state .* --consumer audit --branch main"
+    with pytest.raises(ConfigError, match=refusal):
         Pipeline(config(catalog, w, tmp_path, "audit"), spark=spark).open()
     audit_ops(w, 2)
     catalog.sql(f"CALL {catalog.name}.system.fast_forward('{w.ident}', 'main', 'audit')")  # publish
