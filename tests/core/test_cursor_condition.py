@@ -34,10 +34,12 @@ def test_expired_cursor(small_table: SmallTable) -> None:
     small_table.load().maintenance.expire_snapshots().by_id(first).commit()
     problem = cursor_problem(small_table.load().metadata, cursor)
     assert problem is not None and problem.condition == CursorCondition.CURSOR_EXPIRED
-    error = problem.error("c1")
+    error = problem.error("c1", "postgresql://u@h/db?schema=s&password=pw")
     assert isinstance(error, CursorExpiredError) and isinstance(error, TerminalError) and error.exit_code == 2
     assert f"cursor snapshot {first} has expired" in str(error)
     assert "earliest|latest|full" in str(error) and "--protect-cursor" in str(error) and "diff" not in str(error)
+    # the reset it names works when pasted: the store is named (quoted for a shell, its password hidden)
+    assert "`icetail reset --state 'postgresql://u@h/db?schema=s&password=***' --consumer c1 --to ...`" in str(error)
     # a direct diff needs the cursor's files: it cannot answer an expired cursor
     assert recovery_for(problem, "diff", protect_cursor=True) == "fail"
     assert recovery_for(problem, "fail", protect_cursor=True) == "fail"
@@ -52,7 +54,7 @@ def test_chain_broken_by_expiry(small_table: SmallTable) -> None:
     assert metadata.current_snapshot_id == third
     problem = cursor_problem(metadata, cursor)
     assert problem is not None and problem.condition == CursorCondition.CHAIN_EXPIRED
-    error = problem.error("c1")
+    error = problem.error("c1", "postgresql://u@h/db?schema=s&password=pw")
     assert isinstance(error, CursorChainExpiredError)
     assert "not a rollback" in str(error) and "--on-missing-cursor diff" in str(error)
     assert recovery_for(problem, "fail", protect_cursor=True) == "diff"  # a protected consumer repairs itself
@@ -66,7 +68,7 @@ def test_rollback_to_an_older_snapshot(small_table: SmallTable) -> None:
     small_table.load().manage_snapshots().rollback_to_snapshot(first).commit()
     problem = cursor_problem(small_table.load().metadata, cursor)
     assert problem is not None and problem.condition == CursorCondition.NOT_DESCENDANT
-    error = problem.error("c1")
+    error = problem.error("c1", "postgresql://u@h/db?schema=s&password=pw")
     assert isinstance(error, CursorNotDescendantError)
     assert "rollback" in str(error) and "expired" not in str(error) and "--on-missing-cursor diff" in str(error)
     assert recovery_for(problem, "fail", protect_cursor=True) == "fail"  # protection never repairs a rollback
@@ -88,3 +90,21 @@ def test_every_policy_is_accepted(policy: str) -> None:
     from icetail.monitor.engine.startup import parse_missing_cursor_policy
 
     assert parse_missing_cursor_policy(policy) == policy
+
+
+def test_before_the_first_snapshot_with_its_history_expired(small_table: SmallTable) -> None:
+    """pyiceberg's expiry clears the parent of the oldest kept snapshot, whose summary still says it
+    holds more rows than it added: following from before the first snapshot would miss those rows."""
+    first, second = small_table.snapshot_ids[:2]
+    small_table.load().maintenance.expire_snapshots().by_id(first).commit()
+    metadata = small_table.load().metadata
+    assert metadata.snapshot_by_id(second).parent_snapshot_id is None  # type: ignore[union-attr]
+    assert cursor_condition(metadata, None) == CursorCondition.CHAIN_EXPIRED
+    problem = cursor_problem(metadata, Cursor.before_first_snapshot())
+    assert problem is not None and problem.oldest_kept_snapshot_id == second
+    text = str(problem.error("c1", "sqlite:////s.db"))
+    assert f"history before snapshot {second} has expired" in text and "--on-missing-cursor full" in text
+    assert f"--consumer c1 --to snapshot:{second}`" in text
+    assert recovery_for(problem, "diff", protect_cursor=False) == "full"  # a diff from nothing is the full read
+    assert recovery_for(problem, "earliest", protect_cursor=False) == "fail"  # it is where the cursor already is
+    assert recovery_for(problem, "latest", protect_cursor=False) == "latest"
