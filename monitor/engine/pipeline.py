@@ -42,6 +42,7 @@ from icetail.monitor.engine.api import (
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, coalesced
+from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
 from icetail.monitor.engine.release import (
     Pairing,
     Release,
@@ -76,6 +77,7 @@ from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
+from icetail.sinks.keyed import KeyedSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
 
@@ -230,6 +232,7 @@ class Pipeline:
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
         self._full_next = False
+        self._sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -270,6 +273,7 @@ class Pipeline:
             self._check_branch()
             self._check_sink()
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
+            self._bind_keyed_sink()
         except BaseException:
             self._store.release_lease(self.consumer, self._owner)
             raise
@@ -289,6 +293,22 @@ class Pipeline:
                 f"run with --sink {recorded}, name another --consumer for the new sink, or move this one with "
                 f"`icetail reset --consumer {self.consumer} --sink {sink} --to earliest|latest|...`"
             )
+
+    def _bind_keyed_sink(self) -> None:
+        """A mirror learns its key and checks its target before any batch; batches pair by that key."""
+        if not isinstance(self.sink, KeyedSink):
+            return
+        table = self._load_table()
+        key = mirror_key(table, None, self.config.identifier_columns)
+        schema = change_arrow_schema(table, None, with_row_lineage=keyed_by_row_id(key))
+        self.sink.bind(key, schema)
+        self._sink_key = key
+
+    def _identifiers(self, table: Table, schema_id: int | None) -> tuple[str, ...]:
+        """What updates are paired by: a mirror's key, else --identifier-columns or the identifier fields."""
+        if self._sink_key is not None:
+            return mirror_key(table, schema_id, self.config.identifier_columns)
+        return identifier_names(table, schema_id, self.config.identifier_columns)
 
     def _check_branch(self) -> None:
         """A consumer follows one branch: the one it was created with (main before schema 4).
@@ -575,7 +595,7 @@ class Pipeline:
             return True
         schema_id = batch_schema_id(table, batch)
         splits = _with_commit_schema_ids(table, splits)
-        identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
+        identifiers = self._identifiers(table, schema_id)
         if batch.shape.net:
             return self._deliver_net(table, inflight, schema_id, identifiers, tally)
         tasks = [s.task for s in splits]
@@ -584,7 +604,7 @@ class Pipeline:
         gathered = gathered_snapshots(
             tasks, carry_over_removal=carry_over_removal, identifiers=identifiers, lineage_pairing=lineage_pairing
         )
-        with_lineage = self.config.with_row_lineage
+        with_lineage = self.config.with_row_lineage or keyed_by_row_id(self._sink_key)
         with_schema_id = self.config.with_schema_id
         progress = {p.split_id: p for p in inflight.progress}
         index_of = {s.split_id: i for i, s in enumerate(splits)}
@@ -716,7 +736,9 @@ class Pipeline:
         with_schema_id = self.config.with_schema_id
         # keyed by `_row_id` on a v3 table: a function of the persisted splits (their first_row_ids),
         # so a resumed batch folds the same rows the same way
-        lineage = NetLineage(keyed=has_row_lineage(table), output=self.config.with_row_lineage)
+        lineage = NetLineage(
+            keyed=has_row_lineage(table), output=self.config.with_row_lineage or keyed_by_row_id(self._sink_key)
+        )
         schema = lineage.read_schema(table, schema_id, with_schema_id=with_schema_id)
         splits = _with_commit_schema_ids(table, batch.splits)
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}

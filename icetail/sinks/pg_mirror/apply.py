@@ -1,0 +1,133 @@
+"""One chunk applied to the target in ONE transaction, recorded in icetail's ledger in the same one.
+
+In order: the chunk's name is claimed in the ledger (a name already there is a replay: nothing
+else happens); the target's schema is changed if the chunk's schema asks for it; the net rows are
+COPYed into a temporary staging table; the keys whose last change deletes are deleted (DELETE ...
+USING), the others upserted (INSERT ... ON CONFLICT DO UPDATE); the ledger forgets the consumer's
+earlier batches (a finished batch is never replayed). A crash anywhere before COMMIT leaves
+nothing; after it, the replayed chunk is skipped whatever the checkpoint store says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import Connection, sql
+
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.pg_mirror.encode import copy_pieces
+from icetail.sinks.pg_mirror.merge import DELETE, FRESH, UPSERT, NetChanges
+from icetail.sinks.pg_mirror.types import Column
+
+LEDGER_TABLE = "icetail_mirror_ledger"
+STAGE = sql.Identifier("icetail_mirror_stage")
+OP = "_icetail_op"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a chunk did to the target (all zero for a replay, which did nothing)."""
+
+    replayed: bool
+    deleted: int = 0
+    upserted: int = 0
+    duplicates: int = 0  # inserts of a key the source already held (in the chunk, or found in the target)
+
+
+def ensure_ledger(conn: Connection[Any], schema: str) -> None:
+    """icetail's ledger in `schema`, created when missing (its own transaction, at start)."""
+    with conn.transaction():
+        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (consumer text NOT NULL, chunk text NOT NULL, batch_id text NOT NULL, "
+                "target text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, chunk))"
+            ).format(sql.Identifier(schema, LEDGER_TABLE))
+        )
+
+
+def apply_chunk(
+    conn: Connection[Any],
+    *,
+    ledger_schema: str,
+    target: sql.Identifier,
+    target_name: str,
+    chunk: ChunkKey,
+    net: NetChanges,
+    columns: Sequence[Column],
+    key: Sequence[str],
+    ddl: Sequence[sql.Composed],
+) -> Applied:
+    """Apply `net` (a chunk's local merge) to `target` once per chunk name; see the module doc."""
+    ledger = sql.Identifier(ledger_schema, LEDGER_TABLE)
+    with conn.transaction():
+        claimed = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (consumer, chunk, batch_id, target) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
+            ).format(ledger),
+            (chunk.consumer, chunk.name, chunk.batch_id, target_name),
+        ).rowcount
+        if not claimed:
+            return Applied(replayed=True)
+        for statement in ddl:
+            conn.execute(statement)
+        applied = _apply(conn, target, net, columns, key) if net.rows.num_rows else Applied(False)
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE consumer = %s AND batch_id <> %s").format(ledger),
+            (chunk.consumer, chunk.batch_id),
+        )
+    return Applied(False, applied.deleted, applied.upserted, applied.duplicates + net.duplicates)
+
+
+def _apply(
+    conn: Connection[Any], target: sql.Identifier, net: NetChanges, columns: Sequence[Column], key: Sequence[str]
+) -> Applied:
+    names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
+    conn.execute(
+        sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+            STAGE, names, target
+        )
+    )
+    conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} text").format(STAGE, sql.Identifier(OP)))
+    with conn.cursor() as cur:
+        copy = sql.SQL("COPY {} ({}, {}) FROM STDIN (FORMAT csv)").format(STAGE, names, sql.Identifier(OP))
+        with cur.copy(copy) as writer:
+            for piece in copy_pieces(net.rows, columns, [net.ops]):
+                writer.write(piece)
+    matches = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in key)
+    deleted = conn.execute(
+        sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} = %s AND {}").format(
+            target, STAGE, sql.Identifier(OP), matches
+        ),
+        (DELETE,),
+    ).rowcount
+    fresh, found = _upsert(conn, target, columns, key, FRESH)
+    upserted, _ = _upsert(conn, target, columns, key, UPSERT)
+    return Applied(False, deleted, fresh + upserted, found)
+
+
+def _upsert(
+    conn: Connection[Any], target: sql.Identifier, columns: Sequence[Column], key: Sequence[str], op: str
+) -> tuple[int, int]:
+    """Upsert the staged rows of `op`: (rows written, rows whose key the target held already)."""
+    names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
+    others = [c.name for c in columns if c.name not in key]
+    keys = sql.SQL(", ").join(map(sql.Identifier, key))
+    if others:
+        sets = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others)
+        action = sql.SQL("DO UPDATE SET {}").format(sets)
+    else:
+        action = sql.Composed([sql.SQL("DO NOTHING")])
+    # xmax is 0 on a freshly inserted row and set on a row ON CONFLICT updated
+    statement = sql.SQL(
+        "WITH written AS (INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} = %s ON CONFLICT ({}) {} "
+        "RETURNING xmax::text <> '0' AS existed) "
+        "SELECT count(*), count(*) FILTER (WHERE existed), (SELECT count(*) FROM {} WHERE {} = %s) FROM written"
+    ).format(target, names, names, STAGE, sql.Identifier(OP), keys, action, STAGE, sql.Identifier(OP))
+    row = conn.execute(statement, (op, op)).fetchone()
+    assert row is not None
+    written, existed, staged = (int(v) for v in row)
+    return (written, existed) if others else (staged, staged - written)

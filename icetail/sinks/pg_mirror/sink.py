@@ -1,0 +1,151 @@
+"""The PostgreSQL mirror as a pipeline sink: each chunk applied by key in one transaction.
+
+Why one transaction per chunk, written from the driver (`write`), and not a group commit: the
+pipeline commits a chunk's offset as soon as `write` returns, so `write` must have made the chunk
+durable; buffering rows across calls would lose them in a crash. The chunk's ledger row commits
+with its rows, so a chunk replayed after a crash (written, offset not committed) is skipped by
+the target itself. Bigger transactions come from bigger chunks (`--chunk-rows`); a reconciled
+snapshot and a `--net` batch are one chunk each.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pyarrow as pa
+
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, message_line
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.pg_mirror.apply import Applied, apply_chunk, ensure_ledger
+from icetail.sinks.pg_mirror.merge import local_merge
+from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing
+from icetail.sinks.pg_mirror.types import data_columns, field_id
+from icetail.sinks.pg_mirror.url import MirrorTarget, parse_mirror_url, redact_libpq
+
+log = logging.getLogger("icetail.sinks.pg_mirror")
+CONNECT_TIMEOUT_S = 10
+
+
+class PostgresMirrorSink:
+    """Keeps SCHEMA.TABLE equal to the followed table, by key; see docs/sinks.md."""
+
+    exactly_once = True
+
+    def __init__(self, url: str, *, consumer: str) -> None:
+        self.target: MirrorTarget = parse_mirror_url(url)
+        if self.target.mode != "mirror":
+            raise ConfigError(
+                f"sink {self.target.identity}: mode={self.target.mode} is not available yet; use mode=mirror"
+            )
+        self.consumer = consumer
+        self.duplicates = 0  # inserts of a key the source already held, since open (docs/sinks.md)
+        self._conn: Any = None
+        self._key_ids: tuple[int | None, ...] | None = None
+        self._key: tuple[str, ...] = ()
+        self._existing: Existing | None = None  # the target as last committed by this sink; None: read it
+
+    def bind(self, key: tuple[str, ...], schema: pa.Schema) -> None:
+        """Check the target against the source's current schema and `key`; adopt a matching table."""
+        if not key:
+            raise ConfigError(f"sink {self.target.identity} needs a key: give --identifier-columns")
+        columns = data_columns(schema, key)
+        by_name = {c.name: c for c in columns}
+        missing = [k for k in key if k not in by_name]
+        if missing:
+            raise ConfigError(f"mirror key column(s) {', '.join(missing)} are not columns of the source")
+        self._key, self._key_ids = key, tuple(by_name[k].field_id for k in key)
+        conn = self._connection()
+        self._run(lambda: ensure_ledger(conn, self.target.ledger_schema))
+        existing = self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
+        if existing is not None:
+            statements = changes(existing, columns, key, self.target.schema, self.target.table)
+            if not existing.managed and statements:  # adopt a matching table: record its field ids
+                self._run(lambda: self._execute(statements))
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        if self._key_ids is None:
+            raise ConfigError(f"sink {self.target.identity} was not bound to a key (Pipeline binds it at open)")
+        names = self._key_names(rows.schema)
+        columns = data_columns(rows.schema, names)
+        net = local_merge(rows, names)
+        conn = self._connection()
+        existing = self._existing or self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
+        ddl = changes(existing, columns, names, self.target.schema, self.target.table)
+        target = qualified(self.target.schema, self.target.table)
+        try:
+            applied: Applied = self._run(
+                lambda: apply_chunk(
+                    conn,
+                    ledger_schema=self.target.ledger_schema,
+                    target=target,
+                    target_name=f"{self.target.schema}.{self.target.table}",
+                    chunk=key,
+                    net=net,
+                    columns=columns,
+                    key=names,
+                    ddl=ddl,
+                )
+            )
+        except BaseException:
+            self._existing = None  # the schema may or may not have changed: read it again
+            raise
+        self._existing = Existing(columns, names)
+        if applied.replayed:
+            log.info("chunk %s already applied to %s: skipped (a replay)", key.name, self.target.identity)
+        elif applied.duplicates:
+            self.duplicates += applied.duplicates
+            log.warning(
+                "chunk %s: %d insert(s) of a key the target already held (the source holds a key twice, or the "
+                "target held rows before): last writer wins; %d since start",
+                key.name,
+                applied.duplicates,
+                self.duplicates,
+            )
+        return None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _key_names(self, schema: pa.Schema) -> tuple[str, ...]:
+        """The key's columns in `schema` (by field id: a renamed key column is still the key)."""
+        by_id = {field_id(f): f.name for f in schema}
+        assert self._key_ids is not None
+        return tuple(
+            by_id.get(i, name) if i is not None else name for i, name in zip(self._key_ids, self._key, strict=True)
+        )
+
+    def _execute(self, statements: list[Any]) -> None:
+        with self._connection().transaction():
+            for statement in statements:
+                self._connection().execute(statement)
+
+    def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(
+                    self.target.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="icetail"
+                )
+            except psycopg.OperationalError as exc:
+                raise SinkError(
+                    f"cannot reach sink {self.target.identity}: {redact_libpq(message_line(exc))}; check that "
+                    "PostgreSQL is running and the URL's host, port, user and database are right"
+                ) from None
+        return self._conn
+
+    def _run(self, step: Any) -> Any:
+        """`step()` with PostgreSQL's errors as icetail's: a lost connection is transient, the rest terminal."""
+        import psycopg
+
+        try:
+            return step()
+        except psycopg.OperationalError as exc:
+            raise SinkError(f"sink {self.target.identity} failed: {redact_libpq(message_line(exc))}; retry") from None
+        except psycopg.Error as exc:
+            raise SinkRejectedError(
+                f"sink {self.target.identity} refused a change: {redact_libpq(message_line(exc))}"
+            ) from None
