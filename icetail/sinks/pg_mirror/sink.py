@@ -40,6 +40,7 @@ class PostgresMirrorSink:
             )
         self.consumer = consumer
         self.duplicates = 0  # inserts of a key the source already held, since open (docs/sinks.md)
+        self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
         self._conn: Any = None
         self._key_ids: tuple[int | None, ...] | None = None
         self._key: tuple[str, ...] = ()
@@ -92,6 +93,7 @@ class PostgresMirrorSink:
             raise
         self._existing = Existing(columns, names)
         if applied.replayed:
+            self.replayed += 1
             log.info("chunk %s already applied to %s: skipped (a replay)", key.name, self.target.identity)
         elif applied.duplicates:
             self.duplicates += applied.duplicates
