@@ -1,0 +1,124 @@
+"""The PostgreSQL mirror on Java-written tables: after every run the target equals what Java's
+reader returns at the checkpointed snapshot. Merge-on-read and copy-on-write UPDATE, DELETE and
+MERGE, an UPDATE that changes the key, an UPDATE that moves a row to another partition, a key
+deleted and re-inserted within one batch; and a v3 table with no key, mirrored by `_row_id`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.state.store import open_store
+from tests.support.pg_mirror import mirror_url, query, row_set, target_table
+from tests.support.workloads import COW, MOR, table_properties
+
+
+def _config(catalog: Any, tmp_path: Path, pg_schema: str, **overrides: Any) -> PipelineConfig:
+    values: dict[str, Any] = {
+        "catalog": catalog.name,
+        "table": "ns.t",
+        "state_url": f"sqlite:///{tmp_path / 'state.db'}",
+        "sink_url": mirror_url(pg_schema),
+        "consumer": "mirror",
+        "chunk_rows": 3,
+    }
+    values.update(overrides)
+    return PipelineConfig(**values)
+
+
+def _java_rows_at_cursor(catalog: Any, config: PipelineConfig) -> tuple[int, Any]:
+    with open_store(config.state_url) as store:
+        checkpoint = store.load(config.consumer_id)
+    assert checkpoint is not None and checkpoint.inflight is None and checkpoint.cursor.snapshot_id is not None
+    cursor = checkpoint.cursor.snapshot_id
+    return cursor, catalog.snapshot_rows("t", cursor).table
+
+
+def _run_and_check(catalog: Any, config: PipelineConfig, spark: Any, pg_schema: str) -> None:
+    with Pipeline(config, spark=spark) as pipeline:
+        pipeline.run()
+    cursor, java = _java_rows_at_cursor(catalog, config)
+    assert cursor == catalog.current_snapshot_id("t")
+    columns = tuple(java.column_names)
+    target, expected = row_set(target_table(pg_schema), columns), row_set(java, columns)
+    assert target == expected, f"at {cursor}: target-only {set(target) - set(expected)}, java-only " + (
+        f"{set(expected) - set(target)}"
+    )
+
+
+@pytest.mark.parametrize(("mode", "partitioned"), [(MOR, True), (COW, False)], ids=["mor-partitioned", "cow"])
+def test_mirror_equals_java_after_every_run(
+    catalog: Any,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pg_schema: str,
+    mode: str,
+    partitioned: bool,
+) -> None:
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, mode).items())
+    part = " PARTITIONED BY (p)" if partitioned else ""
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, p int, v string, d double) USING iceberg{part} "
+        f"TBLPROPERTIES ({props})"
+    )
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    config = _config(catalog, tmp_path, pg_schema)
+    rows = ", ".join(f"({i}L, {i % 2}, 'v{i}', {i}.5D)" for i in range(1, 21))
+    steps = [
+        [f"INSERT INTO {{cat}}.ns.t VALUES {rows}"],
+        ["UPDATE {cat}.ns.t SET v = concat(v, 'u') WHERE id IN (2, 3, 8)", "DELETE FROM {cat}.ns.t WHERE id IN (4, 9)"],
+        [
+            "MERGE INTO {cat}.ns.t t USING (SELECT * FROM VALUES (1L, 'm', 0), (5L, 'm', 1), (30L, 'new', 1) "
+            "AS s(id, v, op)) s ON t.id = s.id "
+            "WHEN MATCHED AND s.op = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET t.v = s.v, t.d = t.d + 1D "
+            "WHEN NOT MATCHED THEN INSERT (id, p, v, d) VALUES (s.id, 0, s.v, 0D)",
+            "UPDATE {cat}.ns.t SET id = id + 100 WHERE id IN (6, 11)",  # the key changes
+        ],
+        [
+            "DELETE FROM {cat}.ns.t WHERE id = 7",  # deleted and re-inserted in one batch
+            "INSERT INTO {cat}.ns.t VALUES (7L, 1, 'seven again', 7.0D)",
+            "UPDATE {cat}.ns.t SET p = 1 - p, v = 'moved' WHERE id = 10",  # another partition, same key
+            "UPDATE {cat}.ns.t SET v = v WHERE id = 12",  # changes nothing: carry-overs only
+        ],
+        ["DELETE FROM {cat}.ns.t WHERE id > 100", "INSERT INTO {cat}.ns.t VALUES (106L, 0, 'back', NULL)"],
+    ]
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        _run_and_check(catalog, config, spark, pg_schema)
+
+
+def test_v3_table_without_a_key_is_mirrored_by_row_id(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    config = _config(catalog, tmp_path, pg_schema)
+    steps = [
+        ["INSERT INTO {cat}.ns.t VALUES (1L, 'a'), (2L, 'b'), (2L, 'b'), (3L, 'c')"],  # a duplicate row: no key
+        ["UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2", "DELETE FROM {cat}.ns.t WHERE id = 3"],
+        ["UPDATE {cat}.ns.t SET id = 10 WHERE id = 1", "INSERT INTO {cat}.ns.t VALUES (3L, 'c again')"],
+    ]
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+        _, java = _java_rows_at_cursor(catalog, config)
+        target = target_table(pg_schema)
+        assert Counter(row_set(target, ("id", "v"))) == Counter(row_set(java, ("id", "v")))
+        assert len(set(target.column("_row_id").to_pylist())) == target.num_rows
+    primary_key = query(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+        (f'"{pg_schema}".t',),
+    )
+    assert primary_key == [("_row_id",)]
