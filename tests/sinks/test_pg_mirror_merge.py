@@ -116,3 +116,20 @@ def test_a_null_key_is_refused() -> None:
     )
     with pytest.raises(SinkRejectedError, match="'id' is null in 1 change row"):
         local_merge(rows, ("id",))
+
+
+def test_the_mirror_reads_the_readers_column_names() -> None:
+    from icetail.reader import metadata_columns, row_lineage
+    from icetail.sinks.pg_mirror import columns
+
+    assert columns.METADATA_COLUMNS == metadata_columns.METADATA_COLUMNS
+    assert (columns.CHANGE_TYPE, columns.CHANGE_ORDINAL) == (
+        metadata_columns.CHANGE_TYPE,
+        metadata_columns.CHANGE_ORDINAL,
+    )
+    assert columns.SCHEMA_ID == metadata_columns.SCHEMA_ID
+    assert (columns.ROW_ID, columns.LAST_UPDATED_SEQUENCE_NUMBER, columns.ROW_ID_FIELD_ID) == (
+        row_lineage.ROW_ID,
+        row_lineage.LAST_UPDATED_SEQUENCE_NUMBER,
+        row_lineage.ROW_ID_FIELD_ID,
+    )

@@ -38,6 +38,7 @@ def test_table_name_is_taken_literally_after_url_decoding() -> None:
         ("postgresql://u:pw1@h/d?table=s.t&table=s.u", "more than once"),
         ("postgresql://u:pw1@h/d?table=s.t&mode=append", "mode='append'"),
         ("postgresql://u:pw1@h/d?table=s.t&password=pw1#x", "fragment"),
+        ("postgresql://u:pw1@h/d?table=s." + "x" * 64, "longer than PostgreSQL's 63-byte names"),
     ],
 )
 def test_unusable_urls_are_refused_in_one_line_without_the_password(url: str, reason: str) -> None:

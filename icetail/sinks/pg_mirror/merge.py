@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.reader.metadata_columns import CHANGE_ORDINAL, CHANGE_TYPE
+from icetail.sinks.pg_mirror.columns import CHANGE_ORDINAL, CHANGE_TYPE
 
 INSERTING = ("INSERT", "UPDATE_AFTER")
 DELETE, FRESH, UPSERT = "D", "I", "U"  # the net ops

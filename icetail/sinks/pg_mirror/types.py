@@ -15,12 +15,18 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.reader.metadata_columns import METADATA_COLUMNS, SCHEMA_ID
-from icetail.reader.row_lineage import LAST_UPDATED_SEQUENCE_NUMBER, ROW_ID, ROW_ID_FIELD_ID
+from icetail.sinks.pg_mirror.columns import (
+    LAST_UPDATED_SEQUENCE_NUMBER,
+    METADATA_COLUMNS,
+    ROW_ID,
+    ROW_ID_FIELD_ID,
+    SCHEMA_ID,
+)
 
 FIELD_ID_KEY = b"PARQUET:field_id"
 NOT_DATA = frozenset({*METADATA_COLUMNS, SCHEMA_ID, LAST_UPDATED_SEQUENCE_NUMBER})
 JSONB = "jsonb"
+MAX_NAME_BYTES = 63
 _WIDER = {"smallint": ("integer", "bigint"), "integer": ("bigint",), "real": ("double precision",)}
 
 
@@ -42,11 +48,22 @@ def field_id(f: pa.Field) -> int | None:
 
 def data_columns(schema: pa.Schema, key: tuple[str, ...]) -> tuple[Column, ...]:
     """The target's columns for change rows of `schema`: the data columns (and `_row_id` when it is the key)."""
-    return tuple(
+    columns = tuple(
         Column(f.name, pg_type(f), field_id(f))
         for f in schema
         if f.name not in NOT_DATA and (f.name != ROW_ID or ROW_ID in key)
     )
+    for column in columns:
+        check_name(column.name, "column")
+    return columns
+
+
+def check_name(name: str, what: str) -> None:
+    """PostgreSQL cuts names longer than 63 bytes (NAMEDATALEN) silently: refuse them instead."""
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise SinkRejectedError(
+            f"{what} name {name!r} is longer than PostgreSQL's {MAX_NAME_BYTES} bytes; rename it in the source"
+        )
 
 
 def pg_type(f: pa.Field) -> str:

@@ -20,6 +20,7 @@ MODES = ("mirror", "history")
 _OWN = ("table", "mode", "ledger")  # parameters of icetail's, not libpq's
 _SECRET_PARAMS = ("password",)
 REDACTED = "***"
+_MAX_NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL would cut a longer name silently
 
 # Private redaction until icetail.kernel.secrets grows a libpq-aware one (to be unified at merge):
 # URL userinfo (`://user:pw@`), `password=` as a query parameter or as a DSN word.
@@ -71,6 +72,9 @@ def parse_mirror_url(url: str) -> MirrorTarget:
     schema, dot, table = tables[0].partition(".")
     if not dot or not schema or not table:
         raise _bad(text, f"table={tables[0]!r} must be written as SCHEMA.TABLE")
+    for name in (schema, table):
+        if len(name.encode()) > _MAX_NAME_BYTES:
+            raise _bad(text, f"{name!r} is longer than PostgreSQL's {_MAX_NAME_BYTES}-byte names")
     mode = own["mode"][0] if own["mode"] else "mirror"
     if mode not in MODES:
         raise _bad(text, f"mode={mode!r} is not one of {', '.join(MODES)}")
