@@ -97,7 +97,10 @@ def test_every_type_round_trips_with_its_documented_column_type(pg_schema: str) 
         "m": [[("k", 1)], None],
     }
     sink = _open(mirror_url(pg_schema), ("id",), schema)
-    sink.write(_key("b1", 0), _rows(schema, row, ["INSERT", "INSERT"]))
+    rows = _rows(schema, row, ["INSERT", "INSERT"])
+    # the row of nulls first (COPY straight into the empty target), the full row through the staging table
+    sink.write(_key("b1", 0), rows.slice(1, 1))
+    sink.write(_key("b1", 1), rows.slice(0, 1))
     sink.close()
     types = dict(
         query(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.compute as pc
 from psycopg import Connection, sql
 
 from icetail.sinks.base import ChunkKey
@@ -86,6 +87,9 @@ def _apply(
     conn: Connection[Any], target: sql.Identifier, net: NetChanges, columns: Sequence[Column], key: Sequence[str]
 ) -> Applied:
     names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
+    empty = conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(target)).fetchone()
+    if empty is not None and empty[0]:
+        return _load_empty(conn, target, net, columns, names)
     conn.execute(
         sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
             STAGE, names, target
@@ -107,6 +111,20 @@ def _apply(
     fresh, found = _upsert(conn, target, columns, key, FRESH)
     upserted, _ = _upsert(conn, target, columns, key, UPSERT)
     return Applied(False, deleted, fresh + upserted, found)
+
+
+def _load_empty(
+    conn: Connection[Any], target: sql.Identifier, net: NetChanges, columns: Sequence[Column], names: sql.Composed
+) -> Applied:
+    """Into an empty target (a first load, `--start full`) the net rows go by COPY alone: there is
+    nothing to delete or conflict with, and the merge left one row per key."""
+    keep = pc.not_equal(net.ops, DELETE)
+    rows = net.rows.filter(keep)
+    with conn.cursor() as cur:
+        with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, names)) as writer:
+            for piece in copy_pieces(rows, columns):
+                writer.write(piece)
+    return Applied(False, 0, rows.num_rows, 0)
 
 
 def _upsert(
