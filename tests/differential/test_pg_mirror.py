@@ -122,3 +122,47 @@ def test_v3_table_without_a_key_is_mirrored_by_row_id(
         (f'"{pg_schema}".t',),
     )
     assert primary_key == [("_row_id",)]
+
+
+def test_history_holds_the_source_at_every_snapshot(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    """mode=history: for every snapshot S followed, the versions valid at S are the source's rows at S;
+    an UPDATE that changes nothing makes no version."""
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, p int, v string) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ({props})"
+    )
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    config = _config(catalog, tmp_path, pg_schema, sink_url=mirror_url(pg_schema, extra="&mode=history"))
+    steps = [
+        ["INSERT INTO {cat}.ns.t VALUES (1L, 0, 'a'), (2L, 1, 'b'), (3L, 0, 'c'), (4L, 1, 'd')"],
+        ["UPDATE {cat}.ns.t SET v = 'b2' WHERE id = 2", "UPDATE {cat}.ns.t SET v = 'b3' WHERE id = 2"],
+        ["DELETE FROM {cat}.ns.t WHERE id = 3", "INSERT INTO {cat}.ns.t VALUES (3L, 1, 'c again')"],
+        ["UPDATE {cat}.ns.t SET id = 40 WHERE id = 4", "UPDATE {cat}.ns.t SET v = v WHERE id = 1"],
+        ["UPDATE {cat}.ns.t SET p = 1 - p WHERE id = 1"],
+    ]
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+    snapshots = catalog.snapshot_ids("t")
+    position = {s: i for i, s in enumerate(snapshots)}
+    versions = target_table(pg_schema).to_pylist()
+    problems = []
+    for i, snapshot in enumerate(snapshots):
+        valid = [
+            (r["id"], r["p"], r["v"])
+            for r in versions
+            if position[r["_valid_from_snapshot_id"]] <= i
+            and (r["_valid_to_snapshot_id"] is None or position[r["_valid_to_snapshot_id"]] > i)
+        ]
+        expected = row_set(catalog.snapshot_rows("t", snapshot).table, ("id", "p", "v"))
+        if sorted(valid, key=repr) != expected:
+            problems.append(f"at snapshot {i}: versions {sorted(valid, key=repr)} != source {expected}")
+    assert not problems, "\n".join(problems)
+    ones = [r for r in versions if r["id"] == 1]
+    assert len(ones) == 2, ones  # inserted, moved to another partition; the no-op UPDATE made no version

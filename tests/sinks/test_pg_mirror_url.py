@@ -48,9 +48,10 @@ def test_unusable_urls_are_refused_in_one_line_without_the_password(url: str, re
     assert reason in message and "pw1" not in message and "\n" not in message
 
 
-def test_history_mode_is_refused_until_it_exists() -> None:
-    with pytest.raises(ConfigError, match="mode=history is not available yet; use mode=mirror"):
-        open_sink("postgresql://u@h/d?table=s.t&mode=history", consumer="c")
+def test_history_mode_opens_a_history_sink() -> None:
+    sink = open_sink("postgresql://u@h/d?table=s.t&mode=history", consumer="c")
+    assert getattr(sink, "history", False) is True
+    assert normalize_sink_url("postgresql://u@h/d?mode=history&table=s.t").endswith("?table=s.t&mode=history")
 
 
 def test_redaction_of_libpq_passwords_in_any_text() -> None:

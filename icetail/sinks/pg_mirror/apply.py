@@ -10,10 +10,11 @@ nothing; after it, the replayed chunk is skipped whatever the checkpoint store s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import Connection, sql
 
@@ -54,15 +55,12 @@ def apply_chunk(
     conn: Connection[Any],
     *,
     ledger_schema: str,
-    target: sql.Identifier,
     target_name: str,
     chunk: ChunkKey,
-    net: NetChanges,
-    columns: Sequence[Column],
-    key: Sequence[str],
     ddl: Sequence[sql.Composed],
+    body: Callable[[Connection[Any]], Applied],
 ) -> Applied:
-    """Apply `net` (a chunk's local merge) to `target` once per chunk name; see the module doc."""
+    """Run `body` (what the chunk does to the target) once per chunk name, after `ddl`; see the module doc."""
     ledger = sql.Identifier(ledger_schema, LEDGER_TABLE)
     with conn.transaction():
         claimed = conn.execute(
@@ -75,21 +73,29 @@ def apply_chunk(
             return Applied(replayed=True)
         for statement in ddl:
             conn.execute(statement)
-        applied = _apply(conn, target, net, columns, key) if net.rows.num_rows else Applied(False)
+        applied = body(conn)
         conn.execute(
             sql.SQL("DELETE FROM {} WHERE consumer = %s AND batch_id <> %s").format(ledger),
             (chunk.consumer, chunk.batch_id),
         )
+    return applied
+
+
+def apply_mirror(
+    conn: Connection[Any], target: sql.Identifier, net: NetChanges, columns: Sequence[Column], key: Sequence[str]
+) -> Applied:
+    """The mirror's body: the net rows' keys deleted or upserted."""
+    if not net.rows.num_rows:
+        return Applied(False)
+    applied = _apply(conn, target, net, columns, key)
     return Applied(False, applied.deleted, applied.upserted, applied.duplicates + net.duplicates)
 
 
-def _apply(
-    conn: Connection[Any], target: sql.Identifier, net: NetChanges, columns: Sequence[Column], key: Sequence[str]
-) -> Applied:
+def stage(
+    conn: Connection[Any], target: sql.Identifier, columns: Sequence[Column], rows: pa.Table, ops: pa.Array
+) -> None:
+    """`rows` (their `columns`, then `ops`) in a temporary table shaped as `target`'s columns, dropped at commit."""
     names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
-    empty = conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(target)).fetchone()
-    if empty is not None and empty[0]:
-        return _load_empty(conn, target, net, columns, names)
     conn.execute(
         sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
             STAGE, names, target
@@ -99,8 +105,18 @@ def _apply(
     with conn.cursor() as cur:
         copy = sql.SQL("COPY {} ({}, {}) FROM STDIN (FORMAT csv)").format(STAGE, names, sql.Identifier(OP))
         with cur.copy(copy) as writer:
-            for piece in copy_pieces(net.rows, columns, [net.ops]):
+            for piece in copy_pieces(rows, columns, [ops]):
                 writer.write(piece)
+
+
+def _apply(
+    conn: Connection[Any], target: sql.Identifier, net: NetChanges, columns: Sequence[Column], key: Sequence[str]
+) -> Applied:
+    names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
+    empty = conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(target)).fetchone()
+    if empty is not None and empty[0]:
+        return _load_empty(conn, target, net, columns, names)
+    stage(conn, target, columns, net.rows, net.ops)
     matches = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in key)
     deleted = conn.execute(
         sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} = %s AND {}").format(

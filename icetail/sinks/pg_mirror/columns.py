@@ -5,7 +5,9 @@ from __future__ import annotations
 
 CHANGE_TYPE = "_change_type"
 CHANGE_ORDINAL = "_change_ordinal"
-METADATA_COLUMNS = (CHANGE_TYPE, CHANGE_ORDINAL, "_commit_snapshot_id", "_commit_timestamp")
+COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+METADATA_COLUMNS = (CHANGE_TYPE, CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP)
 SCHEMA_ID = "_schema_id"
 ROW_ID = "_row_id"
 LAST_UPDATED_SEQUENCE_NUMBER = "_last_updated_sequence_number"

@@ -75,6 +75,16 @@ def local_merge(rows: pa.Table, key: Sequence[str]) -> NetChanges:
     return NetChanges(rows.take(pa.array(order[ends])), pa.array(ops.tolist(), pa.string()), duplicates)
 
 
+def same_key_as_previous(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """For rows sorted by `key`: whether row i + 1 has the key of row i (length n - 1)."""
+    n = rows.num_rows
+    same = np.ones(max(n - 1, 0), dtype=bool)
+    for name in key:
+        column = _sortable(rows.column(name))
+        same &= pc.equal(column.slice(1), column.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return same
+
+
 def _sortable(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """`column` as one array of a type sort_indices and equal take (an extension type by its storage)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

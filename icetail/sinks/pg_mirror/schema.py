@@ -61,9 +61,19 @@ def read_existing(conn: Connection[Any], schema: str, table: str) -> Existing | 
 
 
 def changes(
-    existing: Existing | None, wanted: Sequence[Column], key: Sequence[str], schema: str, table: str
+    existing: Existing | None,
+    wanted: Sequence[Column],
+    key: Sequence[str],
+    schema: str,
+    table: str,
+    *,
+    keep_dropped: bool = False,
 ) -> list[sql.Composed]:
-    """The DDL that makes the target hold `wanted` with primary key `key`; SinkRejectedError when it cannot."""
+    """The DDL that makes the target hold `wanted` with primary key `key`; SinkRejectedError when it cannot.
+
+    Columns of `wanted` without a field id are icetail's own (a history table's validity columns):
+    matched by name. `keep_dropped`: a column the source dropped stays (a history table keeps the
+    values of its old versions; later versions hold NULL there)."""
     target = qualified(schema, table)
     where = f"target table {target.as_string(None)}"
     if existing is None:
@@ -76,12 +86,18 @@ def changes(
     _check_key(existing, wanted, key, where)
     statements: list[sql.Composed] = []
     alter = sql.SQL("ALTER TABLE {} ").format(target)
+    own = {c.name for c in wanted if c.field_id is None}
+    have = {c.name for c in existing.columns}
     for old in existing.columns:
-        if old.field_id is None:
+        if old.field_id is None and old.name not in own:
             raise SinkRejectedError(f"{where} has column {old.name!r}, which holds no source field; drop it")
-        if old.field_id not in wanted_ids:
+        if old.field_id is not None and old.field_id not in wanted_ids and not keep_dropped:
             statements.append(alter + sql.SQL("DROP COLUMN {}").format(sql.Identifier(old.name)))
     for column in wanted:
+        if column.field_id is None:
+            if column.name not in have:
+                raise SinkRejectedError(f"{where} has no column {column.name!r} ({column.pg_type})")
+            continue
         old_column = by_id.get(column.field_id)
         if old_column is None:
             statements.append(alter + sql.SQL("ADD COLUMN {} {}").format(_ident(column), sql.SQL(column.pg_type)))
@@ -104,8 +120,8 @@ def changes(
 
 
 def _check_key(existing: Existing, wanted: Sequence[Column], key: Sequence[str], where: str) -> None:
-    ids = {c.name: c.field_id for c in existing.columns}
-    wanted_ids = {c.name: c.field_id for c in wanted}
+    ids = {c.name: c.field_id or c.name for c in existing.columns}
+    wanted_ids = {c.name: c.field_id or c.name for c in wanted}
     if [ids.get(k) for k in existing.key] != [wanted_ids.get(k) for k in key]:
         raise SinkRejectedError(
             f"{where} has primary key ({', '.join(existing.key) or 'none'}), but the mirror key is "

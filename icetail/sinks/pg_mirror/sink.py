@@ -11,16 +11,19 @@ snapshot and a `--net` batch are one chunk each.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, message_line
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.pg_mirror.apply import Applied, apply_chunk, ensure_ledger
+from icetail.sinks.pg_mirror.apply import Applied, apply_chunk, apply_mirror, ensure_ledger
+from icetail.sinks.pg_mirror.apply_history import apply_history
+from icetail.sinks.pg_mirror.history import HISTORY_COLUMNS, history_key, version_changes
 from icetail.sinks.pg_mirror.merge import local_merge
 from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing
-from icetail.sinks.pg_mirror.types import data_columns, field_id
+from icetail.sinks.pg_mirror.types import Column, data_columns, field_id
 from icetail.sinks.pg_mirror.url import MirrorTarget, parse_mirror_url, redact_libpq
 
 log = logging.getLogger("icetail.sinks.pg_mirror")
@@ -28,16 +31,14 @@ CONNECT_TIMEOUT_S = 10
 
 
 class PostgresMirrorSink:
-    """Keeps SCHEMA.TABLE equal to the followed table, by key; see docs/sinks.md."""
+    """Keeps SCHEMA.TABLE equal to the followed table by key (mode=mirror), or holding every version
+    of every key (mode=history); see docs/sinks.md."""
 
     exactly_once = True
 
     def __init__(self, url: str, *, consumer: str) -> None:
         self.target: MirrorTarget = parse_mirror_url(url)
-        if self.target.mode != "mirror":
-            raise ConfigError(
-                f"sink {self.target.identity}: mode={self.target.mode} is not available yet; use mode=mirror"
-            )
+        self.history = self.target.mode == "history"
         self.consumer = consumer
         self.duplicates = 0  # inserts of a key the source already held, since open (docs/sinks.md)
         self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
@@ -50,7 +51,7 @@ class PostgresMirrorSink:
         """Check the target against the source's current schema and `key`; adopt a matching table."""
         if not key:
             raise ConfigError(f"sink {self.target.identity} needs a key: give --identifier-columns")
-        columns = data_columns(schema, key)
+        columns = self._columns(schema, key)
         by_name = {c.name: c for c in columns}
         missing = [k for k in key if k not in by_name]
         if missing:
@@ -60,7 +61,7 @@ class PostgresMirrorSink:
         self._run(lambda: ensure_ledger(conn, self.target.ledger_schema))
         existing = self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
         if existing is not None:
-            statements = changes(existing, columns, key, self.target.schema, self.target.table)
+            statements = self._changes(existing, columns, key)
             if not existing.managed and statements:  # adopt a matching table: record its field ids
                 self._run(lambda: self._execute(statements))
 
@@ -68,30 +69,29 @@ class PostgresMirrorSink:
         if self._key_ids is None:
             raise ConfigError(f"sink {self.target.identity} was not bound to a key (Pipeline binds it at open)")
         names = self._key_names(rows.schema)
-        columns = data_columns(rows.schema, names)
-        net = local_merge(rows, names)
+        columns = self._columns(rows.schema, names)
+        target = qualified(self.target.schema, self.target.table)
+        body: Callable[[Any], Applied]
+        if self.history:
+            versions = version_changes(rows, names)
+            body = lambda conn: apply_history(conn, target, versions, columns, names)  # noqa: E731
+        else:
+            net = local_merge(rows, names)
+            body = lambda conn: apply_mirror(conn, target, net, columns, names)  # noqa: E731
         conn = self._connection()
         existing = self._existing or self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
-        ddl = changes(existing, columns, names, self.target.schema, self.target.table)
-        target = qualified(self.target.schema, self.target.table)
+        ddl = self._changes(existing, columns, names)
+        name = f"{self.target.schema}.{self.target.table}"
         try:
             applied: Applied = self._run(
                 lambda: apply_chunk(
-                    conn,
-                    ledger_schema=self.target.ledger_schema,
-                    target=target,
-                    target_name=f"{self.target.schema}.{self.target.table}",
-                    chunk=key,
-                    net=net,
-                    columns=columns,
-                    key=names,
-                    ddl=ddl,
+                    conn, ledger_schema=self.target.ledger_schema, target_name=name, chunk=key, ddl=ddl, body=body
                 )
             )
         except BaseException:
             self._existing = None  # the schema may or may not have changed: read it again
             raise
-        self._existing = Existing(columns, names)
+        self._existing = Existing(columns, self._primary_key(names))
         if applied.replayed:
             self.replayed += 1
             log.info("chunk %s already applied to %s: skipped (a replay)", key.name, self.target.identity)
@@ -110,6 +110,18 @@ class PostgresMirrorSink:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _columns(self, schema: pa.Schema, key: tuple[str, ...]) -> tuple[Column, ...]:
+        """The target's columns: the data columns, and a history table's validity columns."""
+        return data_columns(schema, key) + (HISTORY_COLUMNS if self.history else ())
+
+    def _primary_key(self, key: tuple[str, ...]) -> tuple[str, ...]:
+        return history_key(key) if self.history else key
+
+    def _changes(self, existing: Existing | None, columns: tuple[Column, ...], key: tuple[str, ...]) -> list[Any]:
+        return changes(
+            existing, columns, self._primary_key(key), self.target.schema, self.target.table, keep_dropped=self.history
+        )
 
     def _key_names(self, schema: pa.Schema) -> tuple[str, ...]:
         """The key's columns in `schema` (by field id: a renamed key column is still the key)."""
