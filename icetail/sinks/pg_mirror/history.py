@@ -51,7 +51,7 @@ def history_key(key: Sequence[str]) -> tuple[str, ...]:
 
 def version_changes(rows: pa.Table, key: Sequence[str]) -> VersionChanges:
     """The versions `rows` (a chunk's change rows) add and the open versions they close."""
-    net = local_merge(rows, (*key, CHANGE_ORDINAL))  # one change per key and snapshot, sorted by key then ordinal
+    net = local_merge(rows, (*key, CHANGE_ORDINAL), key_order=True)  # per key and snapshot, sorted so
     merged, ops = net.rows, np.asarray(net.ops.to_pylist(), dtype=object)
     n = merged.num_rows
     if n == 0:

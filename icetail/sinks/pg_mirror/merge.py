@@ -43,8 +43,9 @@ class NetChanges:
         return int(pc.sum(pc.equal(self.ops, op)).as_py() or 0) if len(self.ops) else 0
 
 
-def local_merge(rows: pa.Table, key: Sequence[str]) -> NetChanges:
-    """The net change of each key of `rows` (change rows with `_change_type` and `_change_ordinal`)."""
+def local_merge(rows: pa.Table, key: Sequence[str], *, key_order: bool = False) -> NetChanges:
+    """The net change of each key of `rows` (change rows with `_change_type` and `_change_ordinal`),
+    in the chunk's order, or sorted by `key` with `key_order`."""
     n = rows.num_rows
     for name in key:
         nulls = rows.column(name).null_count
@@ -56,6 +57,9 @@ def local_merge(rows: pa.Table, key: Sequence[str]) -> NetChanges:
     if n == 0:
         return NetChanges(rows, pa.array([], pa.string()), 0)
     inserting = pc.is_in(rows.column(CHANGE_TYPE), value_set=pa.array(INSERTING)).to_numpy(zero_copy_only=False)
+    if inserting.all() and _distinct_numbers(rows, key):
+        # inserts of distinct keys (an append, a first load): nothing to fold
+        return NetChanges(rows, pa.nulls(n, pa.string()).fill_null(FRESH), 0)
     helper: dict[str, pa.Array | pa.ChunkedArray] = {
         f"k{i}": _sortable(rows.column(name)) for i, name in enumerate(key)
     }
@@ -71,8 +75,22 @@ def local_merge(rows: pa.Table, key: Sequence[str]) -> NetChanges:
     first_inserting = ins[starts][np.cumsum(starts) - 1]  # per row: whether its key's first change inserts
     duplicates = int(np.count_nonzero(same_as_previous & ins[1:] & ins[:-1]))
     last_ins = ins[ends]
-    ops = np.where(last_ins, np.where(first_inserting[ends], FRESH, UPSERT), DELETE)
-    return NetChanges(rows.take(pa.array(order[ends])), pa.array(ops.tolist(), pa.string()), duplicates)
+    codes = np.where(last_ins, np.where(first_inserting[ends], 1, 2), 0)
+    chosen = order[ends]
+    if not key_order:  # in the chunk's order: a take of ascending rows is ~10x cheaper (strings)
+        ascending = np.argsort(chosen, kind="stable")
+        chosen, codes = chosen[ascending], codes[ascending]
+    ops = pa.array([DELETE, FRESH, UPSERT], pa.string()).take(pa.array(codes))
+    return NetChanges(rows.take(pa.array(chosen)), ops, duplicates)
+
+
+def _distinct_numbers(rows: pa.Table, key: Sequence[str]) -> bool:
+    """Whether a one-column integer key holds distinct values (numpy's sort: Arrow's count_distinct
+    costs ~10x more)."""
+    if len(key) != 1 or not pa.types.is_integer(rows.schema.field(key[0]).type):
+        return False
+    values = np.sort(rows.column(key[0]).to_numpy())
+    return bool((values[1:] != values[:-1]).all())
 
 
 def same_key_as_previous(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
