@@ -241,3 +241,19 @@ def test_an_unreachable_database_is_transient_and_shows_no_password() -> None:
     with pytest.raises(SinkError) as info:
         sink.bind(("id",), schema)
     assert "topsecret" not in str(info.value) and "cannot reach sink postgresql://u@127.0.0.1:1/d" in str(info.value)
+
+
+def test_the_ledger_may_live_in_another_schema(pg_schema: str) -> None:
+    ledger_schema = f"{pg_schema}_ledger"
+    schema = pa.schema([_field("id", pa.int64(), 1, False), *META])
+    try:
+        sink = _open(mirror_url(pg_schema, extra=f"&ledger={ledger_schema}"), ("id",), schema)
+        sink.write(_key("b1", 0), _rows(schema, {"id": [1]}, ["INSERT"]))
+        sink.write(_key("b1", 0), _rows(schema, {"id": [2]}, ["INSERT"]))  # a replay
+        sink.close()
+        assert target_table(pg_schema).column("id").to_pylist() == [1]
+        assert ledger(ledger_schema) == [("c1-b1-000000-000000000000", "b1")]
+        assert not query("SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s",
+                         (pg_schema, "icetail_mirror_ledger"))  # fmt: skip
+    finally:
+        query(f'DROP SCHEMA IF EXISTS "{ledger_schema}" CASCADE')

@@ -39,7 +39,12 @@ class Applied:
 
 
 def ensure_ledger(conn: Connection[Any], schema: str) -> None:
-    """icetail's ledger in `schema`, created when missing (its own transaction, at start)."""
+    """icetail's ledger in `schema`, created when missing (its own transaction, at start); an existing
+    one needs no CREATE privilege."""
+    ledger = sql.Identifier(schema, LEDGER_TABLE)
+    found = conn.execute("SELECT to_regclass(%s)", (ledger.as_string(conn),)).fetchone()
+    if found is not None and found[0] is not None:
+        return
     with conn.transaction():
         if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
@@ -47,7 +52,7 @@ def ensure_ledger(conn: Connection[Any], schema: str) -> None:
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (consumer text NOT NULL, chunk text NOT NULL, batch_id text NOT NULL, "
                 "target text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, chunk))"
-            ).format(sql.Identifier(schema, LEDGER_TABLE))
+            ).format(ledger)
         )
 
 

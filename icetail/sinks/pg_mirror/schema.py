@@ -40,6 +40,11 @@ def qualified(schema: str, table: str) -> sql.Identifier:
     return sql.Identifier(schema, table)
 
 
+def schema_exists(conn: Connection[Any], schema: str) -> bool:
+    """Whether `schema` exists (CREATE SCHEMA IF NOT EXISTS would need a privilege even when it does)."""
+    return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
+
+
 def read_existing(conn: Connection[Any], schema: str, table: str) -> Existing | None:
     """The table's columns (type, field id) and primary key; None when it does not exist."""
     name = qualified(schema, table).as_string(conn)
@@ -68,16 +73,19 @@ def changes(
     table: str,
     *,
     keep_dropped: bool = False,
+    create_schema: bool = False,
 ) -> list[sql.Composed]:
     """The DDL that makes the target hold `wanted` with primary key `key`; SinkRejectedError when it cannot.
 
     Columns of `wanted` without a field id are icetail's own (a history table's validity columns):
     matched by name. `keep_dropped`: a column the source dropped stays (a history table keeps the
-    values of its old versions; later versions hold NULL there)."""
+    values of its old versions; later versions hold NULL there). `create_schema`: a missing target
+    is created in a schema that does not exist yet (created too)."""
     target = qualified(schema, table)
     where = f"target table {target.as_string(None)}"
     if existing is None:
-        return [*_create_schema(schema), _create(target, wanted, key), *_comments(schema, table, wanted)]
+        made = _create_schema(schema) if create_schema else []
+        return [*made, _create(target, wanted, key), *_comments(schema, table, wanted)]
     if not existing.managed:
         _check_by_name(existing, wanted, key, where)
         return _comments(schema, table, wanted)

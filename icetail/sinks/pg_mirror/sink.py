@@ -22,7 +22,7 @@ from icetail.sinks.pg_mirror.apply import Applied, apply_chunk, apply_mirror, en
 from icetail.sinks.pg_mirror.apply_history import apply_history
 from icetail.sinks.pg_mirror.history import HISTORY_COLUMNS, history_key, version_changes
 from icetail.sinks.pg_mirror.merge import local_merge
-from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing
+from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing, schema_exists
 from icetail.sinks.pg_mirror.types import Column, data_columns, field_id
 from icetail.sinks.pg_mirror.url import MirrorTarget, parse_mirror_url, redact_libpq
 
@@ -80,7 +80,8 @@ class PostgresMirrorSink:
             body = lambda conn: apply_mirror(conn, target, net, columns, names)  # noqa: E731
         conn = self._connection()
         existing = self._existing or self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
-        ddl = self._changes(existing, columns, names)
+        missing_schema = existing is None and not self._run(lambda: schema_exists(conn, self.target.schema))
+        ddl = self._changes(existing, columns, names, create_schema=missing_schema)
         name = f"{self.target.schema}.{self.target.table}"
         try:
             applied: Applied = self._run(
@@ -118,9 +119,18 @@ class PostgresMirrorSink:
     def _primary_key(self, key: tuple[str, ...]) -> tuple[str, ...]:
         return history_key(key) if self.history else key
 
-    def _changes(self, existing: Existing | None, columns: tuple[Column, ...], key: tuple[str, ...]) -> list[Any]:
+    def _changes(
+        self, existing: Existing | None, columns: tuple[Column, ...], key: tuple[str, ...], create_schema: bool = False
+    ) -> list[Any]:
+        target = self.target
         return changes(
-            existing, columns, self._primary_key(key), self.target.schema, self.target.table, keep_dropped=self.history
+            existing,
+            columns,
+            self._primary_key(key),
+            target.schema,
+            target.table,
+            keep_dropped=self.history,
+            create_schema=create_schema,
         )
 
     def _key_names(self, schema: pa.Schema) -> tuple[str, ...]:
