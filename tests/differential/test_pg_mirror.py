@@ -1,7 +1,8 @@
 """The PostgreSQL mirror on Java-written tables: after every run the target equals what Java's
 reader returns at the checkpointed snapshot. Merge-on-read and copy-on-write UPDATE, DELETE and
 MERGE, an UPDATE that changes the key, an UPDATE that moves a row to another partition, a key
-deleted and re-inserted within one batch; and a v3 table with no key, mirrored by `_row_id`.
+deleted and re-inserted within one batch, compaction, INSERT OVERWRITE, equality deletes, schema
+evolution (batch by batch); a v3 table with no key, mirrored by `_row_id`; and mode=history.
 """
 
 from __future__ import annotations
@@ -88,10 +89,20 @@ def test_mirror_equals_java_after_every_run(
             "UPDATE {cat}.ns.t SET v = v WHERE id = 12",  # changes nothing: carry-overs only
         ],
         ["DELETE FROM {cat}.ns.t WHERE id > 100", "INSERT INTO {cat}.ns.t VALUES (106L, 0, 'back', NULL)"],
+        ["CALL {cat}.system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))"],
+        [
+            "INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE p = 0 AND id < 15"
+            if partitioned
+            else "INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE id < 15"
+        ],
     ]
     for statements in steps:
         for statement in statements:
             catalog.sql(statement)
+        _run_and_check(catalog, config, spark, pg_schema)
+    if mode == MOR:  # equality deletes (as Flink writes them), committed through the Java API
+        catalog.write_equality_deletes("t", "SELECT 2L AS id UNION ALL SELECT 13L AS id")
+        catalog.sql("INSERT INTO {cat}.ns.t VALUES (2L, 0, 'two again', 2.0D)")
         _run_and_check(catalog, config, spark, pg_schema)
 
 
@@ -166,3 +177,44 @@ def test_history_holds_the_source_at_every_snapshot(
     assert not problems, "\n".join(problems)
     ones = [r for r in versions if r["id"] == 1]
     assert len(ones) == 2, ones  # inserted, moved to another partition; the no-op UPDATE made no version
+
+
+def test_mirror_follows_schema_evolution_batch_by_batch(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    """Java evolves the table between writes (ADD, RENAME, ALTER TYPE int -> bigint, DROP); each batch
+    ends before a schema change, and after each the target has the source's columns and rows."""
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, n int, v string, x string) USING iceberg "
+                f"TBLPROPERTIES ({props})")  # fmt: skip
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    for statement in (
+        "INSERT INTO {cat}.ns.t VALUES (1L, 10, 'a', 'x1'), (2L, 20, 'b', 'x2')",
+        "ALTER TABLE {cat}.ns.t ADD COLUMN e bigint",
+        "INSERT INTO {cat}.ns.t VALUES (4L, 40, 'd', 'x4', 400L)",
+        "UPDATE {cat}.ns.t SET e = 100L WHERE id = 1",
+        "ALTER TABLE {cat}.ns.t RENAME COLUMN v TO w",
+        "INSERT INTO {cat}.ns.t VALUES (5L, 50, 'e', 'x5', 500L)",
+        "ALTER TABLE {cat}.ns.t ALTER COLUMN n TYPE bigint",
+        "INSERT INTO {cat}.ns.t VALUES (6L, 6000000000L, 'f', 'x6', 600L)",
+        "DELETE FROM {cat}.ns.t WHERE id = 2",
+        "ALTER TABLE {cat}.ns.t DROP COLUMN x",
+        "INSERT INTO {cat}.ns.t VALUES (7L, 70L, 'g', 700L)",
+        "UPDATE {cat}.ns.t SET w = 'gg' WHERE id = 7",
+    ):
+        catalog.sql(statement)
+    config = _config(catalog, tmp_path, pg_schema)
+    batches = 0
+    with Pipeline(config, spark=spark) as pipeline:
+        while (outcome := pipeline.run_batch()) is not None:
+            batches += 1
+            java = catalog.snapshot_rows("t", outcome.to_snapshot_inclusive).table
+            target = target_table(pg_schema)
+            assert sorted(target.column_names) == sorted(java.column_names), outcome
+            columns = tuple(java.column_names)
+            assert row_set(target, columns) == row_set(java, columns), f"after batch to {outcome.to_snapshot_inclusive}"
+    assert batches == 5  # one per schema
+    types = dict(query("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                       "%s::regclass AND attnum > 0 AND NOT attisdropped", (f'"{pg_schema}".t',)))  # fmt: skip
+    assert types == {"id": "bigint", "n": "bigint", "w": "text", "e": "bigint"}
