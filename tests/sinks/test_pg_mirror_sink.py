@@ -257,3 +257,9 @@ def test_the_ledger_may_live_in_another_schema(pg_schema: str) -> None:
                          (pg_schema, "icetail_mirror_ledger"))  # fmt: skip
     finally:
         query(f'DROP SCHEMA IF EXISTS "{ledger_schema}" CASCADE')
+
+
+def test_a_column_named_like_the_staging_op_is_refused(pg_schema: str) -> None:
+    schema = pa.schema([_field("id", pa.int64(), 1, False), _field("_icetail_op", pa.large_string(), 2), *META])
+    with pytest.raises(SinkRejectedError, match="'_icetail_op' has a name the PostgreSQL mirror uses itself"):
+        _open(mirror_url(pg_schema), ("id",), schema)

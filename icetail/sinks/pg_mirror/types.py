@@ -27,6 +27,7 @@ FIELD_ID_KEY = b"PARQUET:field_id"
 NOT_DATA = frozenset({*METADATA_COLUMNS, SCHEMA_ID, LAST_UPDATED_SEQUENCE_NUMBER})
 JSONB = "jsonb"
 MAX_NAME_BYTES = 63
+RESERVED = frozenset({"_icetail_op"})  # the staging table's op column (apply.OP)
 _WIDER = {"smallint": ("integer", "bigint"), "integer": ("bigint",), "real": ("double precision",)}
 
 
@@ -55,6 +56,8 @@ def data_columns(schema: pa.Schema, key: tuple[str, ...]) -> tuple[Column, ...]:
     )
     for column in columns:
         check_name(column.name, "column")
+        if column.name in RESERVED:
+            raise SinkRejectedError(f"column {column.name!r} has a name the PostgreSQL mirror uses itself; rename it")
     return columns
 
 
