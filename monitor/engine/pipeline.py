@@ -77,7 +77,7 @@ from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
-from icetail.sinks.keyed import KeyedSink
+from icetail.sinks.keyed import GroupWriteSink, KeyedSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
 
@@ -644,8 +644,10 @@ class Pipeline:
         )
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         strict = self._verify == VerifyMode.STRICT
-        # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together
-        group = ChunkGroup(self.config.group_policy) if staging and self._groups_commits() else None
+        # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together;
+        # so do the read rows of a group-writing sink (the PostgreSQL mirror)
+        writes_groups = self._groups_writes()
+        group = ChunkGroup(self.config.group_policy) if (staging and self._groups_commits()) or writes_groups else None
         released = releases(
             chunks, snapshot_of, gathered, verifier, strict=strict, on_check=lambda c: self._checked(batch, c, tally)
         )
@@ -661,7 +663,7 @@ class Pipeline:
                     key = SplitSlot(self.consumer, batch.batch_id, index_of[chunk.split_id]).chunk_key(
                         chunk.split_id, chunk.row_start_inclusive
                     )
-                    if group is not None and (chunk.staged is not None or not chunk.row_count):
+                    if group is not None and (chunk.staged is not None or not chunk.row_count or writes_groups):
                         group.add(key, chunk)
                         if group.full():
                             self._commit_group(batch, group, tally)
@@ -692,6 +694,9 @@ class Pipeline:
     def _groups_commits(self) -> bool:
         return isinstance(self.sink, GroupCommitSink) and self.config.group_policy.groups
 
+    def _groups_writes(self) -> bool:
+        return isinstance(self.sink, GroupWriteSink) and self.config.group_policy.groups
+
     def _commit_group(self, batch: InflightBatch, group: ChunkGroup | None, tally: _Tally) -> None:
         """The waiting staged chunks made visible in one sink commit, then their offsets in one transaction."""
         if group is None or not len(group):
@@ -702,6 +707,11 @@ class Pipeline:
         if staged:
             committed = cast(GroupCommitSink, self.sink).commit_staged_group(staged)
             tokens = {key: token for (key, _), token in zip(staged, committed, strict=True)}
+        rows = [(m.key, m.chunk.batch) for m in members if m.chunk.staged is None and m.chunk.batch is not None]
+        written = [(key, pa.Table.from_batches([batch])) for key, batch in rows if batch.num_rows]
+        if written:
+            applied = cast(GroupWriteSink, self.sink).write_group(written)
+            tokens |= {key: token for (key, _), token in zip(written, applied, strict=True)}
         for member in members:
             tally.add_counts(member.chunk.change_counts)
         self._store.commit_chunks(self.consumer, batch.batch_id, coalesced(members, tokens), owner=self._owner)

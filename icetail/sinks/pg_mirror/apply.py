@@ -1,17 +1,18 @@
-"""One chunk applied to the target in ONE transaction, recorded in icetail's ledger in the same one.
+"""A group of chunks applied to the target in ONE transaction, recorded in icetail's ledger in it.
 
-In order: the chunk's name is claimed in the ledger (a name already there is a replay: nothing
-else happens); the target's schema is changed if the chunk's schema asks for it; the net rows are
-COPYed into a temporary staging table; the keys whose last change deletes are deleted (DELETE ...
-USING), the others upserted (INSERT ... ON CONFLICT DO UPDATE); the ledger forgets the consumer's
-earlier batches (a finished batch is never replayed). A crash anywhere before COMMIT leaves
-nothing; after it, the replayed chunk is skipped whatever the checkpoint store says.
+In order: the chunks' names are claimed in the ledger (a name already there was applied before a
+crash lost its offset: that chunk is left out, whatever the checkpoint store says); the target's
+schema is changed if the rows' schema asks for it; the net rows (the local merge of the chunks
+left) are COPYed into a temporary staging table, or, into an empty target, straight into it; the
+keys whose last change deletes are deleted (DELETE ... USING), the others upserted (INSERT ... ON
+CONFLICT DO UPDATE); the ledger forgets the consumer's earlier batches (a finished batch is never
+replayed). A crash anywhere before COMMIT leaves nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -30,12 +31,12 @@ OP = "_icetail_op"
 
 @dataclass(frozen=True)
 class Applied:
-    """What a chunk did to the target (all zero for a replay, which did nothing)."""
+    """What a group of chunks did to the target."""
 
-    replayed: bool
-    deleted: int = 0
-    upserted: int = 0
-    duplicates: int = 0  # inserts of a key the source already held (in the chunk, or found in the target)
+    deleted: int = 0  # keys deleted (history: versions closed)
+    upserted: int = 0  # rows inserted or updated (history: versions added)
+    duplicates: int = 0  # inserts of a key the source already held (in the chunks, or found in the target)
+    skipped: int = 0  # chunks found in the ledger: applied before (a replay), left alone
 
 
 def ensure_ledger(conn: Connection[Any], schema: str) -> None:
@@ -56,34 +57,43 @@ def ensure_ledger(conn: Connection[Any], schema: str) -> None:
         )
 
 
-def apply_chunk(
+def apply_group(
     conn: Connection[Any],
     *,
     ledger_schema: str,
     target_name: str,
-    chunk: ChunkKey,
+    chunks: Sequence[ChunkKey],
     ddl: Sequence[sql.Composed],
-    body: Callable[[Connection[Any]], Applied],
+    body: Callable[[Connection[Any], list[int]], Applied],
 ) -> Applied:
-    """Run `body` (what the chunk does to the target) once per chunk name, after `ddl`; see the module doc."""
+    """Claim `chunks` (in delivery order, one batch) in the ledger, then run `ddl` and `body` on the
+    positions of the chunks not applied before, all in one transaction; see the module doc.
+
+    Chunks already in the ledger are left out before anything is merged: a replayed group may be
+    cut differently from the one that was applied, but applied chunks always form whole earlier
+    groups, so what is left is a suffix of the group, still in commit order.
+    """
     ledger = sql.Identifier(ledger_schema, LEDGER_TABLE)
+    claim = sql.SQL(
+        "INSERT INTO {} (consumer, chunk, batch_id, target) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    ).format(ledger)
     with conn.transaction():
-        claimed = conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (consumer, chunk, batch_id, target) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
-            ).format(ledger),
-            (chunk.consumer, chunk.name, chunk.batch_id, target_name),
-        ).rowcount
+        claimed = [
+            i
+            for i, chunk in enumerate(chunks)
+            if conn.execute(claim, (chunk.consumer, chunk.name, chunk.batch_id, target_name)).rowcount
+        ]
         if not claimed:
-            return Applied(replayed=True)
+            return Applied(skipped=len(chunks))
         for statement in ddl:
             conn.execute(statement)
-        applied = body(conn)
+        applied = body(conn, claimed)
+        batches = sorted({c.batch_id for c in chunks})
         conn.execute(
-            sql.SQL("DELETE FROM {} WHERE consumer = %s AND batch_id <> %s").format(ledger),
-            (chunk.consumer, chunk.batch_id),
+            sql.SQL("DELETE FROM {} WHERE consumer = %s AND NOT batch_id = ANY(%s)").format(ledger),
+            (chunks[0].consumer, batches),
         )
-    return applied
+    return replace(applied, skipped=len(chunks) - len(claimed))
 
 
 def apply_mirror(
@@ -91,9 +101,9 @@ def apply_mirror(
 ) -> Applied:
     """The mirror's body: the net rows' keys deleted or upserted."""
     if not net.rows.num_rows:
-        return Applied(False)
+        return Applied()
     applied = _apply(conn, target, net, columns, key)
-    return Applied(False, applied.deleted, applied.upserted, applied.duplicates + net.duplicates)
+    return replace(applied, duplicates=applied.duplicates + net.duplicates)
 
 
 def stage(
@@ -131,7 +141,7 @@ def _apply(
     ).rowcount
     fresh, found = _upsert(conn, target, columns, key, FRESH)
     upserted, _ = _upsert(conn, target, columns, key, UPSERT)
-    return Applied(False, deleted, fresh + upserted, found)
+    return Applied(deleted, fresh + upserted, found)
 
 
 def _load_empty(
@@ -145,7 +155,7 @@ def _load_empty(
         with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, names)) as writer:
             for piece in copy_pieces(rows, columns):
                 writer.write(piece)
-    return Applied(False, 0, rows.num_rows, 0)
+    return Applied(0, rows.num_rows, 0)
 
 
 def _upsert(

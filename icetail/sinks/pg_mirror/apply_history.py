@@ -34,7 +34,7 @@ def apply_history(
     key: Sequence[str],
 ) -> Applied:
     if not changes.rows.num_rows:
-        return Applied(False)
+        return Applied()
     stage(conn, target, columns, changes.rows, changes.ops)
     op = sql.Identifier(OP)
     matches = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in key)
@@ -61,4 +61,4 @@ def apply_history(
         sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} = %s").format(target, names, names, STAGE, op),
         (VERSION,),
     ).rowcount
-    return Applied(False, int(closed[0]), added, changes.duplicates + replaced + int(closed[1]))
+    return Applied(int(closed[0]), added, changes.duplicates + replaced + int(closed[1]))

@@ -1,24 +1,24 @@
-"""The PostgreSQL mirror as a pipeline sink: each chunk applied by key in one transaction.
+"""The PostgreSQL mirror as a pipeline sink: chunks applied by key, a group of them per transaction.
 
-Why one transaction per chunk, written from the driver (`write`), and not a group commit: the
-pipeline commits a chunk's offset as soon as `write` returns, so `write` must have made the chunk
-durable; buffering rows across calls would lose them in a crash. The chunk's ledger row commits
-with its rows, so a chunk replayed after a crash (written, offset not committed) is skipped by
-the target itself. Bigger transactions come from bigger chunks (`--chunk-rows`); a reconciled
-snapshot and a `--net` batch are one chunk each.
+The rows come to the driver (the sink is not a staging sink: a database takes rows over its
+connection, not files). The pipeline holds the chunks it reads in a group (`GroupWriteSink`,
+bounded by --sink-commit-rows/--sink-commit-interval) and commits their offsets only after
+`write_group` committed; a reconciled snapshot or a --net batch comes alone through `write`.
+The chunks' ledger rows commit with their rows, so chunks replayed after a crash (applied,
+offsets not committed) are left out by the target itself, however the replay is grouped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, message_line
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.pg_mirror.apply import Applied, apply_chunk, apply_mirror, ensure_ledger
+from icetail.sinks.pg_mirror.apply import Applied, apply_group, apply_mirror, ensure_ledger
 from icetail.sinks.pg_mirror.apply_history import apply_history
 from icetail.sinks.pg_mirror.history import HISTORY_COLUMNS, history_key, version_changes
 from icetail.sinks.pg_mirror.merge import local_merge
@@ -66,46 +66,64 @@ class PostgresMirrorSink:
                 self._run(lambda: self._execute(statements))
 
     def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        """One chunk in one transaction (a reconciled snapshot, a --net batch, or no grouping)."""
+        return self.write_group([(key, rows)])[0]
+
+    def write_group(self, chunks: Sequence[tuple[ChunkKey, pa.Table]]) -> list[str | None]:
+        """Chunks of one batch, in delivery order, applied in one transaction (chunks applied before
+        left out); returns after the commit, so the pipeline may commit their offsets."""
         if self._key_ids is None:
             raise ConfigError(f"sink {self.target.identity} was not bound to a key (Pipeline binds it at open)")
-        names = self._key_names(rows.schema)
-        columns = self._columns(rows.schema, names)
+        schema = chunks[0][1].schema
+        names = self._key_names(schema)
+        columns = self._columns(schema, names)
         target = qualified(self.target.schema, self.target.table)
-        body: Callable[[Any], Applied]
-        if self.history:
-            versions = version_changes(rows, names)
-            body = lambda conn: apply_history(conn, target, versions, columns, names)  # noqa: E731
-        else:
-            net = local_merge(rows, names)
-            body = lambda conn: apply_mirror(conn, target, net, columns, names)  # noqa: E731
+
+        def body(conn: Any, claimed: list[int]) -> Applied:
+            rows = pa.concat_tables([chunks[i][1] for i in claimed])
+            if self.history:
+                return apply_history(conn, target, version_changes(rows, names), columns, names)
+            return apply_mirror(conn, target, local_merge(rows, names), columns, names)
+
         conn = self._connection()
         existing = self._existing or self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
         missing_schema = existing is None and not self._run(lambda: schema_exists(conn, self.target.schema))
         ddl = self._changes(existing, columns, names, create_schema=missing_schema)
         name = f"{self.target.schema}.{self.target.table}"
+        keys = [key for key, _ in chunks]
         try:
             applied: Applied = self._run(
-                lambda: apply_chunk(
-                    conn, ledger_schema=self.target.ledger_schema, target_name=name, chunk=key, ddl=ddl, body=body
+                lambda: apply_group(
+                    conn, ledger_schema=self.target.ledger_schema, target_name=name, chunks=keys, ddl=ddl, body=body
                 )
             )
         except BaseException:
             self._existing = None  # the schema may or may not have changed: read it again
             raise
-        self._existing = Existing(columns, self._primary_key(names))
-        if applied.replayed:
-            self.replayed += 1
-            log.info("chunk %s already applied to %s: skipped (a replay)", key.name, self.target.identity)
-        elif applied.duplicates:
+        if applied.skipped < len(chunks):
+            self._existing = Existing(columns, self._primary_key(names))
+        self._report(keys, applied)
+        return [None] * len(chunks)
+
+    def _report(self, keys: list[ChunkKey], applied: Applied) -> None:
+        first = keys[0].name if len(keys) == 1 else f"{keys[0].name}..{keys[-1].name}"
+        if applied.skipped:
+            self.replayed += applied.skipped
+            log.info(
+                "%d chunk(s) of %s already applied to %s: skipped (a replay)",
+                applied.skipped,
+                first,
+                self.target.identity,
+            )
+        if applied.duplicates:
             self.duplicates += applied.duplicates
             log.warning(
-                "chunk %s: %d insert(s) of a key the target already held (the source holds a key twice, or the "
+                "chunk(s) %s: %d insert(s) of a key the target already held (the source holds a key twice, or the "
                 "target held rows before): last writer wins; %d since start",
-                key.name,
+                first,
                 applied.duplicates,
                 self.duplicates,
             )
-        return None
 
     def close(self) -> None:
         if self._conn is not None:
