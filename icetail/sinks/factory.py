@@ -6,6 +6,8 @@ Accepted forms (see docs/sinks.md):
 * `parquet+s3://BUCKET/PREFIX`  - Parquet objects plus commit records (also gs, abfs); exactly once
 * `iceberg://CATALOG/NS.TABLE`  - appends to an Iceberg table of a pyiceberg catalog; exactly once
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
+* `postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE` - a PostgreSQL table kept equal to the
+  source by key (a mirror); exactly once (sinks/pg_mirror/)
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 PATH is everything after `scheme://`, taken literally: a leading `/` makes it absolute
@@ -28,12 +30,15 @@ import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.names import check_consumer_id
+from icetail.kernel.secrets import redact_text
 from icetail.sinks.base import Sink
 from icetail.sinks.iceberg_sink import IcebergTableSink
 from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink
 from icetail.sinks.object_parquet_sink import SCHEMES as OBJECT_SCHEMES
 from icetail.sinks.object_parquet_sink import ObjectParquetSink
 from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.pg_mirror.url import SCHEMES as POSTGRES_SCHEMES
+from icetail.sinks.pg_mirror.url import parse_mirror_url
 
 ACCEPTED_FORMS = (
     "parquet:///abs/dir",
@@ -42,6 +47,7 @@ ACCEPTED_FORMS = (
     "iceberg://CATALOG/NS.TABLE",
     "jsonl:///abs/file.jsonl",
     "jsonl://rel/file.jsonl",
+    "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
     "-",
     "stdout:",
 )
@@ -53,10 +59,10 @@ _URL_INSIDE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 class SinkTarget:
     """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
-    scheme: str  # parquet | parquet+STORE (an object store: s3, gs, abfs) | jsonl | iceberg | stdout
+    scheme: str  # parquet | parquet+STORE (an object store: s3, gs, abfs) | jsonl | iceberg | postgresql | stdout
     path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
-    identifier: str | None = None
+    identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql the URL without its password
 
 
 def remote_scheme(path: str) -> str | None:
@@ -90,6 +96,8 @@ def parse_sink_url(url: str) -> SinkTarget:
     if scheme == "iceberg":
         catalog, identifier = _iceberg_target(url, rest)
         return SinkTarget(scheme, catalog=catalog, identifier=identifier)
+    if scheme in POSTGRES_SCHEMES:  # its messages never show the password
+        return SinkTarget("postgresql", identifier=parse_mirror_url(text).identity)
     raise _bad(url, f"unknown scheme {scheme!r}")
 
 
@@ -105,6 +113,9 @@ def normalize_sink_url(url: str) -> str:
         return f"{target.scheme}://{os.path.normpath(os.path.abspath(target.path))}"
     if target.scheme.startswith("parquet+"):
         return f"{target.scheme}://{target.path}"
+    if target.scheme == "postgresql":
+        assert target.identifier is not None
+        return target.identifier
     return f"iceberg://{target.catalog}/{target.identifier}"
 
 
@@ -128,6 +139,10 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
     if target.scheme == "iceberg":
         assert target.catalog is not None and target.identifier is not None
         return IcebergTableSink(target.catalog, target.identifier, consumer=consumer, schema=schema)
+    if target.scheme == "postgresql":
+        from icetail.sinks.pg_mirror.sink import PostgresMirrorSink  # psycopg is imported only when used
+
+        return PostgresMirrorSink(url, consumer=consumer)
     return StdoutSink()
 
 
@@ -169,4 +184,5 @@ def _local_path(url: str, rest: str) -> str:
 
 
 def _bad(url: str, reason: str) -> ConfigError:
-    return ConfigError(f"sink URL {url!r} is not usable: {reason}; accepted forms: {', '.join(ACCEPTED_FORMS)}")
+    shown = redact_text(url)  # a mistyped postgresql:// URL may hold a password
+    return ConfigError(f"sink URL {shown!r} is not usable: {reason}; accepted forms: {', '.join(ACCEPTED_FORMS)}")

@@ -28,7 +28,9 @@ class GroupPolicy:
     """When a group of staged chunks is committed: whichever bound is reached first.
 
     The pipeline also commits the group when the batch's read ends, before a chunk it cannot
-    group (a reconciled snapshot, rows written from the driver) and on a stop request.
+    group (a reconciled snapshot, rows written from the driver to a sink that does not write
+    groups) and on a stop request. A group-writing sink (keyed.GroupWriteSink, the PostgreSQL
+    mirror) gets the read rows of the group's chunks in one `write_group`.
     """
 
     min_rows: int  # committed once it holds at least this many change rows (inclusive); <= 1: every chunk

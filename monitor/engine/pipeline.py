@@ -45,6 +45,7 @@ from icetail.monitor.engine.api import (
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, coalesced
 from icetail.monitor.engine.hints import reset_command
+from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
 from icetail.monitor.engine.release import (
     Pairing,
     Release,
@@ -79,6 +80,7 @@ from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
+from icetail.sinks.keyed import GroupWriteSink, KeyedSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
 
@@ -235,6 +237,7 @@ class Pipeline:
         self._lease_renewed_at = 0.0
         self._full_next = False
         self._created = False  # this run created the consumer and has not begun a batch yet
+        self._sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -277,6 +280,7 @@ class Pipeline:
             self._check_sink(self._recorded_sink())
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
             self._check_sink(self._store.record_sink(self.consumer, self.sink_identity, owner=self._owner))
+            self._bind_keyed_sink()
         except BaseException:
             self._forget_if_unstarted()
             self._store.release_lease(self.consumer, self._owner)
@@ -309,6 +313,22 @@ class Pipeline:
                 f"run with --sink {shlex.quote(recorded)}, name another --consumer for the new sink, or move this "
                 f"one with {move} (--to earliest|latest|snapshot:ID|...)"
             )
+
+    def _bind_keyed_sink(self) -> None:
+        """A mirror learns its key and checks its target before any batch; batches pair by that key."""
+        if not isinstance(self.sink, KeyedSink):
+            return
+        table = self._load_table()
+        key = mirror_key(table, None, self.config.identifier_columns)
+        schema = change_arrow_schema(table, None, with_row_lineage=keyed_by_row_id(key))
+        self.sink.bind(key, schema)
+        self._sink_key = key
+
+    def _identifiers(self, table: Table, schema_id: int | None) -> tuple[str, ...]:
+        """What updates are paired by: a mirror's key, else --identifier-columns or the identifier fields."""
+        if self._sink_key is not None:
+            return mirror_key(table, schema_id, self.config.identifier_columns)
+        return identifier_names(table, schema_id, self.config.identifier_columns)
 
     def _check_branch(self) -> None:
         """A consumer follows one branch: the one it was created with (main before schema 4).
@@ -616,7 +636,7 @@ class Pipeline:
             return True
         schema_id = batch_schema_id(table, batch)
         splits = _with_commit_schema_ids(table, splits)
-        identifiers = identifier_names(table, schema_id, self.config.identifier_columns)
+        identifiers = self._identifiers(table, schema_id)
         if batch.shape.net:
             return self._deliver_net(table, inflight, schema_id, identifiers, tally)
         tasks = [s.task for s in splits]
@@ -625,7 +645,7 @@ class Pipeline:
         gathered = gathered_snapshots(
             tasks, carry_over_removal=carry_over_removal, identifiers=identifiers, lineage_pairing=lineage_pairing
         )
-        with_lineage = self.config.with_row_lineage
+        with_lineage = self.config.with_row_lineage or keyed_by_row_id(self._sink_key)
         with_schema_id = self.config.with_schema_id
         progress = {p.split_id: p for p in inflight.progress}
         index_of = {s.split_id: i for i, s in enumerate(splits)}
@@ -665,8 +685,10 @@ class Pipeline:
         )
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         strict = self._verify == VerifyMode.STRICT
-        # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together
-        group = ChunkGroup(self.config.group_policy) if staging and self._groups_commits() else None
+        # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together;
+        # so do the read rows of a group-writing sink (the PostgreSQL mirror)
+        writes_groups = self._groups_writes()
+        group = ChunkGroup(self.config.group_policy) if (staging and self._groups_commits()) or writes_groups else None
         released = releases(
             chunks, snapshot_of, gathered, verifier, strict=strict, on_check=lambda c: self._checked(batch, c, tally)
         )
@@ -682,7 +704,7 @@ class Pipeline:
                     key = SplitSlot(self.consumer, batch.batch_id, index_of[chunk.split_id]).chunk_key(
                         chunk.split_id, chunk.row_start_inclusive
                     )
-                    if group is not None and (chunk.staged is not None or not chunk.row_count):
+                    if group is not None and (chunk.staged is not None or not chunk.row_count or writes_groups):
                         group.add(key, chunk)
                         if group.full():
                             self._commit_group(batch, group, tally)
@@ -713,6 +735,9 @@ class Pipeline:
     def _groups_commits(self) -> bool:
         return isinstance(self.sink, GroupCommitSink) and self.config.group_policy.groups
 
+    def _groups_writes(self) -> bool:
+        return isinstance(self.sink, GroupWriteSink) and self.config.group_policy.groups
+
     def _commit_group(self, batch: InflightBatch, group: ChunkGroup | None, tally: _Tally) -> None:
         """The waiting staged chunks made visible in one sink commit, then their offsets in one transaction."""
         if group is None or not len(group):
@@ -723,6 +748,11 @@ class Pipeline:
         if staged:
             committed = cast(GroupCommitSink, self.sink).commit_staged_group(staged)
             tokens = {key: token for (key, _), token in zip(staged, committed, strict=True)}
+        rows = [(m.key, m.chunk.batch) for m in members if m.chunk.staged is None and m.chunk.batch is not None]
+        written = [(key, pa.Table.from_batches([batch])) for key, batch in rows if batch.num_rows]
+        if written:
+            applied = cast(GroupWriteSink, self.sink).write_group(written)
+            tokens |= {key: token for (key, _), token in zip(written, applied, strict=True)}
         for member in members:
             tally.add_counts(member.chunk.change_counts)
         self._store.commit_chunks(self.consumer, batch.batch_id, coalesced(members, tokens), owner=self._owner)
@@ -757,7 +787,9 @@ class Pipeline:
         with_schema_id = self.config.with_schema_id
         # keyed by `_row_id` on a v3 table: a function of the persisted splits (their first_row_ids),
         # so a resumed batch folds the same rows the same way
-        lineage = NetLineage(keyed=has_row_lineage(table), output=self.config.with_row_lineage)
+        lineage = NetLineage(
+            keyed=has_row_lineage(table), output=self.config.with_row_lineage or keyed_by_row_id(self._sink_key)
+        )
         schema = lineage.read_schema(table, schema_id, with_schema_id=with_schema_id)
         splits = _with_commit_schema_ids(table, batch.splits)
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}

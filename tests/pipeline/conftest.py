@@ -46,3 +46,4 @@ def state_url_factory(tmp_path: Path) -> Iterator[Callable[[str], str]]:
     yield make
     for url in made:
         drop_state(url)
+from tests.support.pg_mirror import pg_schema  # noqa: F401, E402  (a fixture)

@@ -9,6 +9,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.sinks import CATALOG
 from tests.support.catalogs import new_catalog
+from tests.support.pg_mirror import pg_schema  # noqa: F401  (a fixture)
 
 
 @pytest.fixture

@@ -1,0 +1,194 @@
+"""The PostgreSQL mirror as a pipeline sink: chunks applied by key, a group of them per transaction.
+
+The rows come to the driver (the sink is not a staging sink: a database takes rows over its
+connection, not files). The pipeline holds the chunks it reads in a group (`GroupWriteSink`,
+bounded by --sink-commit-rows/--sink-commit-interval) and commits their offsets only after
+`write_group` committed; a reconciled snapshot or a --net batch comes alone through `write`.
+The chunks' ledger rows commit with their rows, so chunks replayed after a crash (applied,
+offsets not committed) are left out by the target itself, however the replay is grouped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, message_line
+from icetail.kernel.secrets import redact_text
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.pg_mirror.apply import Applied, apply_group, apply_mirror, ensure_ledger
+from icetail.sinks.pg_mirror.apply_history import apply_history
+from icetail.sinks.pg_mirror.history import HISTORY_COLUMNS, history_key, version_changes
+from icetail.sinks.pg_mirror.merge import local_merge
+from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing, schema_exists
+from icetail.sinks.pg_mirror.types import Column, data_columns, field_id
+from icetail.sinks.pg_mirror.url import MirrorTarget, parse_mirror_url
+
+log = logging.getLogger("icetail.sinks.pg_mirror")
+CONNECT_TIMEOUT_S = 10
+
+
+class PostgresMirrorSink:
+    """Keeps SCHEMA.TABLE equal to the followed table by key (mode=mirror), or holding every version
+    of every key (mode=history); see docs/sinks.md."""
+
+    exactly_once = True
+
+    def __init__(self, url: str, *, consumer: str) -> None:
+        self.target: MirrorTarget = parse_mirror_url(url)
+        self.history = self.target.mode == "history"
+        self.consumer = consumer
+        self.duplicates = 0  # inserts of a key the source already held, since open (docs/sinks.md)
+        self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
+        self._conn: Any = None
+        self._key_ids: tuple[int | None, ...] | None = None
+        self._key: tuple[str, ...] = ()
+        self._existing: Existing | None = None  # the target as last committed by this sink; None: read it
+
+    def bind(self, key: tuple[str, ...], schema: pa.Schema) -> None:
+        """Check the target against the source's current schema and `key`; adopt a matching table."""
+        if not key:
+            raise ConfigError(f"sink {self.target.identity} needs a key: give --identifier-columns")
+        columns = self._columns(schema, key)
+        by_name = {c.name: c for c in columns}
+        missing = [k for k in key if k not in by_name]
+        if missing:
+            raise ConfigError(f"mirror key column(s) {', '.join(missing)} are not columns of the source")
+        self._key, self._key_ids = key, tuple(by_name[k].field_id for k in key)
+        conn = self._connection()
+        self._run(lambda: ensure_ledger(conn, self.target.ledger_schema))
+        existing = self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
+        if existing is not None:
+            statements = self._changes(existing, columns, key)
+            if not existing.managed and statements:  # adopt a matching table: record its field ids
+                self._run(lambda: self._execute(statements))
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        """One chunk in one transaction (a reconciled snapshot, a --net batch, or no grouping)."""
+        return self.write_group([(key, rows)])[0]
+
+    def write_group(self, chunks: Sequence[tuple[ChunkKey, pa.Table]]) -> list[str | None]:
+        """Chunks of one batch, in delivery order, applied in one transaction (chunks applied before
+        left out); returns after the commit, so the pipeline may commit their offsets."""
+        if self._key_ids is None:
+            raise ConfigError(f"sink {self.target.identity} was not bound to a key (Pipeline binds it at open)")
+        schema = chunks[0][1].schema
+        names = self._key_names(schema)
+        columns = self._columns(schema, names)
+        target = qualified(self.target.schema, self.target.table)
+
+        def body(conn: Any, claimed: list[int]) -> Applied:
+            rows = pa.concat_tables([chunks[i][1] for i in claimed])
+            if self.history:
+                return apply_history(conn, target, version_changes(rows, names), columns, names)
+            return apply_mirror(conn, target, local_merge(rows, names), columns, names)
+
+        conn = self._connection()
+        existing = self._existing or self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
+        missing_schema = existing is None and not self._run(lambda: schema_exists(conn, self.target.schema))
+        ddl = self._changes(existing, columns, names, create_schema=missing_schema)
+        name = f"{self.target.schema}.{self.target.table}"
+        keys = [key for key, _ in chunks]
+        try:
+            applied: Applied = self._run(
+                lambda: apply_group(
+                    conn, ledger_schema=self.target.ledger_schema, target_name=name, chunks=keys, ddl=ddl, body=body
+                )
+            )
+        except BaseException:
+            self._existing = None  # the schema may or may not have changed: read it again
+            raise
+        if applied.skipped < len(chunks):
+            self._existing = Existing(columns, self._primary_key(names))
+        self._report(keys, applied)
+        return [None] * len(chunks)
+
+    def _report(self, keys: list[ChunkKey], applied: Applied) -> None:
+        first = keys[0].name if len(keys) == 1 else f"{keys[0].name}..{keys[-1].name}"
+        if applied.skipped:
+            self.replayed += applied.skipped
+            log.info(
+                "%d chunk(s) of %s already applied to %s: skipped (a replay)",
+                applied.skipped,
+                first,
+                self.target.identity,
+            )
+        if applied.duplicates:
+            self.duplicates += applied.duplicates
+            log.warning(
+                "chunk(s) %s: %d insert(s) of a key the target already held (the source holds a key twice, or the "
+                "target held rows before): last writer wins; %d since start",
+                first,
+                applied.duplicates,
+                self.duplicates,
+            )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _columns(self, schema: pa.Schema, key: tuple[str, ...]) -> tuple[Column, ...]:
+        """The target's columns: the data columns, and a history table's validity columns."""
+        return data_columns(schema, key) + (HISTORY_COLUMNS if self.history else ())
+
+    def _primary_key(self, key: tuple[str, ...]) -> tuple[str, ...]:
+        return history_key(key) if self.history else key
+
+    def _changes(
+        self, existing: Existing | None, columns: tuple[Column, ...], key: tuple[str, ...], create_schema: bool = False
+    ) -> list[Any]:
+        target = self.target
+        return changes(
+            existing,
+            columns,
+            self._primary_key(key),
+            target.schema,
+            target.table,
+            keep_dropped=self.history,
+            create_schema=create_schema,
+        )
+
+    def _key_names(self, schema: pa.Schema) -> tuple[str, ...]:
+        """The key's columns in `schema` (by field id: a renamed key column is still the key)."""
+        by_id = {field_id(f): f.name for f in schema}
+        assert self._key_ids is not None
+        return tuple(
+            by_id.get(i, name) if i is not None else name for i, name in zip(self._key_ids, self._key, strict=True)
+        )
+
+    def _execute(self, statements: list[Any]) -> None:
+        with self._connection().transaction():
+            for statement in statements:
+                self._connection().execute(statement)
+
+    def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(
+                    self.target.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="icetail"
+                )
+            except psycopg.OperationalError as exc:
+                raise SinkError(
+                    f"cannot reach sink {self.target.identity}: {redact_text(message_line(exc))}; check that "
+                    "PostgreSQL is running and the URL's host, port, user and database are right"
+                ) from None
+        return self._conn
+
+    def _run(self, step: Any) -> Any:
+        """`step()` with PostgreSQL's errors as icetail's: a lost connection is transient, the rest terminal."""
+        import psycopg
+
+        try:
+            return step()
+        except psycopg.OperationalError as exc:
+            raise SinkError(f"sink {self.target.identity} failed: {redact_text(message_line(exc))}; retry") from None
+        except psycopg.Error as exc:
+            raise SinkRejectedError(
+                f"sink {self.target.identity} refused a change: {redact_text(message_line(exc))}"
+            ) from None

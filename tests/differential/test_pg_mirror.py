@@ -1,0 +1,220 @@
+"""The PostgreSQL mirror on Java-written tables: after every run the target equals what Java's
+reader returns at the checkpointed snapshot. Merge-on-read and copy-on-write UPDATE, DELETE and
+MERGE, an UPDATE that changes the key, an UPDATE that moves a row to another partition, a key
+deleted and re-inserted within one batch, compaction, INSERT OVERWRITE, equality deletes, schema
+evolution (batch by batch); a v3 table with no key, mirrored by `_row_id`; and mode=history.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.state.store import open_store
+from tests.support.pg_mirror import mirror_url, query, row_set, target_table
+from tests.support.workloads import COW, MOR, table_properties
+
+
+def _config(catalog: Any, tmp_path: Path, pg_schema: str, **overrides: Any) -> PipelineConfig:
+    values: dict[str, Any] = {
+        "catalog": catalog.name,
+        "table": "ns.t",
+        "state_url": f"sqlite:///{tmp_path / 'state.db'}",
+        "sink_url": mirror_url(pg_schema),
+        "consumer": "mirror",
+        "chunk_rows": 3,
+    }
+    values.update(overrides)
+    return PipelineConfig(**values)
+
+
+def _java_rows_at_cursor(catalog: Any, config: PipelineConfig) -> tuple[int, Any]:
+    with open_store(config.state_url) as store:
+        checkpoint = store.load(config.consumer_id)
+    assert checkpoint is not None and checkpoint.inflight is None and checkpoint.cursor.snapshot_id is not None
+    cursor = checkpoint.cursor.snapshot_id
+    return cursor, catalog.snapshot_rows("t", cursor).table
+
+
+def _run_and_check(catalog: Any, config: PipelineConfig, spark: Any, pg_schema: str) -> None:
+    with Pipeline(config, spark=spark) as pipeline:
+        pipeline.run()
+    cursor, java = _java_rows_at_cursor(catalog, config)
+    assert cursor == catalog.current_snapshot_id("t")
+    columns = tuple(java.column_names)
+    target, expected = row_set(target_table(pg_schema), columns), row_set(java, columns)
+    assert target == expected, f"at {cursor}: target-only {set(target) - set(expected)}, java-only " + (
+        f"{set(expected) - set(target)}"
+    )
+
+
+@pytest.mark.parametrize(("mode", "partitioned"), [(MOR, True), (COW, False)], ids=["mor-partitioned", "cow"])
+def test_mirror_equals_java_after_every_run(
+    catalog: Any,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pg_schema: str,
+    mode: str,
+    partitioned: bool,
+) -> None:
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, mode).items())
+    part = " PARTITIONED BY (p)" if partitioned else ""
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, p int, v string, d double) USING iceberg{part} "
+        f"TBLPROPERTIES ({props})"
+    )
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    config = _config(catalog, tmp_path, pg_schema)
+    rows = ", ".join(f"({i}L, {i % 2}, 'v{i}', {i}.5D)" for i in range(1, 21))
+    steps = [
+        [f"INSERT INTO {{cat}}.ns.t VALUES {rows}"],
+        ["UPDATE {cat}.ns.t SET v = concat(v, 'u') WHERE id IN (2, 3, 8)", "DELETE FROM {cat}.ns.t WHERE id IN (4, 9)"],
+        [
+            "MERGE INTO {cat}.ns.t t USING (SELECT * FROM VALUES (1L, 'm', 0), (5L, 'm', 1), (30L, 'new', 1) "
+            "AS s(id, v, op)) s ON t.id = s.id "
+            "WHEN MATCHED AND s.op = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET t.v = s.v, t.d = t.d + 1D "
+            "WHEN NOT MATCHED THEN INSERT (id, p, v, d) VALUES (s.id, 0, s.v, 0D)",
+            "UPDATE {cat}.ns.t SET id = id + 100 WHERE id IN (6, 11)",  # the key changes
+        ],
+        [
+            "DELETE FROM {cat}.ns.t WHERE id = 7",  # deleted and re-inserted in one batch
+            "INSERT INTO {cat}.ns.t VALUES (7L, 1, 'seven again', 7.0D)",
+            "UPDATE {cat}.ns.t SET p = 1 - p, v = 'moved' WHERE id = 10",  # another partition, same key
+            "UPDATE {cat}.ns.t SET v = v WHERE id = 12",  # changes nothing: carry-overs only
+        ],
+        ["DELETE FROM {cat}.ns.t WHERE id > 100", "INSERT INTO {cat}.ns.t VALUES (106L, 0, 'back', NULL)"],
+        ["CALL {cat}.system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))"],
+        [
+            "INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE p = 0 AND id < 15"
+            if partitioned
+            else "INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE id < 15"
+        ],
+    ]
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        _run_and_check(catalog, config, spark, pg_schema)
+    if mode == MOR:  # equality deletes (as Flink writes them), committed through the Java API
+        catalog.write_equality_deletes("t", "SELECT 2L AS id UNION ALL SELECT 13L AS id")
+        catalog.sql("INSERT INTO {cat}.ns.t VALUES (2L, 0, 'two again', 2.0D)")
+        _run_and_check(catalog, config, spark, pg_schema)
+
+
+def test_v3_table_without_a_key_is_mirrored_by_row_id(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    config = _config(catalog, tmp_path, pg_schema)
+    steps = [
+        ["INSERT INTO {cat}.ns.t VALUES (1L, 'a'), (2L, 'b'), (2L, 'b'), (3L, 'c')"],  # a duplicate row: no key
+        ["UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2", "DELETE FROM {cat}.ns.t WHERE id = 3"],
+        ["UPDATE {cat}.ns.t SET id = 10 WHERE id = 1", "INSERT INTO {cat}.ns.t VALUES (3L, 'c again')"],
+    ]
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+        _, java = _java_rows_at_cursor(catalog, config)
+        target = target_table(pg_schema)
+        assert Counter(row_set(target, ("id", "v"))) == Counter(row_set(java, ("id", "v")))
+        assert len(set(target.column("_row_id").to_pylist())) == target.num_rows
+    primary_key = query(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+        (f'"{pg_schema}".t',),
+    )
+    assert primary_key == [("_row_id",)]
+
+
+def test_history_holds_the_source_at_every_snapshot(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    """mode=history: for every snapshot S followed, the versions valid at S are the source's rows at S;
+    an UPDATE that changes nothing makes no version."""
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(
+        f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, p int, v string) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ({props})"
+    )
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    config = _config(catalog, tmp_path, pg_schema, sink_url=mirror_url(pg_schema, extra="&mode=history"))
+    steps = [
+        ["INSERT INTO {cat}.ns.t VALUES (1L, 0, 'a'), (2L, 1, 'b'), (3L, 0, 'c'), (4L, 1, 'd')"],
+        ["UPDATE {cat}.ns.t SET v = 'b2' WHERE id = 2", "UPDATE {cat}.ns.t SET v = 'b3' WHERE id = 2"],
+        ["DELETE FROM {cat}.ns.t WHERE id = 3", "INSERT INTO {cat}.ns.t VALUES (3L, 1, 'c again')"],
+        ["UPDATE {cat}.ns.t SET id = 40 WHERE id = 4", "UPDATE {cat}.ns.t SET v = v WHERE id = 1"],
+        ["UPDATE {cat}.ns.t SET p = 1 - p WHERE id = 1"],
+    ]
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+    snapshots = catalog.snapshot_ids("t")
+    position = {s: i for i, s in enumerate(snapshots)}
+    versions = target_table(pg_schema).to_pylist()
+    problems = []
+    for i, snapshot in enumerate(snapshots):
+        valid = [
+            (r["id"], r["p"], r["v"])
+            for r in versions
+            if position[r["_valid_from_snapshot_id"]] <= i
+            and (r["_valid_to_snapshot_id"] is None or position[r["_valid_to_snapshot_id"]] > i)
+        ]
+        expected = row_set(catalog.snapshot_rows("t", snapshot).table, ("id", "p", "v"))
+        if sorted(valid, key=repr) != expected:
+            problems.append(f"at snapshot {i}: versions {sorted(valid, key=repr)} != source {expected}")
+    assert not problems, "\n".join(problems)
+    ones = [r for r in versions if r["id"] == 1]
+    assert len(ones) == 2, ones  # inserted, moved to another partition; the no-op UPDATE made no version
+
+
+def test_mirror_follows_schema_evolution_batch_by_batch(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    """Java evolves the table between writes (ADD, RENAME, ALTER TYPE int -> bigint, DROP); each batch
+    ends before a schema change, and after each the target has the source's columns and rows."""
+    catalog.set_env(monkeypatch)
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, n int, v string, x string) USING iceberg "
+                f"TBLPROPERTIES ({props})")  # fmt: skip
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    for statement in (
+        "INSERT INTO {cat}.ns.t VALUES (1L, 10, 'a', 'x1'), (2L, 20, 'b', 'x2')",
+        "ALTER TABLE {cat}.ns.t ADD COLUMN e bigint",
+        "INSERT INTO {cat}.ns.t VALUES (4L, 40, 'd', 'x4', 400L)",
+        "UPDATE {cat}.ns.t SET e = 100L WHERE id = 1",
+        "ALTER TABLE {cat}.ns.t RENAME COLUMN v TO w",
+        "INSERT INTO {cat}.ns.t VALUES (5L, 50, 'e', 'x5', 500L)",
+        "ALTER TABLE {cat}.ns.t ALTER COLUMN n TYPE bigint",
+        "INSERT INTO {cat}.ns.t VALUES (6L, 6000000000L, 'f', 'x6', 600L)",
+        "DELETE FROM {cat}.ns.t WHERE id = 2",
+        "ALTER TABLE {cat}.ns.t DROP COLUMN x",
+        "INSERT INTO {cat}.ns.t VALUES (7L, 70L, 'g', 700L)",
+        "UPDATE {cat}.ns.t SET w = 'gg' WHERE id = 7",
+    ):
+        catalog.sql(statement)
+    config = _config(catalog, tmp_path, pg_schema)
+    batches = 0
+    with Pipeline(config, spark=spark) as pipeline:
+        while (outcome := pipeline.run_batch()) is not None:
+            batches += 1
+            java = catalog.snapshot_rows("t", outcome.to_snapshot_inclusive).table
+            target = target_table(pg_schema)
+            assert sorted(target.column_names) == sorted(java.column_names), outcome
+            columns = tuple(java.column_names)
+            assert row_set(target, columns) == row_set(java, columns), f"after batch to {outcome.to_snapshot_inclusive}"
+    assert batches == 5  # one per schema
+    types = dict(query("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                       "%s::regclass AND attnum > 0 AND NOT attisdropped", (f'"{pg_schema}".t',)))  # fmt: skip
+    assert types == {"id": "bigint", "n": "bigint", "w": "text", "e": "bigint"}

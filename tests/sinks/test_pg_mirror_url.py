@@ -1,0 +1,61 @@
+"""The mirror sink URL: parsed without side effects, normalized without its password, refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.secrets import redact_text
+from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
+from icetail.sinks.pg_mirror.url import parse_mirror_url
+
+
+def test_identity_has_no_password_and_one_spelling() -> None:
+    a = normalize_sink_url("postgresql://app:s3cret@db:5432/prod?table=public.orders&sslmode=require")
+    b = normalize_sink_url("postgres://app@db:5432/prod?sslmode=require&mode=mirror&table=public.orders")
+    assert a == b == "postgresql://app@db:5432/prod?table=public.orders&mode=mirror&sslmode=require"
+    assert "s3cret" not in a
+
+
+def test_password_parameter_is_dropped_from_the_identity_but_reaches_libpq() -> None:
+    target = parse_mirror_url("postgresql://app@db/prod?table=s.t&password=s3cret&ledger=ops")
+    assert "s3cret" not in target.identity and "s3cret" not in repr(target)
+    assert "password=s3cret" in target.conninfo and "table=" not in target.conninfo
+    assert (target.schema, target.table, target.ledger_schema, target.mode) == ("s", "t", "ops", "mirror")
+
+
+def test_table_name_is_taken_literally_after_url_decoding() -> None:
+    target = parse_mirror_url("postgresql://u@h/d?table=Sales.%22Robert%27%29%3B%20DROP%20TABLE%20x%3B--")
+    assert (target.schema, target.table) == ("Sales", "\"Robert'); DROP TABLE x;--")
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("postgresql://u:pw1@h/d", "no target table"),
+        ("postgresql://u:pw1@h/d?table=orders", "SCHEMA.TABLE"),
+        ("postgresql://u:pw1@h/d?table=.orders", "SCHEMA.TABLE"),
+        ("postgresql://u:pw1@h/?table=s.t", "no database"),
+        ("postgresql://u:pw1@h/d?table=s.t&table=s.u", "more than once"),
+        ("postgresql://u:pw1@h/d?table=s.t&mode=append", "mode='append'"),
+        ("postgresql://u:pw1@h/d?table=s.t&password=pw1#x", "fragment"),
+        ("postgresql://u:pw1@h/d?table=s." + "x" * 64, "longer than PostgreSQL's 63-byte names"),
+    ],
+)
+def test_unusable_urls_are_refused_in_one_line_without_the_password(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_sink_url(url)
+    message = str(info.value)
+    assert reason in message and "pw1" not in message and "\n" not in message
+
+
+def test_history_mode_opens_a_history_sink() -> None:
+    sink = open_sink("postgresql://u@h/d?table=s.t&mode=history", consumer="c")
+    assert getattr(sink, "history", False) is True
+    assert normalize_sink_url("postgresql://u@h/d?mode=history&table=s.t").endswith("?table=s.t&mode=history")
+
+
+def test_redaction_of_libpq_passwords_in_any_text() -> None:
+    text = "a postgresql://u:pw1@h/d?x=1&password=pw2 b host=h password=pw3 c password='p w4'"
+    redacted = redact_text(text)
+    assert not any(p in redacted for p in ("pw1", "pw2", "pw3", "p w4")), redacted
