@@ -81,7 +81,8 @@ class PostgresMirrorSink:
         target = qualified(self.target.schema, self.target.table)
 
         def body(conn: Any, claimed: list[int]) -> Applied:
-            rows = pa.concat_tables([chunks[i][1] for i in claimed])
+            tables = [chunks[i][1] for i in claimed]  # one batch: one schema (metadata aside)
+            rows = pa.concat_tables([t if t.schema.equals(schema) else t.cast(schema) for t in tables])
             if self.history:
                 return apply_history(conn, target, version_changes(rows, names), columns, names)
             return apply_mirror(conn, target, local_merge(rows, names), columns, names)
