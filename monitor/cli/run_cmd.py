@@ -46,12 +46,14 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         "--sink-commit-rows",
         type=int,
         default=None,
-        help="iceberg sink: commit staged chunks together until a snapshot holds N rows (default 1000000, 0: each)",
+        help="iceberg and postgresql sinks: commit chunks together until a commit holds N rows (default 1000000, "
+        "0: each)",
     )
     parser.add_argument(
         "--sink-commit-interval",
         default=None,
-        help="iceberg sink: or once the first chunk of a commit waited this long (default 10s, 0s: each chunk)",
+        help="iceberg and postgresql sinks: or once the first chunk of a commit waited this long (default 10s, "
+        "0s: each chunk)",
     )
     parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
