@@ -10,9 +10,11 @@ driver streams while the job runs. Local mode by default; any master via standar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -28,7 +30,7 @@ import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, DataFileError, IcetailError
 from icetail.kernel.model import ChangeSplit
-from icetail.kernel.processes import host_tag, process_is_running
+from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
@@ -87,6 +89,16 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     return session
 
 
+# What a Spark JVM this process launches runs as: pyspark's `bin/spark-submit`, then
+# `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
+SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
+ABANDON_SECONDS = 2.0
+
+
+class SessionAbandoned(Exception):
+    """The start of a BackgroundSession was given up before it began."""
+
+
 class BackgroundSession:
     """`spark_session` started on a thread, then its Python workers warmed, while the caller goes on.
 
@@ -125,11 +137,34 @@ class BackgroundSession:
             warming.cancelJobGroup(self._group)
             self._thread.join()
 
+    def abandon(self) -> None:
+        """Stop now, without waiting for a start still under way (the caller failed or needs no Spark).
+
+        A JVM still starting is stopped (SIGTERM to the Spark launcher this process started: it
+        runs its shutdown hooks), which ends the start thread within a poll of pyspark's launcher
+        and lets it remove its scratch; waited for at most ABANDON_SECONDS. A finished start is
+        closed as `close()` does.
+        """
+        with self._lock:
+            self._closing = True
+        deadline = time.monotonic() + ABANDON_SECONDS
+        while not self._future.done() and time.monotonic() < deadline:
+            for pid, command in child_processes().items():
+                if any(marker in command for marker in SPARK_LAUNCH_MARKERS):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGTERM)
+            self._thread.join(0.05)
+        if self._future.done():
+            self.close()
+
     def _start(self, app_name: str, conf: Mapping[str, str] | None) -> None:
         try:
             from pyspark import SparkContext
 
             running = SparkContext._active_spark_context is not None  # its workers are warm already
+            with self._lock:
+                if self._closing:  # abandoned before the JVM was asked for: never start it
+                    raise SessionAbandoned("the Spark session was abandoned before it started")
             session = spark_session(app_name, conf)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
             self._future.set_exception(exc)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.arguments import column_list
-from icetail.monitor.cli.output import check_output_path, write_output
+from icetail.monitor.cli.output import check_output_writable, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, iter_changes, plan_range
+from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, identifier_names, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.ranges import RangeBounds, plan_resolved, resolve_range
 from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
@@ -45,63 +48,77 @@ def _snapshot_id(text: str) -> int:
         raise argparse.ArgumentTypeError(f"snapshot id must be an integer, got {text!r}") from exc
 
 
-def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
-    table = load_table(open_catalog(args.catalog), args.table)
-    return table, _plan_of(table, args)
-
-
-def _plan_of(table: Table, args: argparse.Namespace) -> ChangePlan:
-    """The selected range: bounds by snapshot id or tag, on the history of --branch."""
-    return plan_range(
-        table,
-        args.from_snapshot,
-        args.to_snapshot,
-        branch=args.branch,
+def _bounds(args: argparse.Namespace) -> RangeBounds:
+    """The range the flags select: bounds by snapshot id or tag, on the history of --branch."""
+    return RangeBounds(
+        from_snapshot_id_exclusive=args.from_snapshot,
+        to_snapshot_id_inclusive=args.to_snapshot,
         from_tag=args.from_tag,
         to_tag=args.to_tag,
+        branch=args.branch,
     )
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
-    check_output_path(args.output)
+    """Everything that needs no data is checked before Spark starts; an empty range never starts it."""
+    check_output_writable(args.output)
     parse_verify_mode(args.verify)
-    table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
+    if args.net and args.keep_carry_over:
+        raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
+    table = load_table(open_catalog(args.catalog), args.table)
     check_row_lineage(table, args.with_row_lineage)
+    selected = resolve_range(table, _bounds(args))  # metadata only: unknown ids, tags, branches end here
+    identifier_names(table, selected.schema_id, args.identifier_columns)
+    if not selected.has_changes:
+        return _write_changes(args, table, plan_resolved(selected), None)
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
-        plan = _plan_of(table, args)
-        progress = Progress(len(plan.splits))
-        batches = iter_changes(
+        plan = plan_resolved(selected)
+        if not plan.splits:  # snapshots without data files: nothing for Spark to read
+            session.abandon()
+            return _write_changes(args, table, plan, None)
+        spark = session.result()
+    except BaseException:
+        session.abandon()  # fail now, not after the JVM finished starting
+        raise
+    try:
+        return _write_changes(args, table, plan, spark)
+    finally:
+        session.close()
+
+
+def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spark: Any) -> int:
+    progress = Progress(len(plan.splits))
+    batches = iter_changes(
+        table,
+        plan,
+        identifier_columns=args.identifier_columns,
+        carry_over_removal=not args.keep_carry_over,
+        spark=spark,
+        on_chunk=progress if args.output != "-" else None,
+        net=args.net,
+        verify=args.verify,
+        with_schema_id=args.with_schema_id,
+        with_row_lineage=args.with_row_lineage,
+    )
+    try:
+        schema = change_arrow_schema(
             table,
-            plan,
-            identifier_columns=args.identifier_columns,
-            carry_over_removal=not args.keep_carry_over,
-            spark=session.result() if plan.splits else None,
-            on_chunk=progress if args.output != "-" else None,
-            net=args.net,
-            verify=args.verify,
+            plan.schema_id,
             with_schema_id=args.with_schema_id,
             with_row_lineage=args.with_row_lineage,
         )
-        try:
-            schema = change_arrow_schema(
-                table,
-                plan.schema_id,
-                with_schema_id=args.with_schema_id,
-                with_row_lineage=args.with_row_lineage,
-            )
-            rows = write_output(args.output, schema, batches)
-        finally:
-            progress.close()
+        rows = write_output(args.output, schema, batches)
     finally:
-        session.close()
+        progress.close()
     if args.output != "-":
         print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    _, plan = _plan(args)
+    table = load_table(open_catalog(args.catalog), args.table)
+    plan = plan_resolved(resolve_range(table, _bounds(args)))
     print(json.dumps(plan_summary(plan), indent=2) if args.json else format_plan(plan))
     return 0
 

@@ -1,0 +1,44 @@
+"""A JAVA_HOME whose `bin/java` logs every launch, then runs the real Java.
+
+Spark's launcher runs `$JAVA_HOME/bin/java` when JAVA_HOME is set, so a child given this home
+leaves one line per JVM in `launches`: a test can tell that no JVM was started without timing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CountingJava:
+    home: Path
+    launches: Path
+
+    def count(self) -> int:
+        return len(self.pids())
+
+    def pids(self) -> list[int]:
+        """The process id of every JVM launched so far (`exec` keeps the script's id)."""
+        lines = self.launches.read_text().splitlines() if self.launches.exists() else []
+        return [int(line.split(" ", 1)[0]) for line in lines]
+
+
+def real_java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not found or not os.path.exists(found):
+        raise RuntimeError("no java on PATH or under JAVA_HOME: Spark cannot run here")
+    return os.path.realpath(found)
+
+
+def counting_java(root: Path) -> CountingJava:
+    home = root / "counting-java"
+    (home / "bin").mkdir(parents=True, exist_ok=True)
+    launches = root / "java-launches.log"
+    script = home / "bin" / "java"
+    script.write_text(f'#!/bin/sh\necho "$$ $*" >> "{launches}"\nexec "{real_java()}" "$@"\n')
+    script.chmod(0o755)
+    return CountingJava(home, launches)
