@@ -33,6 +33,7 @@ from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
+from icetail.reader.java_runtime import check_java
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
 from icetail.sinks.base import ChunkStager, SplitSlot
@@ -70,6 +71,10 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
                 f"SPARK_REMOTE={remote} asks for Spark Connect, but its client is not installed ({exc}); "
                 "pip install 'icetail[connect]' or unset SPARK_REMOTE"
             ) from exc
+    from pyspark import SparkContext
+
+    if not _submitted() and SparkContext._active_spark_context is None:  # else a JVM runs already
+        check_java()
     # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -42,3 +42,20 @@ def counting_java(root: Path) -> CountingJava:
     script.write_text(f'#!/bin/sh\necho "$$ $*" >> "{launches}"\nexec "{real_java()}" "$@"\n')
     script.chmod(0o755)
     return CountingJava(home, launches)
+
+
+def path_without_java(root: Path, path: str) -> str:
+    """`path` with no `java` on it: each folder holding one is replaced by a folder of links to its
+    other programs, so everything else a child runs is still found."""
+    folders = []
+    for index, folder in enumerate(p for p in path.split(os.pathsep) if p):
+        if not os.path.exists(os.path.join(folder, "java")):
+            folders.append(folder)
+            continue
+        shadow = root / f"path-without-java-{index}"
+        shadow.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(folder):
+            if entry.name != "java" and not (shadow / entry.name).exists():
+                (shadow / entry.name).symlink_to(entry.path)
+        folders.append(str(shadow))
+    return os.pathsep.join(folders)
