@@ -36,6 +36,7 @@ from icetail.reader.context import ReadContext
 from icetail.reader.java_runtime import check_java
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
+from icetail.reader.worker_python import check_worker_python
 from icetail.sinks.base import ChunkStager, SplitSlot
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
@@ -87,6 +88,8 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
         settings.setdefault("spark.python.daemon.module", "icetail.reader.spark_daemon")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
+        check_worker_python(settings)  # the workers run on this host: their Python can be asked now
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
