@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from typing import Any
@@ -15,7 +16,7 @@ from icetail.monitor.cli.output import check_output_writable, write_output
 from icetail.monitor.cli.progress import Progress
 from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, identifier_names, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.ranges import RangeBounds, plan_resolved, resolve_range
+from icetail.monitor.engine.ranges import RangeBounds, parse_instant, plan_resolved, resolve_range
 from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
@@ -34,6 +35,16 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-tag", default=None, help="exclusive: start after the snapshot this tag points at")
     parser.add_argument("--to-tag", default=None, help="inclusive: end at the snapshot this tag points at")
     parser.add_argument(
+        "--from-timestamp",
+        default=None,
+        help="inclusive: the snapshots committed at or after this ISO 8601 time (UTC without an offset)",
+    )
+    parser.add_argument(
+        "--to-timestamp",
+        default=None,
+        help="inclusive: the snapshots committed at or before this ISO 8601 time (UTC without an offset)",
+    )
+    parser.add_argument(
         "--branch", default="main", help="read the history of this branch (default main; the to-end is its head)"
     )
     parser.add_argument(
@@ -49,25 +60,38 @@ def _snapshot_id(text: str) -> int:
 
 
 def _bounds(args: argparse.Namespace) -> RangeBounds:
-    """The range the flags select: bounds by snapshot id or tag, on the history of --branch."""
+    """The range the flags select: by snapshot id, tag or commit time (one per end), on --branch's history."""
+    for end in ("from", "to"):
+        given = [
+            f"--{end}-{kind}" for kind in ("snapshot", "tag", "timestamp") if getattr(args, f"{end}_{kind}") is not None
+        ]
+        if len(given) > 1:
+            raise ConfigError(f"{' and '.join(given)} both bound the {end}-end of the range; give one of them")
     return RangeBounds(
         from_snapshot_id_exclusive=args.from_snapshot,
         to_snapshot_id_inclusive=args.to_snapshot,
+        from_timestamp_inclusive=_instant(args.from_timestamp, "--from-timestamp"),
+        to_timestamp_inclusive=_instant(args.to_timestamp, "--to-timestamp"),
         from_tag=args.from_tag,
         to_tag=args.to_tag,
         branch=args.branch,
     )
 
 
+def _instant(raw: str | None, flag: str) -> datetime.datetime | None:
+    return parse_instant(raw, flag) if raw is not None else None
+
+
 def cmd_changes(args: argparse.Namespace) -> int:
     """Everything that needs no data is checked before Spark starts; an empty range never starts it."""
+    bounds = _bounds(args)
     check_output_writable(args.output)
     parse_verify_mode(args.verify)
     if args.net and args.keep_carry_over:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
     table = load_table(open_catalog(args.catalog), args.table)
     check_row_lineage(table, args.with_row_lineage)
-    selected = resolve_range(table, _bounds(args))  # metadata only: unknown ids, tags, branches end here
+    selected = resolve_range(table, bounds)  # metadata only: unknown ids, tags, branches end here
     identifier_names(table, selected.schema_id, args.identifier_columns)
     if not selected.has_changes:
         return _write_changes(args, table, plan_resolved(selected), None)
@@ -117,8 +141,9 @@ def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spa
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    bounds = _bounds(args)
     table = load_table(open_catalog(args.catalog), args.table)
-    plan = plan_resolved(resolve_range(table, _bounds(args)))
+    plan = plan_resolved(resolve_range(table, bounds))
     print(json.dumps(plan_summary(plan), indent=2) if args.json else format_plan(plan))
     return 0
 

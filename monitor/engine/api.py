@@ -242,6 +242,7 @@ def plan_range(
     to_snapshot_id_inclusive: int | None = None,
     *,
     from_timestamp_exclusive: Instant | None = None,
+    from_timestamp_inclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
     branch: str = MAIN_BRANCH,
     from_tag: str | None = None,
@@ -250,15 +251,17 @@ def plan_range(
     """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
 
     The range is on the history of `branch` (default `main`): an omitted end is the branch's
-    head, and times resolve on its history, as Iceberg's time travel resolves an instant to the
-    newest snapshot at or before it. `from_tag` is exclusive and `to_tag` inclusive, as the
-    snapshot ids are; a from-bound that is not on the to-bound's history is refused
-    (NotAncestorError).
+    head, and times resolve on its history. `from_timestamp_inclusive` starts with the snapshots
+    committed at or after it (Delta's `startingTimestamp`), `from_timestamp_exclusive` after it
+    (Iceberg's changelog `start-timestamp`), `to_timestamp_inclusive` ends with those committed at
+    or before it (both). `from_tag` is exclusive and `to_tag` inclusive, as the snapshot ids are;
+    a from-bound that is not on the to-bound's history is refused (NotAncestorError).
     """
     bounds = RangeBounds(
         from_snapshot_id_exclusive=from_snapshot_id_exclusive,
         to_snapshot_id_inclusive=to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
+        from_timestamp_inclusive=from_timestamp_inclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
         from_tag=from_tag,
         to_tag=to_tag,
@@ -273,6 +276,7 @@ def changes_batch_reader(
     to_snapshot_id_inclusive: int | None = None,
     *,
     from_timestamp_exclusive: Instant | None = None,
+    from_timestamp_inclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
     branch: str = MAIN_BRANCH,
     from_tag: str | None = None,
@@ -299,6 +303,7 @@ def changes_batch_reader(
         from_snapshot_id_exclusive,
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
+        from_timestamp_inclusive=from_timestamp_inclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
         branch=branch,
         from_tag=from_tag,
@@ -340,7 +345,9 @@ read_changes = _read_whole(
     branch's head); the parameters of `changes_batch_reader`, whose whole stream it reads.
 
     `branch` (default `main`) picks the history; `from_tag` (exclusive) and `to_tag` (inclusive)
-    bound the range by tag instead of by snapshot id or time.
+    bound the range by tag instead of by snapshot id or time. Times (an aware datetime, naive as
+    UTC, or epoch milliseconds): `from_timestamp_inclusive` (commits at or after it, as Delta's
+    `startingTimestamp`), `from_timestamp_exclusive` (commits after it), `to_timestamp_inclusive`.
     `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
     `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
     `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.

@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.planning.diff import REPLACE, operation_of
-from icetail.monitor.planning.lineage import snapshot_as_of, snapshot_by_id, snapshots_between
+from icetail.monitor.planning.lineage import is_ancestor, snapshot_as_of, snapshot_by_id, snapshots_between
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
 
@@ -67,6 +67,13 @@ def resolve_range(table: Table, bounds: RangeBounds) -> ResolvedRange:
     _one_bound(
         "end", snapshot_id=bounds.to_snapshot_id_inclusive, tag=bounds.to_tag, timestamp=bounds.to_timestamp_inclusive
     )
+    from_instant = _from_instant(bounds)
+    if from_instant is not None and bounds.to_timestamp_inclusive is not None:
+        if from_instant >= _epoch_ms(bounds.to_timestamp_inclusive):
+            raise ConfigError(
+                f"the range starts at {_iso(from_instant + 1)}, after its end at "
+                f"{_iso(_epoch_ms(bounds.to_timestamp_inclusive))}; give a start before the end"
+            )
     followed = table_on_branch(table, bounds.branch)
     metadata = followed.metadata
     name = ".".join(table.name())
@@ -76,7 +83,6 @@ def resolve_range(table: Table, bounds: RangeBounds) -> ResolvedRange:
         from_id = tag_snapshot(metadata, bounds.from_tag, "from_tag", name)
     if bounds.to_tag is not None:
         to_id = tag_snapshot(metadata, bounds.to_tag, "to_tag", name)
-    from_instant = _from_instant(bounds)
     if from_instant is not None:
         found = snapshot_as_of(metadata, from_instant)
         from_id = found.snapshot_id if found is not None else None
@@ -89,6 +95,8 @@ def resolve_range(table: Table, bounds: RangeBounds) -> ResolvedRange:
         to_id = metadata.current_snapshot_id
     if to_id is None or to_id == from_id:
         return _resolved(followed, bounds, from_id, to_id, ())
+    if from_instant is not None and from_id is not None and is_ancestor(metadata, to_id, from_id):
+        return _resolved(followed, bounds, to_id, to_id, ())  # the to-end was committed before the start
     chain = snapshots_between(metadata, from_id, to_id)  # raises for unknown ids, off-history from, expiry
     return _resolved(followed, bounds, from_id, to_id, tuple(s.snapshot_id for s in chain))
 
@@ -144,11 +152,29 @@ def _from_instant(bounds: RangeBounds) -> int | None:
     return None
 
 
+_BOUND_KINDS = {"snapshot_id": "a snapshot id", "tag": "a tag", "timestamp": "a timestamp"}
+
+
 def _one_bound(end: str, **given: object) -> None:
     """At most one bound per end of the range."""
-    names = [name.replace("_", " ") for name, value in given.items() if value is not None]
-    if len(names) > 1:
-        raise ConfigError(f"the {end} of the range is given twice ({' and '.join(names)}); give one of them")
+    kinds = [_BOUND_KINDS.get(name, "a timestamp") for name, value in given.items() if value is not None]
+    if len(kinds) > 1:
+        raise ConfigError(f"the {end} of the range is given twice ({' and '.join(kinds)}); give one of them")
+
+
+ISO_EXAMPLE = "2026-01-31T12:00:00Z"
+
+
+def parse_instant(raw: str, what: str) -> datetime.datetime:
+    """An ISO 8601 time (`2026-01-31`, `2026-01-31 12:00:00`, `...T12:00:00.250+02:00`, `...Z`), UTC
+    when it has no offset; ConfigError naming `what` (a flag or an option) otherwise."""
+    try:
+        when = datetime.datetime.fromisoformat(raw.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"{what} {raw!r} is not an ISO 8601 time; write e.g. {ISO_EXAMPLE} (UTC when no offset is given)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
 
 
 def _epoch_ms(instant: Instant) -> int:
@@ -156,3 +182,7 @@ def _epoch_ms(instant: Instant) -> int:
         aware = instant if instant.tzinfo is not None else instant.replace(tzinfo=datetime.timezone.utc)
         return int(aware.timestamp() * 1000)
     return int(instant)
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc).isoformat(timespec="milliseconds")
