@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
@@ -16,6 +17,7 @@ from icetail.monitor.cli.output import check_output_writable, write_output
 from icetail.monitor.cli.progress import Progress
 from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, identifier_names, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.ranges import RangeBounds, parse_instant, plan_resolved, resolve_range
 from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
@@ -93,6 +95,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     check_row_lineage(table, args.with_row_lineage)
     selected = resolve_range(table, bounds)  # metadata only: unknown ids, tags, branches end here
     identifier_names(table, selected.schema_id, args.identifier_columns)
+    _output_schema(args, table, selected.schema_id)  # --columns names columns of the range's schema
     if not selected.has_changes:
         return _write_changes(args, table, plan_resolved(selected), None)
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
@@ -126,18 +129,20 @@ def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spa
         with_row_lineage=args.with_row_lineage,
     )
     try:
-        schema = change_arrow_schema(
-            table,
-            plan.schema_id,
-            with_schema_id=args.with_schema_id,
-            with_row_lineage=args.with_row_lineage,
-        )
-        rows = write_output(args.output, schema, batches)
+        schema = _output_schema(args, table, plan.schema_id)
+        rows = write_output(args.output, schema, project(batches, schema) if args.columns else batches)
     finally:
         progress.close()
     if args.output != "-":
         print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
     return 0
+
+
+def _output_schema(args: argparse.Namespace, table: Table, schema_id: int | None) -> pa.Schema:
+    schema = change_arrow_schema(
+        table, schema_id, with_schema_id=args.with_schema_id, with_row_lineage=args.with_row_lineage
+    )
+    return projected_schema(schema, args.columns) if args.columns else schema
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -152,6 +157,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     changes = subparsers.add_parser("changes", help="write the row-level changes of a snapshot range")
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
+    changes.add_argument(
+        "--columns",
+        type=column_list,
+        default=None,
+        help="a,b: only these data columns (top-level), then the changelog columns; rows are the same",
+    )
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
     changes.add_argument(
         "--net", action="store_true", help="each row's net effect over the range (gathers the range's changes)"
