@@ -1,4 +1,4 @@
-"""argparse that answers a misspelt flag with the flag meant: `--tabel` -> `did you mean --table?`.
+"""argparse that answers a misspelt flag or command with the one meant: `--tabel` -> `did you mean --table?`.
 
 Stock argparse answers `--tabel ns.t` with its usage block and `required: --table`, or
 `unrecognized arguments`, and leaves the user to spot the typo. Here any argparse error is
@@ -30,6 +30,7 @@ class SuggestingParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        self._suggest_command()
         parser, tokens = self._command_parser()
         unknown = next((flag for flag in _flags(tokens) if not parser._knows(flag)), None)
         if unknown is not None:
@@ -37,6 +38,18 @@ class SuggestingParser(argparse.ArgumentParser):
             hint = f"did you mean {close[0]}?" if close else f"see {parser.prog} --help"
             self.exit(2, f"{parser.prog}: error: unknown option {unknown}; {hint}\n")
         super().error(message)
+
+    def _suggest_command(self) -> None:
+        """`icetail chnges`: one line with the command meant, exit 2 (the first word that is not a flag)."""
+        for action in self._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                continue
+            word = next((token for token in self._seen or [] if not token.startswith("-")), None)
+            if word is None or word in action.choices:
+                return
+            close = difflib.get_close_matches(word, list(action.choices), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"commands: {', '.join(action.choices)}"
+            self.exit(2, f"{self.prog}: error: unknown command {word!r}; {hint}\n")
 
     def _command_parser(self) -> tuple[SuggestingParser, list[str]]:
         """The (sub)parser the arguments are for, and the arguments it reads."""

@@ -42,3 +42,9 @@ def test_unknown_flag_without_a_close_one(tmp_path: Path) -> None:
     done = run_icetail(["changes", "--catalog", "c", "--table", "ns.t", "--output", "-", "--xyzzy"], child_env())
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["icetail changes: error: unknown option --xyzzy; see icetail changes --help"]
+
+
+def test_misspelt_command_suggests_the_command_meant(tmp_path: Path) -> None:
+    done = run_icetail(["chnges", "--catalog", "c"], child_env(), timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.splitlines() == ["icetail: error: unknown command 'chnges'; did you mean changes?"]
