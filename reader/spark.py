@@ -123,6 +123,7 @@ class BackgroundSession:
         self._closing = False
         self._warming: Any = None  # the SparkContext while its warm-up job runs
         self._group = f"icetail-warmup-{uuid.uuid4().hex[:8]}"
+        self._children_before = frozenset(child_processes())  # a JVM running already is never abandon()'s
         self._thread = threading.Thread(
             target=self._start, args=(app_name, conf), name="icetail-session-start", daemon=True
         )
@@ -148,17 +149,17 @@ class BackgroundSession:
     def abandon(self) -> None:
         """Stop now, without waiting for a start still under way (the caller failed or needs no Spark).
 
-        A JVM still starting is stopped (SIGTERM to the Spark launcher this process started: it
-        runs its shutdown hooks), which ends the start thread within a poll of pyspark's launcher
-        and lets it remove its scratch; waited for at most ABANDON_SECONDS. A finished start is
-        closed as `close()` does.
+        A JVM still starting is stopped (SIGTERM to the Spark launcher this session started, never
+        to one that ran before it: it runs its shutdown hooks), which ends the start thread within
+        a poll of pyspark's launcher and lets it remove its scratch; waited for at most
+        ABANDON_SECONDS. A finished start is closed as `close()` does.
         """
         with self._lock:
             self._closing = True
         deadline = time.monotonic() + ABANDON_SECONDS
         while not self._future.done() and time.monotonic() < deadline:
             for pid, command in child_processes().items():
-                if any(marker in command for marker in SPARK_LAUNCH_MARKERS):
+                if pid not in self._children_before and any(marker in command for marker in SPARK_LAUNCH_MARKERS):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGTERM)
             self._thread.join(0.05)

@@ -158,3 +158,21 @@ def test_abandon_stops_a_jvm_that_is_still_starting(java: CountingJava, tmp_path
     assert int(launched) >= 1 and ended != "started" and left.strip() == "[]", done.stdout
     assert float(seconds) < 2.0, done.stdout
     assert [pid for pid in java.pids() if process_is_running(pid)] == []
+
+
+KEEP_SCRIPT = """
+from icetail.reader.spark import BackgroundSession, spark_session
+
+spark = spark_session()  # a session that runs before: its JVM is a child of this process too
+session = BackgroundSession()
+session.abandon()  # at once, while the new session may still be finding the running one
+print(spark.sparkContext.parallelize(range(3), 3).count())
+"""
+
+
+def test_abandon_never_stops_a_jvm_that_ran_before(tmp_path: Path) -> None:
+    env = child_env([], tmp_path / "spark")
+    done = subprocess.run(
+        [sys.executable, "-c", KEEP_SCRIPT], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "3"), done.stderr
