@@ -114,7 +114,8 @@ def check_state_folder(config: PipelineConfig) -> None:
 
 
 def resolved_places(config: PipelineConfig) -> dict[str, str]:
-    return {"state": store_place(config.state_url), "sink": normalize_sink_url(config.sink_url)}
+    # no password of a URL is shown (a PostgreSQL state or sink)
+    return {"state": store_place(config.state_url), "sink": redact_text(normalize_sink_url(config.sink_url))}
 
 
 def status_of(
