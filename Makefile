@@ -6,11 +6,15 @@ BIN := $(VENV)/bin
 BIN4 := $(VENV4)/bin
 STAMP := $(VENV)/.icetail-installed
 STAMP4 := $(VENV4)/.icetail-installed
+# the demo installs icetail and its runtime dependencies only (the same pins), not the dev extra
+DEMO_STAMP := $(VENV)/.icetail-demo-installed
+DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
 
-.PHONY: help demo test test-spark35 test-spark4 lint system-deps
+.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps
 
 help:
-	@echo "make demo         - set up .venv and run the demo pipeline on the embedded defaults"
+	@echo "make demo         - set up .venv (icetail and its runtime dependencies) and run the demo pipeline"
+	@echo "make demo-spark4  - the demo, plus .venv-spark4 (pyspark 4) for the Spark data source example"
 	@echo "make test         - the whole suite on both Spark lines (test-spark35, then test-spark4)"
 	@echo "make test-spark35 - every test but the Spark 4 only ones (marker spark4), with the Java reference, on pyspark 3.5"
 	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
@@ -39,8 +43,23 @@ system-deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libxerial-sqlite-jdbc-java prometheus >/dev/null; \
 	fi
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c requirements-dev.txt -e .
+	touch $(DEMO_STAMP)
+
+$(DEMO_STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
+	$(PYTHON) -m venv $(VENV4)
+	$(BIN4)/pip install -q --upgrade pip
+	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
+	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e .
+	touch $(DEMO_STAMP4)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/icetail demo
+
+demo-spark4: demo $(DEMO_STAMP4)
 
 test: test-spark35 test-spark4
 

@@ -10,9 +10,11 @@ driver streams while the job runs. Local mode by default; any master via standar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -28,11 +30,13 @@ import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, DataFileError, IcetailError
 from icetail.kernel.model import ChangeSplit
-from icetail.kernel.processes import host_tag, process_is_running
+from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
+from icetail.reader.java_runtime import check_java
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
+from icetail.reader.worker_python import check_worker_python
 from icetail.sinks.base import ChunkStager, SplitSlot
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
@@ -68,6 +72,10 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
                 f"SPARK_REMOTE={remote} asks for Spark Connect, but its client is not installed ({exc}); "
                 "pip install 'icetail[connect]' or unset SPARK_REMOTE"
             ) from exc
+    from pyspark import SparkContext
+
+    if not _submitted() and SparkContext._active_spark_context is None:  # else a JVM runs already
+        check_java()
     # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -80,11 +88,23 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
         settings.setdefault("spark.python.daemon.module", "icetail.reader.spark_daemon")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
+        check_worker_python(settings)  # the workers run on this host: their Python can be asked now
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+# What a Spark JVM this process launches runs as: pyspark's `bin/spark-submit`, then
+# `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
+SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
+ABANDON_SECONDS = 2.0
+
+
+class SessionAbandoned(Exception):
+    """The start of a BackgroundSession was given up before it began."""
 
 
 class BackgroundSession:
@@ -103,6 +123,7 @@ class BackgroundSession:
         self._closing = False
         self._warming: Any = None  # the SparkContext while its warm-up job runs
         self._group = f"icetail-warmup-{uuid.uuid4().hex[:8]}"
+        self._children_before = frozenset(child_processes())  # a JVM running already is never abandon()'s
         self._thread = threading.Thread(
             target=self._start, args=(app_name, conf), name="icetail-session-start", daemon=True
         )
@@ -125,11 +146,34 @@ class BackgroundSession:
             warming.cancelJobGroup(self._group)
             self._thread.join()
 
+    def abandon(self) -> None:
+        """Stop now, without waiting for a start still under way (the caller failed or needs no Spark).
+
+        A JVM still starting is stopped (SIGTERM to the Spark launcher this session started, never
+        to one that ran before it: it runs its shutdown hooks), which ends the start thread within
+        a poll of pyspark's launcher and lets it remove its scratch; waited for at most
+        ABANDON_SECONDS. A finished start is closed as `close()` does.
+        """
+        with self._lock:
+            self._closing = True
+        deadline = time.monotonic() + ABANDON_SECONDS
+        while not self._future.done() and time.monotonic() < deadline:
+            for pid, command in child_processes().items():
+                if pid not in self._children_before and any(marker in command for marker in SPARK_LAUNCH_MARKERS):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGTERM)
+            self._thread.join(0.05)
+        if self._future.done():
+            self.close()
+
     def _start(self, app_name: str, conf: Mapping[str, str] | None) -> None:
         try:
             from pyspark import SparkContext
 
             running = SparkContext._active_spark_context is not None  # its workers are warm already
+            with self._lock:
+                if self._closing:  # abandoned before the JVM was asked for: never start it
+                    raise SessionAbandoned("the Spark session was abandoned before it started")
             session = spark_session(app_name, conf)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
             self._future.set_exception(exc)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from icetail.kernel.errors import ConfigError, IcetailError, StateError, StateUnavailableError
 from icetail.state.migrations import META_TABLE, no_icetail_state
-from icetail.state.urls import SqliteLocation
+from icetail.state.urls import SqliteLocation, check_sqlite_folder
 
 if TYPE_CHECKING:
     from icetail.state.store import Tx
@@ -72,10 +72,7 @@ class SqliteBackend:
         self._display = location.display
         self._busy_timeout_ms = busy_timeout_ms
         if create:
-            try:
-                location.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StateError(f"cannot create the directory of checkpoint store {self._display}: {exc}") from exc
+            check_sqlite_folder(location)  # never created: a mistyped path is refused, not made
         elif not location.path.is_file():
             raise ConfigError(
                 f"no checkpoint store at {location.path}; check --state (sqlite:////absolute/path.db)"

@@ -8,6 +8,7 @@ that holds the `icetail_*` tables (created if missing); passwords never appear i
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,33 @@ def parse_store_url(url: str) -> StoreLocation:
     if scheme in ("postgresql", "postgres"):
         return _postgres(url)
     raise _bad(url, "unknown scheme")
+
+
+def check_sqlite_folder(location: SqliteLocation) -> None:
+    """The folder of a SQLite store must exist: it is never created, so a path with a typo, or three
+    slashes meant as an absolute path (`sqlite:///tmp/x.db` is `./tmp/x.db`), is refused in one line."""
+    folder = Path(os.path.abspath(location.path)).parent
+    if folder.is_dir():
+        return
+    problem = f"checkpoint store {location.display}: folder {folder} does not exist"
+    if location.path.is_absolute():
+        raise ConfigError(f"{problem}; create it first: mkdir -p {folder}")
+    hint = ""
+    if (Path("/") / location.path).parent.is_dir():
+        hint = f"; for /{location.path.as_posix()} write four slashes: sqlite:////{location.path.as_posix()}"
+    raise ConfigError(
+        f"{problem} (three slashes are relative to the working directory){hint}; "
+        f"or create the folder first: mkdir -p {folder}"
+    )
+
+
+def store_place(url: str) -> str:
+    """Where a store is, for the line `run` and `serve` print: a SQLite file's absolute path, else the URL
+    without its password."""
+    location = parse_store_url(url)
+    if isinstance(location, SqliteLocation):
+        return os.path.abspath(location.path)
+    return location.display
 
 
 def redact(url: str) -> str:

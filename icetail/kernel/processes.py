@@ -25,3 +25,24 @@ def process_is_running(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def child_processes() -> dict[int, str]:
+    """This process's direct children and their command lines (Linux /proc; {} where there is none)."""
+    me = str(os.getpid())
+    children: dict[int, str] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return children
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
+                parent = stat.read().rsplit(")", 1)[1].split()[1]  # the name in (...) may hold spaces
+            if parent != me:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                children[int(entry)] = cmdline.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+    return children

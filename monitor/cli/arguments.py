@@ -9,5 +9,5 @@ def column_list(text: str) -> tuple[str, ...]:
     """`a,b` -> ("a", "b"); at least one name."""
     columns = tuple(c.strip() for c in text.split(",") if c.strip())
     if not columns:
-        raise argparse.ArgumentTypeError("--identifier-columns needs at least one column name")
+        raise argparse.ArgumentTypeError("needs at least one column name, e.g. a,b")
     return columns

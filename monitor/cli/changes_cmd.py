@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
+from typing import Any
 
+import pyarrow as pa
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.arguments import column_list
-from icetail.monitor.cli.output import check_output_path, write_output
+from icetail.monitor.cli.output import check_output_writable, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, iter_changes, plan_range
+from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, identifier_names, iter_changes
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.columns import project, projected_schema
+from icetail.monitor.engine.ranges import RangeBounds, parse_instant, plan_resolved, resolve_range
 from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
@@ -31,6 +37,16 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-tag", default=None, help="exclusive: start after the snapshot this tag points at")
     parser.add_argument("--to-tag", default=None, help="inclusive: end at the snapshot this tag points at")
     parser.add_argument(
+        "--from-timestamp",
+        default=None,
+        help="inclusive: the snapshots committed at or after this ISO 8601 time (UTC without an offset)",
+    )
+    parser.add_argument(
+        "--to-timestamp",
+        default=None,
+        help="inclusive: the snapshots committed at or before this ISO 8601 time (UTC without an offset)",
+    )
+    parser.add_argument(
         "--branch", default="main", help="read the history of this branch (default main; the to-end is its head)"
     )
     parser.add_argument(
@@ -45,63 +61,94 @@ def _snapshot_id(text: str) -> int:
         raise argparse.ArgumentTypeError(f"snapshot id must be an integer, got {text!r}") from exc
 
 
-def _plan(args: argparse.Namespace) -> tuple[object, ChangePlan]:
-    table = load_table(open_catalog(args.catalog), args.table)
-    return table, _plan_of(table, args)
-
-
-def _plan_of(table: Table, args: argparse.Namespace) -> ChangePlan:
-    """The selected range: bounds by snapshot id or tag, on the history of --branch."""
-    return plan_range(
-        table,
-        args.from_snapshot,
-        args.to_snapshot,
-        branch=args.branch,
+def _bounds(args: argparse.Namespace) -> RangeBounds:
+    """The range the flags select: by snapshot id, tag or commit time (one per end), on --branch's history."""
+    for end in ("from", "to"):
+        given = [
+            f"--{end}-{kind}" for kind in ("snapshot", "tag", "timestamp") if getattr(args, f"{end}_{kind}") is not None
+        ]
+        if len(given) > 1:
+            raise ConfigError(f"{' and '.join(given)} both bound the {end}-end of the range; give one of them")
+    return RangeBounds(
+        from_snapshot_id_exclusive=args.from_snapshot,
+        to_snapshot_id_inclusive=args.to_snapshot,
+        from_timestamp_inclusive=_instant(args.from_timestamp, "--from-timestamp"),
+        to_timestamp_inclusive=_instant(args.to_timestamp, "--to-timestamp"),
         from_tag=args.from_tag,
         to_tag=args.to_tag,
+        branch=args.branch,
     )
 
 
+def _instant(raw: str | None, flag: str) -> datetime.datetime | None:
+    return parse_instant(raw, flag) if raw is not None else None
+
+
 def cmd_changes(args: argparse.Namespace) -> int:
-    check_output_path(args.output)
+    """Everything that needs no data is checked before Spark starts; an empty range never starts it."""
+    bounds = _bounds(args)
+    check_output_writable(args.output)
     parse_verify_mode(args.verify)
-    table = load_table(open_catalog(args.catalog), args.table)  # a wrong name fails before any JVM starts
+    if args.net and args.keep_carry_over:
+        raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
+    table = load_table(open_catalog(args.catalog), args.table)
     check_row_lineage(table, args.with_row_lineage)
+    selected = resolve_range(table, bounds)  # metadata only: unknown ids, tags, branches end here
+    identifier_names(table, selected.schema_id, args.identifier_columns)
+    _output_schema(args, table, selected.schema_id)  # --columns names columns of the range's schema
+    if not selected.has_changes:
+        return _write_changes(args, table, plan_resolved(selected), None)
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
-        plan = _plan_of(table, args)
-        progress = Progress(len(plan.splits))
-        batches = iter_changes(
-            table,
-            plan,
-            identifier_columns=args.identifier_columns,
-            carry_over_removal=not args.keep_carry_over,
-            spark=session.result() if plan.splits else None,
-            on_chunk=progress if args.output != "-" else None,
-            net=args.net,
-            verify=args.verify,
-            with_schema_id=args.with_schema_id,
-            with_row_lineage=args.with_row_lineage,
-        )
-        try:
-            schema = change_arrow_schema(
-                table,
-                plan.schema_id,
-                with_schema_id=args.with_schema_id,
-                with_row_lineage=args.with_row_lineage,
-            )
-            rows = write_output(args.output, schema, batches)
-        finally:
-            progress.close()
+        plan = plan_resolved(selected)
+        if not plan.splits:  # snapshots without data files: nothing for Spark to read
+            session.abandon()
+            return _write_changes(args, table, plan, None)
+        spark = session.result()
+    except BaseException:
+        session.abandon()  # fail now, not after the JVM finished starting
+        raise
+    try:
+        return _write_changes(args, table, plan, spark)
     finally:
         session.close()
+
+
+def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spark: Any) -> int:
+    progress = Progress(len(plan.splits))
+    batches = iter_changes(
+        table,
+        plan,
+        identifier_columns=args.identifier_columns,
+        carry_over_removal=not args.keep_carry_over,
+        spark=spark,
+        on_chunk=progress if args.output != "-" else None,
+        net=args.net,
+        verify=args.verify,
+        with_schema_id=args.with_schema_id,
+        with_row_lineage=args.with_row_lineage,
+    )
+    try:
+        schema = _output_schema(args, table, plan.schema_id)
+        rows = write_output(args.output, schema, project(batches, schema) if args.columns else batches)
+    finally:
+        progress.close()
     if args.output != "-":
         print(f"{rows} change rows from {len(plan.commits)} snapshots written to {args.output}", file=sys.stderr)
     return 0
 
 
+def _output_schema(args: argparse.Namespace, table: Table, schema_id: int | None) -> pa.Schema:
+    schema = change_arrow_schema(
+        table, schema_id, with_schema_id=args.with_schema_id, with_row_lineage=args.with_row_lineage
+    )
+    return projected_schema(schema, args.columns) if args.columns else schema
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    _, plan = _plan(args)
+    bounds = _bounds(args)
+    table = load_table(open_catalog(args.catalog), args.table)
+    plan = plan_resolved(resolve_range(table, bounds))
     print(json.dumps(plan_summary(plan), indent=2) if args.json else format_plan(plan))
     return 0
 
@@ -110,6 +157,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     changes = subparsers.add_parser("changes", help="write the row-level changes of a snapshot range")
     add_selection_arguments(changes)
     changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
+    changes.add_argument(
+        "--columns",
+        type=column_list,
+        default=None,
+        help="a,b: only these data columns (top-level), then the changelog columns; rows are the same",
+    )
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
     changes.add_argument(
         "--net", action="store_true", help="each row's net effect over the range (gathers the range's changes)"

@@ -83,7 +83,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     from icetail.monitor.cli.demo_pipeline import run_demo_pipeline
 
-    return run_demo_pipeline(root, table, format_rows)
+    return run_demo_pipeline(root, table, format_rows, env)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

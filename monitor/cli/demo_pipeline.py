@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -19,7 +21,9 @@ from icetail.monitor.service.metrics import Metrics
 from icetail.monitor.service.scheduler import batch_report
 
 
-def run_demo_pipeline(root: str, table: Table, format_rows: Callable[[pa.Table], str]) -> int:
+def run_demo_pipeline(
+    root: str, table: Table, format_rows: Callable[[pa.Table], str], catalog_env: Mapping[str, str]
+) -> int:
     name = ".".join(table.name())
     state, sink = f"sqlite:///{root}/state.db", f"parquet://{root}/sink"
     print(f"\n$ icetail plan --catalog demo --table {name}")
@@ -55,6 +59,24 @@ def run_demo_pipeline(root: str, table: Table, format_rows: Callable[[pa.Table],
     shown = [line for line in text.splitlines() if line.startswith("icetail_rows_emitted_total")]
     print("\nmetrics (`icetail serve` exposes /metrics, /healthz and /readyz on --metrics-port, default 9464):")
     print("\n".join(shown))
-    print(f"\nfollow it live:  icetail serve --catalog demo --table {name} --state {state} --sink {sink}")
-    print("(catalog `demo` is configured by PYICEBERG_CATALOG__DEMO__URI / __WAREHOUSE; see README)")
+    print("\nfollow it live, from any shell (catalog `demo` lives in these variables):")
+    print("\n".join(follow_hint(catalog_env, name, state, sink, config.identifier_columns or ())))
     return 0
+
+
+def follow_hint(
+    catalog_env: Mapping[str, str], table: str, state: str, sink: str, identifier_columns: Sequence[str]
+) -> list[str]:
+    """Lines that work pasted into a new shell: the catalog's variables, then `serve` by absolute path."""
+    lines = [f"  export {key}={shlex.quote(value)}" for key, value in sorted(catalog_env.items())]
+    args = ["serve", "--catalog", "demo", "--table", table, "--state", state, "--sink", sink]
+    if identifier_columns:
+        args += ["--identifier-columns", ",".join(identifier_columns)]
+    lines.append("  " + " ".join(shlex.quote(part) for part in [*icetail_command(), *args]))
+    return lines
+
+
+def icetail_command() -> list[str]:
+    """This installation's `icetail`, by absolute path: a new shell may not have its venv on PATH."""
+    script = os.path.join(os.path.dirname(sys.executable), "icetail")
+    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "icetail"]

@@ -15,12 +15,13 @@ from icetail._version import installed_version
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
+from icetail.monitor.cli.flags import SuggestingParser
 
 COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="icetail", description="tail -f for Apache Iceberg tables")
+    parser = SuggestingParser(prog="icetail", description="tail -f for Apache Iceberg tables")
     parser.add_argument("--version", action="version", version=f"icetail {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:

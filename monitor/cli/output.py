@@ -45,6 +45,32 @@ def check_output_path(path: str) -> None:
         raise ConfigError(f"--output {path!r} must end in .parquet or .jsonl, or be - for stdout")
 
 
+def check_output_writable(path: str) -> None:
+    """Refuse an output file whose folder is missing or refuses a new file, before any data is read.
+
+    The check creates and removes a temporary file there, as the writer will: permission bits
+    alone would pass a read-only mount, or anything for root.
+    """
+    check_output_path(path)
+    if path == "-":
+        return
+    if os.path.isdir(path):
+        raise ConfigError(
+            f"--output {path!r} is a folder; name a file in it, e.g. {os.path.join(path, 'changes.parquet')}"
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ConfigError(f"--output directory {directory} does not exist; create it first")
+    try:
+        with tempfile.TemporaryFile(prefix=".icetail-", suffix=".probe", dir=directory):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--output directory {directory} does not accept new files ({exc.strerror or exc}); "
+            "choose a folder you can write to"
+        ) from None
+
+
 def write_output(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
     """Write change batches to `path` (`.parquet`, `.jsonl` or `-`); returns the row count."""
     check_output_path(path)

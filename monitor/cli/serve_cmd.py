@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
-from icetail.monitor.cli.run_cmd import add_pipeline_arguments
+from icetail.monitor.cli.run_cmd import add_pipeline_arguments, check_state_folder, resolved_places
 from icetail.monitor.service.config import build_service_config
 from icetail.monitor.service.logs import configure_logging
 from icetail.monitor.service.scheduler import Service
 
+log = logging.getLogger("icetail.serve")
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = build_service_config(args)
+    for pipeline in config.pipelines:
+        check_state_folder(pipeline)
     configure_logging(config.log_level)
+    for pipeline in config.pipelines:  # the resolved places: a relative sqlite:/// path is easy to misplace
+        log.info("consumer places", extra={"consumer": pipeline.consumer_id, **resolved_places(pipeline)})
     return Service(config).run()
 
 

@@ -7,10 +7,9 @@ as a whole, every other snapshot streams chunk by chunk.
 
 from __future__ import annotations
 
-import datetime
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ParamSpec
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.kernel.secrets import fileio_items
+from icetail.monitor.engine.ranges import Instant, RangeBounds, plan_resolved, resolve_range
 from icetail.monitor.engine.release import (
     Pairing,
     gathered_snapshots,
@@ -29,9 +29,8 @@ from icetail.monitor.engine.release import (
     snapshots_needing_reconcile,
 )
 from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, parse_verify_mode, report, verifier_for
-from icetail.monitor.planning.lineage import snapshot_as_of
-from icetail.monitor.planning.planner import ChangePlan, Planner
-from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
+from icetail.monitor.planning.planner import ChangePlan
+from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
@@ -235,7 +234,6 @@ def net_rows(
 
 
 P = ParamSpec("P")
-Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
 
 
 def plan_range(
@@ -244,6 +242,7 @@ def plan_range(
     to_snapshot_id_inclusive: int | None = None,
     *,
     from_timestamp_exclusive: Instant | None = None,
+    from_timestamp_inclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
     branch: str = MAIN_BRANCH,
     from_tag: str | None = None,
@@ -252,43 +251,23 @@ def plan_range(
     """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
 
     The range is on the history of `branch` (default `main`): an omitted end is the branch's
-    head, and times resolve on its history, as Iceberg's time travel resolves an instant to the
-    newest snapshot at or before it. `from_tag` is exclusive and `to_tag` inclusive, as the
-    snapshot ids are; a from-bound that is not on the to-bound's history is refused
-    (NotAncestorError).
+    head, and times resolve on its history. `from_timestamp_inclusive` starts with the snapshots
+    committed at or after it (Delta's `startingTimestamp`), `from_timestamp_exclusive` after it
+    (Iceberg's changelog `start-timestamp`), `to_timestamp_inclusive` ends with those committed at
+    or before it (both). `from_tag` is exclusive and `to_tag` inclusive, as the snapshot ids are;
+    a from-bound that is not on the to-bound's history is refused (NotAncestorError).
     """
-    _one_bound("start", from_snapshot_id_exclusive, from_timestamp_exclusive, from_tag)
-    _one_bound("end", to_snapshot_id_inclusive, to_timestamp_inclusive, to_tag)
-    followed = table_on_branch(table, branch)
-    name = ".".join(table.name())
-    if from_tag is not None:
-        from_snapshot_id_exclusive = tag_snapshot(followed.metadata, from_tag, "from_tag", name)
-    if to_tag is not None:
-        to_snapshot_id_inclusive = tag_snapshot(followed.metadata, to_tag, "to_tag", name)
-    if from_timestamp_exclusive is not None:
-        found = snapshot_as_of(followed.metadata, _epoch_ms(from_timestamp_exclusive))
-        from_snapshot_id_exclusive = found.snapshot_id if found is not None else None
-    if to_timestamp_inclusive is not None:
-        found = snapshot_as_of(followed.metadata, _epoch_ms(to_timestamp_inclusive))
-        if found is None:  # before the first snapshot: an empty range
-            schema_id = followed.metadata.current_schema_id
-            return ChangePlan(name, from_snapshot_id_exclusive, None, schema_id, (), (), (), branch=branch)
-        to_snapshot_id_inclusive = found.snapshot_id
-    plan = Planner(followed, branch=branch).plan(from_snapshot_id_exclusive, to_snapshot_id_inclusive)
-    return replace(plan, from_tag=from_tag, to_tag=to_tag) if from_tag or to_tag else plan
-
-
-def _one_bound(end: str, snapshot_id: int | None, instant: Instant | None, tag: str | None) -> None:
-    given = sum(value is not None for value in (snapshot_id, instant, tag))
-    if given > 1:
-        raise ConfigError(f"give the {end} of the range as a snapshot id, a timestamp or a tag: one, not both")
-
-
-def _epoch_ms(instant: Instant) -> int:
-    if isinstance(instant, datetime.datetime):
-        aware = instant if instant.tzinfo is not None else instant.replace(tzinfo=datetime.timezone.utc)
-        return int(aware.timestamp() * 1000)
-    return int(instant)
+    bounds = RangeBounds(
+        from_snapshot_id_exclusive=from_snapshot_id_exclusive,
+        to_snapshot_id_inclusive=to_snapshot_id_inclusive,
+        from_timestamp_exclusive=from_timestamp_exclusive,
+        from_timestamp_inclusive=from_timestamp_inclusive,
+        to_timestamp_inclusive=to_timestamp_inclusive,
+        from_tag=from_tag,
+        to_tag=to_tag,
+        branch=branch,
+    )
+    return plan_resolved(resolve_range(table, bounds))
 
 
 def changes_batch_reader(
@@ -297,6 +276,7 @@ def changes_batch_reader(
     to_snapshot_id_inclusive: int | None = None,
     *,
     from_timestamp_exclusive: Instant | None = None,
+    from_timestamp_inclusive: Instant | None = None,
     to_timestamp_inclusive: Instant | None = None,
     branch: str = MAIN_BRANCH,
     from_tag: str | None = None,
@@ -323,6 +303,7 @@ def changes_batch_reader(
         from_snapshot_id_exclusive,
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
+        from_timestamp_inclusive=from_timestamp_inclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
         branch=branch,
         from_tag=from_tag,
@@ -364,7 +345,9 @@ read_changes = _read_whole(
     branch's head); the parameters of `changes_batch_reader`, whose whole stream it reads.
 
     `branch` (default `main`) picks the history; `from_tag` (exclusive) and `to_tag` (inclusive)
-    bound the range by tag instead of by snapshot id or time.
+    bound the range by tag instead of by snapshot id or time. Times (an aware datetime, naive as
+    UTC, or epoch milliseconds): `from_timestamp_inclusive` (commits at or after it, as Delta's
+    `startingTimestamp`), `from_timestamp_exclusive` (commits after it), `to_timestamp_inclusive`.
     `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
     `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
     `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.

@@ -39,6 +39,7 @@ def pg_schema(pg_available: str | None) -> Iterator[str]:
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
+    (tmp_path / "nested" / "dir").mkdir(parents=True)  # icetail creates no folder for a SQLite store
     return f"sqlite:///{tmp_path}/nested/dir/state.db"  # tmp_path is absolute: four slashes in all
 
 

@@ -25,6 +25,7 @@ def pg_unavailable() -> str | None:
 def new_state_url(kind: str, root: Path) -> str:
     """A URL of an empty store: a SQLite file under `root`, or a fresh PostgreSQL schema."""
     if kind == "sqlite":
+        root.mkdir(parents=True, exist_ok=True)  # icetail creates no folder for a SQLite store
         return f"sqlite:///{root.resolve()}/state.db"
     if kind == "postgresql":
         return f"{PG_URL}?schema=icetail_pipe_{uuid.uuid4().hex[:12]}"

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from icetail.kernel.errors import ConfigError
+from icetail.monitor.engine.ranges import parse_instant
 from icetail.monitor.engine.startup import StartMode, parse_start
 from icetail.monitor.engine.verify import VerifyMode, parse_verify_mode
 from icetail.monitor.planning.refs import MAIN_BRANCH
@@ -24,6 +25,10 @@ BATCH_OPTIONS = (
     "branch",
     "from-tag",
     "to-tag",
+    "from-timestamp",
+    "to-timestamp",
+    "startingtimestamp",  # Delta's change data feed names (Spark lower-cases option keys)
+    "endingtimestamp",
     "net",
     "with-schema-id",
     "with-row-lineage",
@@ -64,6 +69,8 @@ class BatchOptions:
     to_snapshot_id_inclusive: int | None = None
     from_tag: str | None = None  # exclusive, like from-snapshot
     to_tag: str | None = None  # inclusive, like to-snapshot
+    from_timestamp_inclusive_ms: int | None = None  # commits at or after it (Delta's startingTimestamp)
+    to_timestamp_inclusive_ms: int | None = None  # commits at or before it (Delta's endingTimestamp)
     net: bool = False  # the range's net changes (batch only: a stream's micro-batches depend on trigger timing)
 
 
@@ -74,19 +81,39 @@ class StreamOptions:
     max_snapshots_per_trigger: int | None = None
 
 
+# each end of a batch range: at most one of these (the Delta name is an alias of the timestamp)
+RANGE_END_OPTIONS = {
+    "from": ("from-snapshot", "from-tag", "from-timestamp", "startingtimestamp"),
+    "to": ("to-snapshot", "to-tag", "to-timestamp", "endingtimestamp"),
+}
+_DISPLAY = {"startingtimestamp": "startingTimestamp", "endingtimestamp": "endingTimestamp"}
+
+
 def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
     values = _lowered(options, BATCH_OPTIONS, "spark.read")
-    for end in ("from", "to"):
-        if f"{end}-snapshot" in values and f"{end}-tag" in values:
-            raise ConfigError(f"options '{end}-snapshot' and '{end}-tag' exclude each other; give one")
+    for names in RANGE_END_OPTIONS.values():
+        given = [f"'{_DISPLAY.get(name, name)}'" for name in names if name in values]
+        if len(given) > 1:
+            raise ConfigError(f"options {' and '.join(given)} exclude each other; give one")
     return BatchOptions(
         _table_options(values),
         _snapshot_id(values, "from-snapshot"),
         _snapshot_id(values, "to-snapshot"),
         _name(values, "from-tag"),
         _name(values, "to-tag"),
+        range_timestamp_ms(values, "from"),
+        range_timestamp_ms(values, "to"),
         _boolean(values, "net"),
     )
+
+
+def range_timestamp_ms(values: Mapping[str, str], end: str) -> int | None:
+    """The `from-timestamp`/`startingTimestamp` (or `to-`/`endingTimestamp`) option in epoch ms."""
+    for name in RANGE_END_OPTIONS[end][2:]:
+        if name in values:
+            when = parse_instant(values[name], f"option {_DISPLAY.get(name, name)!r}")
+            return int(when.timestamp() * 1000)
+    return None
 
 
 def _boolean(values: Mapping[str, str], name: str) -> bool:
@@ -117,11 +144,25 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     return StreamOptions(_table_options(values), starting, max_snapshots)
 
 
-def parse_any_options(options: Mapping[str, str]) -> tuple[TableOptions, int | None, str | None]:
-    """The table, to-snapshot and to-tag, before Spark says whether it reads a batch or a stream."""
+@dataclass(frozen=True)
+class PinOptions:
+    """What `load()` needs before Spark says whether it reads a batch or a stream: the table and the to-end."""
+
+    source: TableOptions
+    to_snapshot_id_inclusive: int | None
+    to_tag: str | None
+    to_timestamp_inclusive_ms: int | None
+
+
+def parse_any_options(options: Mapping[str, str]) -> PinOptions:
     known = tuple(dict.fromkeys(BATCH_OPTIONS + STREAM_OPTIONS))
     values = _lowered(options, known, "spark.read/readStream")
-    return _table_options(values), _snapshot_id(values, "to-snapshot"), _name(values, "to-tag")
+    return PinOptions(
+        _table_options(values),
+        _snapshot_id(values, "to-snapshot"),
+        _name(values, "to-tag"),
+        range_timestamp_ms(values, "to"),
+    )
 
 
 def _lowered(options: Mapping[str, str], known: tuple[str, ...], reader: str) -> dict[str, str]:

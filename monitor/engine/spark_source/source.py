@@ -31,7 +31,7 @@ from icetail.monitor.engine.spark_source.options import (
     parse_stream_options,
 )
 from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, plan_partitions, read_partition
-from icetail.monitor.planning.lineage import snapshot_or_raise
+from icetail.monitor.planning.lineage import snapshot_as_of, snapshot_or_raise
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
 
@@ -109,16 +109,20 @@ class ChangesDataSource(DataSource):
 
     def schema(self) -> StructType:
         table, _, schema_id = self._pin()
-        return _spark_schema(table, schema_id, parse_any_options(self.options)[0])
+        return _spark_schema(table, schema_id, parse_any_options(self.options).source)
 
     def _pin(self) -> tuple[Table, int | None, int | None]:
-        source, to_option, to_tag = parse_any_options(self.options)
+        pin = parse_any_options(self.options)
+        source, to_option = pin.source, pin.to_snapshot_id_inclusive
         table = _open_table(source)
-        if to_tag is not None:
-            to_option = tag_snapshot(table.metadata, to_tag, "option 'to-tag'", source.table)
+        if pin.to_tag is not None:
+            to_option = tag_snapshot(table.metadata, pin.to_tag, "option 'to-tag'", source.table)
         if to_option is not None:
             snapshot_or_raise(table.metadata, to_option, "to-snapshot")  # fail at load(), not at the first action
         to_snapshot = to_option if to_option is not None else table.metadata.current_snapshot_id
+        if pin.to_timestamp_inclusive_ms is not None:  # the newest snapshot committed at or before it
+            found = snapshot_as_of(table.metadata, pin.to_timestamp_inclusive_ms)
+            to_snapshot = found.snapshot_id if found is not None else None  # None: before the first, no rows
         schema_id = schema_id_of(table, to_snapshot)
         self._pinned = (to_snapshot, schema_id)
         return table, to_snapshot, schema_id
@@ -158,6 +162,7 @@ class ChangesBatchReader(DataSourceReader):
             table,
             options.from_snapshot_id_exclusive,
             self._to_snapshot,
+            from_timestamp_inclusive=options.from_timestamp_inclusive_ms,
             branch=options.source.branch,
             from_tag=options.from_tag,
         )
