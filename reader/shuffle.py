@@ -20,7 +20,8 @@ driver before any output of the snapshot is delivered.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,7 +36,7 @@ from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot, settle_b
 from icetail.reader.row_lineage import ROW_ID, without_lineage
 from icetail.reader.spark import SplitRequest, _ErrorPayload, group_for_tasks, raise_task_error, task_error
 from icetail.reader.split_reader import Chunk, read_split
-from icetail.reader.stable_hash import hashable_columns, partition_of
+from icetail.reader.stable_hash import PARTITION_HASH_VERSION, hashable_columns, partition_of
 from icetail.sinks.base import ChunkStager, SplitSlot
 
 _ROWS, _META, _ERROR = "rows", "meta", "error"
@@ -71,6 +72,12 @@ class ShuffleSpec:
         """Output partitions: P, or 2P with lineage pairing."""
         return 2 * self.partitions if self.lineage_pairing else self.partitions
 
+    @property
+    def fingerprint(self) -> str:
+        """What decides which rows each output holds: a resumed snapshot must be cut the same way."""
+        rules = f"carry-over={int(self.carry_over_removal)};lineage={int(self.lineage_pairing)}"
+        return f"h{PARTITION_HASH_VERSION};p{self.partitions};{rules};keys={','.join(self.key_columns)}"
+
 
 @dataclass(frozen=True)
 class ShuffleOutput:
@@ -99,18 +106,21 @@ def shuffled_outputs(
     *,
     stager: ChunkStager | None = None,
     wave_outputs: int | None = None,
+    heartbeat: Callable[[], bool] | None = None,
 ) -> Iterator[ShuffleOutput]:
     """Outputs [spec.first_output, spec.outputs) in index order; a task's read error raises first.
 
     Outputs run in waves of `wave_outputs` Spark tasks (all at once when staged: only metadata
-    comes back), so at most a wave of reconciled rows is held in the driver.
+    comes back), so at most a wave of reconciled rows is held in the driver. While a wave runs,
+    `heartbeat` is called every few seconds (to renew a lease); when it returns False the job is
+    cancelled and the outputs end early.
     """
     sc = spark.sparkContext
     parallelism = int(sc.defaultParallelism)
     wave = max(1, spec.outputs if stager is not None else (wave_outputs or 2 * parallelism))
     group = f"icetail-shuffle-{uuid.uuid4().hex[:12]}"
     task_items = _read_tasks(spec, max(2 * parallelism, spec.partitions))
-    sc.setJobGroup(group, "icetail shuffled reconciliation", interruptOnCancel=True)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-shuffle")
     finished = False
     try:
         rdd = sc.parallelize(task_items, max(1, len(task_items)))
@@ -122,9 +132,17 @@ def shuffled_outputs(
                 spec.outputs, _identity
             )
         outputs = shuffled.mapPartitionsWithIndex(lambda i, part: _output_task(spec, stager, i, part))
+
+        def run(indexes: list[int]) -> list[ShuffleOutput]:
+            sc.setJobGroup(group, "icetail shuffled reconciliation", interruptOnCancel=True)  # per thread
+            return list(sc.runJob(outputs, lambda part: part, indexes))
+
         for start in range(spec.first_output, spec.outputs, wave):
-            indexes = list(range(start, min(start + wave, spec.outputs)))
-            results: list[ShuffleOutput] = sorted(sc.runJob(outputs, lambda part: part, indexes), key=_by_index)
+            job = pool.submit(run, list(range(start, min(start + wave, spec.outputs))))
+            while not _finished(job, HEARTBEAT_SECONDS):
+                if heartbeat is not None and not heartbeat():
+                    return
+            results = sorted(job.result(), key=_by_index)
             for result in results:
                 if result.error is not None:
                     raise_task_error(result.error)
@@ -133,6 +151,15 @@ def shuffled_outputs(
     finally:
         if not finished:
             sc.cancelJobGroup(group)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+HEARTBEAT_SECONDS = 5.0
+
+
+def _finished(job: Future[Any], seconds: float) -> bool:
+    done, _ = wait([job], timeout=seconds)
+    return bool(done)
 
 
 def _read_tasks(spec: ShuffleSpec, max_tasks: int) -> list[list[tuple[int, SplitRequest]]]:

@@ -123,7 +123,8 @@ class SplitProgress:
     `next_row_exclusive is None` means no chunk was committed yet (the split starts from its
     first row group). `sink_token` is the sink's own record of the last committed chunk.
     `parts_done`: on the first split of a snapshot reconciled in partitions, how many of its
-    output partitions are delivered (those below it); None elsewhere.
+    output partitions are delivered (those below it), and `parts_key` how the snapshot was cut
+    (reader/shuffle.py ShuffleSpec.fingerprint); None elsewhere.
     """
 
     split_id: str
@@ -132,6 +133,7 @@ class SplitProgress:
     done: bool
     sink_token: str | None
     parts_done: int | None = None
+    parts_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class ChunkCommit:
     done: bool
     sink_token: str | None = None
     parts_done: int | None = None  # output partitions delivered (a partitioned snapshot's anchor); None: unchanged
+    parts_key: str | None = None  # how that snapshot is cut into partitions; None: unchanged
 
     def __post_init__(self) -> None:
         if (

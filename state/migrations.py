@@ -168,13 +168,15 @@ _V6 = tuple(
 
 # Snapshots reconciled in partitions (reader/shuffle.py): the partition size each batch was cut
 # with (NULL: every snapshot whole, in the driver, as before), and per split how many output
-# partitions of its snapshot are delivered (kept on the snapshot's first split; NULL elsewhere).
+# partitions of its snapshot are delivered and how they were cut (kept on the snapshot's first
+# split; NULL elsewhere).
 _V7 = (
     *(
         f"ALTER TABLE {table} ADD COLUMN reconcile_partition_bytes BIGINT"
         for table in ("icetail_inflight_batches", "icetail_history")
     ),
     "ALTER TABLE icetail_inflight_splits ADD COLUMN parts_done INTEGER",
+    "ALTER TABLE icetail_inflight_splits ADD COLUMN parts_key TEXT",
 )
 
 

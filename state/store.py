@@ -408,7 +408,7 @@ class SqlCheckpointStore:
 
     def _inflight(self, tx: Tx, consumer: str, header: _BatchHeader) -> Inflight:
         rows = tx.query(
-            "SELECT split_id, split_json, next_row_exclusive, rows_emitted, done, sink_token, parts_done "
+            "SELECT split_id, split_json, next_row_exclusive, rows_emitted, done, sink_token, parts_done, parts_key "
             "FROM icetail_inflight_splits WHERE consumer = ? AND batch_id = ? ORDER BY ordinal",
             (consumer, header.batch_id),
         )
@@ -426,8 +426,9 @@ class SqlCheckpointStore:
                 done=bool(done),
                 sink_token=tok,
                 parts_done=None if parts is None else int(parts),
+                parts_key=parts_key,
             )
-            for sid, _, nxt, n, done, tok, parts in rows
+            for sid, _, nxt, n, done, tok, parts, parts_key in rows
         )
         batch = InflightBatch(
             batch_id=header.batch_id,
@@ -734,15 +735,20 @@ class SqlCheckpointStore:
 
     def _apply_chunk(self, tx: Tx, consumer: str, batch_id: str, commit: ChunkCommit, now_ms: int) -> None:
         found = tx.query(  # a split row exists only while its batch is in flight
-            "SELECT next_row_exclusive, done, sink_token, parts_done FROM icetail_inflight_splits "
+            "SELECT next_row_exclusive, done, sink_token, parts_done, parts_key FROM icetail_inflight_splits "
             "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
             (consumer, batch_id, commit.split_id),
         )
         if not found:
             self._require_inflight(tx, consumer, batch_id)
             raise StateConflictError(f"batch {batch_id} of consumer {consumer!r} has no split {commit.split_id}")
-        stored_next, stored_done, stored_token, stored_parts = found[0][0], bool(found[0][1]), found[0][2], found[0][3]
+        stored_next, stored_done, stored_token, stored_parts, stored_key = found[0]
+        stored_done = bool(stored_done)
         parts = stored_parts if commit.parts_done is None else commit.parts_done
+        key = stored_key if commit.parts_key is None else commit.parts_key
+        where = f"split {commit.split_id} of batch {batch_id} (consumer {consumer!r})"
+        if stored_key is not None and key != stored_key:
+            raise StateConflictError(f"{where}: its snapshot is cut into partitions as {stored_key}, not {key}")
         if (stored_next, stored_done, stored_token, stored_parts) == (
             commit.next_row_exclusive,
             commit.done,
@@ -750,7 +756,6 @@ class SqlCheckpointStore:
             parts,
         ):
             return  # replay of the commit already stored
-        where = f"split {commit.split_id} of batch {batch_id} (consumer {consumer!r})"
         if stored_done:
             raise StateConflictError(f"{where} is already done at row {stored_next}; it cannot change")
         if commit.parts_done is not None and stored_parts is not None and parts <= stored_parts and not commit.done:
@@ -769,7 +774,7 @@ class SqlCheckpointStore:
             )
         tx.execute(
             "UPDATE icetail_inflight_splits SET next_row_exclusive = ?, rows_emitted = rows_emitted + ?, "
-            "done = ?, sink_token = ?, parts_done = ?, updated_at_ms = ? "
+            "done = ?, sink_token = ?, parts_done = ?, parts_key = ?, updated_at_ms = ? "
             "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
             (
                 commit.next_row_exclusive,
@@ -777,6 +782,7 @@ class SqlCheckpointStore:
                 commit.done,
                 commit.sink_token,
                 parts,
+                key,
                 now_ms,
                 consumer,
                 batch_id,

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import METADATA_COLUMNS
@@ -97,6 +98,7 @@ class PartitionDelivery:
     on_delivered: Callable[[tuple[tuple[str, int], ...]], None]  # each output's rows by change type
     after_commit: Callable[[], None]  # lease renewal, test hold
     stopped: Callable[[], bool]  # a stop request: the snapshot stays in flight at the next output
+    renew: Callable[[], None]  # the lease, while a Spark job of the snapshot runs
 
 
 def deliver_partitioned(
@@ -108,10 +110,28 @@ def deliver_partitioned(
     stager: ChunkStager | None,
     delivery: PartitionDelivery,
 ) -> bool:
-    """Deliver outputs [spec.first_output, spec.outputs) in order; False when a stop request interrupted it."""
+    """Deliver outputs [spec.first_output, spec.outputs) in order; False when a stop request interrupted it.
+
+    ConfigError when the snapshot was partly delivered cut otherwise (other identifier columns,
+    carry-over rule or partition count): its remaining rows cannot be cut to match.
+    """
+    stored = progress[snapshot.anchor.split_id].parts_key
+    if stored is not None and stored != spec.fingerprint:
+        raise ConfigError(
+            f"snapshot {snapshot.snapshot_id} of batch {delivery.batch_id} was partly delivered in partitions cut as "
+            f"{stored}, but this run cuts them as {spec.fingerprint}: run with the identifier columns and carry-over "
+            "setting (--identifier-columns, --keep-carry-over) and the icetail release that began the batch"
+        )
     slot = SplitSlot(delivery.consumer, delivery.batch_id, snapshot.indexes[0])
     next_rows: dict[str, int] = {}
-    for output in shuffled_outputs(spark, context, spec, stager=stager):
+
+    def heartbeat() -> bool:
+        delivery.renew()
+        return not delivery.stopped()
+
+    outputs = shuffled_outputs(spark, context, spec, stager=stager, heartbeat=heartbeat)
+    delivered = spec.first_output
+    for output in outputs:
         for chunk in output.read:
             next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
             delivery.on_read(chunk)
@@ -120,14 +140,15 @@ def deliver_partitioned(
         delivery.store.commit_chunks(
             delivery.consumer,
             delivery.batch_id,
-            _commits(snapshot, progress, output, token, next_rows if last else None),
+            _commits(snapshot, progress, output, token, next_rows if last else None, spec.fingerprint),
             owner=delivery.owner,
         )
+        delivered = output.index + 1
         delivery.on_delivered(output.change_counts)
         delivery.after_commit()
         if not last and delivery.stopped():
             return False
-    return True
+    return delivered == spec.outputs  # fewer: a stop request cancelled the job
 
 
 def partition_spec(
@@ -174,12 +195,13 @@ def _commits(
     output: ShuffleOutput,
     token: str | None,
     next_rows: Mapping[str, int] | None,
+    key: str,
 ) -> list[ChunkCommit]:
     """Output i's commit: the anchor's `parts_done = i + 1`; for the last, every split done too."""
     anchor = snapshot.anchor.split_id
     stored = progress[anchor].next_row_exclusive or 0
     if next_rows is None:
-        return [ChunkCommit(anchor, stored, output.row_count, False, token, parts_done=output.index + 1)]
+        return [ChunkCommit(anchor, stored, output.row_count, False, token, output.index + 1, key)]
     return [
         ChunkCommit(
             split.split_id,
@@ -188,6 +210,7 @@ def _commits(
             True,
             token if split.split_id == anchor else None,
             parts_done=output.index + 1 if split.split_id == anchor else None,
+            parts_key=key if split.split_id == anchor else None,
         )
         for split in snapshot.splits
         if not progress[split.split_id].done

@@ -783,6 +783,7 @@ class Pipeline:
             tally.add_counts,
             after_commit,
             self._stop.is_set,
+            self._renew_lease_if_due,
         )
 
     def _committing_on_failure(

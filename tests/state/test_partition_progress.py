@@ -32,9 +32,11 @@ def test_partitions_are_committed_in_order_and_the_last_finishes_the_snapshot(st
     assert loaded.inflight.batch.shape.reconcile_partition_bytes == 1 << 20
     assert [p.parts_done for p in loaded.inflight.progress] == [None, None, None]
 
-    store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 5, False, "t0", parts_done=1)])
-    store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 5, False, "t0", parts_done=1)])  # a replay: no-op
-    store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 0, False, None, parts_done=2)])  # an empty partition
+    store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 5, False, "t0", 1, "cut-a")])
+    store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 5, False, "t0", 1, "cut-a")])  # a replay: no-op
+    with pytest.raises(StateConflictError, match="cut into partitions as cut-a, not cut-b"):
+        store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 0, False, None, 2, "cut-b")])
+    store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 0, False, None, 2, "cut-a")])  # an empty partition
     with pytest.raises(StateConflictError, match="delivered once, in order"):
         store.commit_chunks("c", "b1", [ChunkCommit(anchor, 0, 5, False, "t0", parts_done=1)])
     with pytest.raises(StateConflictError, match="only move forward"):  # an ordinary chunk cannot stand still
@@ -42,8 +44,10 @@ def test_partitions_are_committed_in_order_and_the_last_finishes_the_snapshot(st
     checkpoint = store.load("c")
     assert checkpoint is not None and checkpoint.inflight is not None
     progress = checkpoint.inflight.progress
-    assert [(p.parts_done, p.rows_emitted, p.done) for p in progress] == [(2, 5, False), (None, 0, False)] + [
-        (None, 0, False)
+    assert [(p.parts_done, p.parts_key, p.rows_emitted, p.done) for p in progress] == [
+        (2, "cut-a", 5, False),
+        (None, None, 0, False),
+        (None, None, 0, False),
     ]
 
     last = [ChunkCommit(anchor, 100, 7, True, "t2", parts_done=3), ChunkCommit(other, 80, 0, True)]
