@@ -89,6 +89,35 @@ def reconcile_snapshot(
     return _ordered(changes, is_delete, dropped, _concat(befores), _concat(afters))
 
 
+def settle_by_lineage(changes: pa.Table, remove_carry_over: bool = True) -> tuple[pa.Table, pa.Table]:
+    """(what lineage settles, as reconcile_snapshot outputs it; the rows it leaves to the other rules).
+
+    The first step of `reconcile_snapshot` on its own, for a shuffled reconciliation whose first
+    phase is partitioned by `_row_id`: a settled row never takes part in a later rule there, so
+    `reconcile_snapshot(rest, ..., row_lineage=False)` finishes what `reconcile_snapshot` would
+    have done with the rest. Settled output: UPDATE pairs, and unchanged pairs as DELETE/INSERT
+    when carry-overs are kept.
+    """
+    if not changes.num_rows or ROW_ID not in changes.column_names:
+        return changes.slice(0, 0), changes
+    is_delete = pc.equal(changes.column(CHANGE_TYPE), ChangeType.DELETE.value).to_numpy(zero_copy_only=False)
+    before, after = _lineage_pairs(changes.column(ROW_ID), is_delete)
+    settled = np.zeros(changes.num_rows, dtype=bool)
+    settled[before] = settled[after] = True
+    rest = changes.filter(pa.array(~settled))
+    if not len(before):
+        return changes.slice(0, 0), rest
+    ignored = set(METADATA_COLUMNS) | set(LINEAGE_COLUMNS)
+    data_columns = [c for c in changes.column_names if c not in ignored and not c.startswith(HIDDEN_PREFIX)]
+    content = row_codes(changes.select(data_columns))
+    unchanged = content[before] == content[after]
+    dropped = np.zeros(changes.num_rows, dtype=bool)
+    if remove_carry_over:
+        dropped[before[unchanged]] = dropped[after[unchanged]] = True
+    out = _ordered(changes, is_delete, dropped | ~settled, before[~unchanged], after[~unchanged])
+    return out, rest
+
+
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 

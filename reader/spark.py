@@ -554,20 +554,28 @@ def _run_split(
             if stager is not None and request.stage_as is not None:
                 chunk = _staged(stager, request.stage_as, chunk)
             yield _encode(chunk, handoff)
-    except IcetailError as exc:
-        yield _ErrorPayload(type(exc).__module__, type(exc).__name__, str(exc))
-        return True
-    except (OSError, pa.ArrowException) as exc:
-        path = request.split.task.data_file.path
-        kind = storage_error_kind(exc, path) if isinstance(exc, OSError) else StorageErrorKind.OTHER
-        if kind in (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT):  # mid-read: throttled, timed out
-            error = storage_error(exc, "data file", path)
-            yield _ErrorPayload(type(error).__module__, type(error).__name__, str(error))
-            return True
-        message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
-        yield _ErrorPayload(DataFileError.__module__, DataFileError.__name__, message)
+    except (IcetailError, OSError, pa.ArrowException) as exc:
+        yield task_error(exc, request)
         return True
     return False
+
+
+def task_error(exc: IcetailError | OSError | pa.ArrowException, request: SplitRequest) -> _ErrorPayload:
+    """What a task that failed reading `request` hands the driver: an IcetailError by class."""
+    if isinstance(exc, IcetailError):
+        return _ErrorPayload(type(exc).__module__, type(exc).__name__, str(exc))
+    path = request.split.task.data_file.path
+    kind = storage_error_kind(exc, path) if isinstance(exc, OSError) else StorageErrorKind.OTHER
+    if kind in (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT):  # mid-read: throttled, timed out
+        error = storage_error(exc, "data file", path)
+        return _ErrorPayload(type(error).__module__, type(error).__name__, str(error))
+    message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
+    return _ErrorPayload(DataFileError.__module__, DataFileError.__name__, message)
+
+
+def raise_task_error(error: _ErrorPayload) -> None:
+    """Raise, in the driver, the error a task handed over."""
+    raise _rebuild_error(error.module, error.name, error.message)
 
 
 def _staged(stager: ChunkStager, stage_as: SplitSlot, chunk: Chunk) -> Chunk:

@@ -58,6 +58,10 @@ class BatchShape:
     `schema_id`: the table schema its rows are projected onto; a batch never spans a schema
     change, so it is the schema every snapshot of the batch was written with. None for a batch
     written before store schema 6, which is projected onto its to-snapshot's schema, as then.
+    `reconcile_partition_bytes`: a snapshot to reconcile whose splits hold more estimated bytes
+    than this is reconciled in ceil(bytes / this) partitions by Spark tasks (reader/shuffle.py),
+    one chunk each; None (batches before store schema 7, Spark Connect): every snapshot whole,
+    in the driver. Stored so a resumed batch cuts the same partitions.
     """
 
     chunk_rows: int | None = None
@@ -66,9 +70,12 @@ class BatchShape:
     collapsed: bool = False
     net: bool = False
     schema_id: int | None = None
+    reconcile_partition_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:
+            raise ValueError(f"invalid batch shape: {self!r}")
+        if self.reconcile_partition_bytes is not None and self.reconcile_partition_bytes < 1:
             raise ValueError(f"invalid batch shape: {self!r}")
 
     @property
@@ -115,6 +122,9 @@ class SplitProgress:
 
     `next_row_exclusive is None` means no chunk was committed yet (the split starts from its
     first row group). `sink_token` is the sink's own record of the last committed chunk.
+    `parts_done`: on the first split of a snapshot reconciled in partitions, how many of its
+    output partitions are delivered (those below it), and `parts_key` how the snapshot was cut
+    (reader/shuffle.py ShuffleSpec.fingerprint); None elsewhere.
     """
 
     split_id: str
@@ -122,6 +132,8 @@ class SplitProgress:
     rows_emitted: int
     done: bool
     sink_token: str | None
+    parts_done: int | None = None
+    parts_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,9 +145,15 @@ class ChunkCommit:
     rows_in_chunk: int  # added to the split's rows_emitted
     done: bool
     sink_token: str | None = None
+    parts_done: int | None = None  # output partitions delivered (a partitioned snapshot's anchor); None: unchanged
+    parts_key: str | None = None  # how that snapshot is cut into partitions; None: unchanged
 
     def __post_init__(self) -> None:
-        if self.next_row_exclusive < 0 or self.rows_in_chunk < 0:
+        if (
+            self.next_row_exclusive < 0
+            or self.rows_in_chunk < 0
+            or (self.parts_done is not None and self.parts_done < 0)
+        ):
             raise ValueError(f"negative chunk commit: {self!r}")
 
 

@@ -166,6 +166,20 @@ _V6 = tuple(
 )
 
 
+# Snapshots reconciled in partitions (reader/shuffle.py): the partition size each batch was cut
+# with (NULL: every snapshot whole, in the driver, as before), and per split how many output
+# partitions of its snapshot are delivered and how they were cut (kept on the snapshot's first
+# split; NULL elsewhere).
+_V7 = (
+    *(
+        f"ALTER TABLE {table} ADD COLUMN reconcile_partition_bytes BIGINT"
+        for table in ("icetail_inflight_batches", "icetail_history")
+    ),
+    "ALTER TABLE icetail_inflight_splits ADD COLUMN parts_done INTEGER",
+    "ALTER TABLE icetail_inflight_splits ADD COLUMN parts_key TEXT",
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
@@ -173,6 +187,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "the branch each consumer follows", _V4),
     Migration(5, "whether each batch delivers net changes", _V5),
     Migration(6, "the schema id each batch is projected onto", _V6),
+    Migration(7, "partitioned reconciliation: each batch's partition size, each snapshot's delivered partitions", _V7),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

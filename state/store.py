@@ -285,6 +285,8 @@ _CONSUMER_COLUMNS = (
     "catalog_name, table_name, cursor_snapshot_id, cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, "
     "sink_url, branch"
 )
+
+
 def _column_count(columns: str) -> int:
     return len(columns.split(","))
 
@@ -294,7 +296,8 @@ def _placeholders(count: int) -> str:
     return ", ".join("?" * count)
 
 
-_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id"  # BatchShape, schemas 3, 5, 6
+# BatchShape, schemas 3, 5, 6, 7
+_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id, reconcile_partition_bytes"
 _BATCH_COLUMNS = (
     "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
     + _SHAPE_COLUMNS
@@ -405,7 +408,7 @@ class SqlCheckpointStore:
 
     def _inflight(self, tx: Tx, consumer: str, header: _BatchHeader) -> Inflight:
         rows = tx.query(
-            "SELECT split_id, split_json, next_row_exclusive, rows_emitted, done, sink_token "
+            "SELECT split_id, split_json, next_row_exclusive, rows_emitted, done, sink_token, parts_done, parts_key "
             "FROM icetail_inflight_splits WHERE consumer = ? AND batch_id = ? ORDER BY ordinal",
             (consumer, header.batch_id),
         )
@@ -416,8 +419,16 @@ class SqlCheckpointStore:
             )
         splits = tuple(decode_split(text, expected_split_id=sid) for sid, text, *_ in rows)
         progress = tuple(
-            SplitProgress(split_id=sid, next_row_exclusive=nxt, rows_emitted=int(n), done=bool(done), sink_token=tok)
-            for sid, _, nxt, n, done, tok in rows
+            SplitProgress(
+                split_id=sid,
+                next_row_exclusive=nxt,
+                rows_emitted=int(n),
+                done=bool(done),
+                sink_token=tok,
+                parts_done=None if parts is None else int(parts),
+                parts_key=parts_key,
+            )
+            for sid, _, nxt, n, done, tok, parts, parts_key in rows
         )
         batch = InflightBatch(
             batch_id=header.batch_id,
@@ -724,21 +735,38 @@ class SqlCheckpointStore:
 
     def _apply_chunk(self, tx: Tx, consumer: str, batch_id: str, commit: ChunkCommit, now_ms: int) -> None:
         found = tx.query(  # a split row exists only while its batch is in flight
-            "SELECT next_row_exclusive, done, sink_token FROM icetail_inflight_splits "
+            "SELECT next_row_exclusive, done, sink_token, parts_done, parts_key FROM icetail_inflight_splits "
             "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
             (consumer, batch_id, commit.split_id),
         )
         if not found:
             self._require_inflight(tx, consumer, batch_id)
             raise StateConflictError(f"batch {batch_id} of consumer {consumer!r} has no split {commit.split_id}")
-        stored_next, stored_done, stored_token = found[0][0], bool(found[0][1]), found[0][2]
-        if (stored_next, stored_done, stored_token) == (commit.next_row_exclusive, commit.done, commit.sink_token):
-            return  # replay of the commit already stored
+        stored_next, stored_done, stored_token, stored_parts, stored_key = found[0]
+        stored_done = bool(stored_done)
+        parts = stored_parts if commit.parts_done is None else commit.parts_done
+        key = stored_key if commit.parts_key is None else commit.parts_key
         where = f"split {commit.split_id} of batch {batch_id} (consumer {consumer!r})"
+        if stored_key is not None and key != stored_key:
+            raise StateConflictError(f"{where}: its snapshot is cut into partitions as {stored_key}, not {key}")
+        if (stored_next, stored_done, stored_token, stored_parts) == (
+            commit.next_row_exclusive,
+            commit.done,
+            commit.sink_token,
+            parts,
+        ):
+            return  # replay of the commit already stored
         if stored_done:
             raise StateConflictError(f"{where} is already done at row {stored_next}; it cannot change")
+        if commit.parts_done is not None and stored_parts is not None and parts <= stored_parts and not commit.done:
+            raise StateConflictError(
+                f"{where} has {stored_parts} partitions delivered; refusing to move it to {parts} "
+                "(partitions are delivered once, in order)"
+            )
+        more_parts = parts is not None and (stored_parts is None or parts > stored_parts)
         if stored_next is not None and (
-            commit.next_row_exclusive < stored_next or (commit.next_row_exclusive == stored_next and not commit.done)
+            commit.next_row_exclusive < stored_next
+            or (commit.next_row_exclusive == stored_next and not commit.done and not more_parts)
         ):
             raise StateConflictError(
                 f"{where} is committed up to row {stored_next} exclusive; refusing to move it to "
@@ -746,12 +774,15 @@ class SqlCheckpointStore:
             )
         tx.execute(
             "UPDATE icetail_inflight_splits SET next_row_exclusive = ?, rows_emitted = rows_emitted + ?, "
-            "done = ?, sink_token = ?, updated_at_ms = ? WHERE consumer = ? AND batch_id = ? AND split_id = ?",
+            "done = ?, sink_token = ?, parts_done = ?, parts_key = ?, updated_at_ms = ? "
+            "WHERE consumer = ? AND batch_id = ? AND split_id = ?",
             (
                 commit.next_row_exclusive,
                 commit.rows_in_chunk,
                 commit.done,
                 commit.sink_token,
+                parts,
+                key,
                 now_ms,
                 consumer,
                 batch_id,
@@ -940,7 +971,7 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
 
 def _shape(columns: Sequence[Any]) -> BatchShape:
     """BatchShape from its typed columns (SQLite returns booleans as 0/1)."""
-    chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id = columns
+    chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id, partition_bytes = columns
     return BatchShape(
         chunk_rows=None if chunk_rows is None else int(chunk_rows),
         first_ordinal=int(first_ordinal),
@@ -948,11 +979,20 @@ def _shape(columns: Sequence[Any]) -> BatchShape:
         collapsed=bool(collapsed),
         net=bool(net),
         schema_id=None if schema_id is None else int(schema_id),
+        reconcile_partition_bytes=None if partition_bytes is None else int(partition_bytes),
     )
 
 
-def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, int | None]:
-    return (shape.chunk_rows, shape.first_ordinal, shape.snapshot_count, shape.collapsed, shape.net, shape.schema_id)
+def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, int | None, int | None]:
+    return (
+        shape.chunk_rows,
+        shape.first_ordinal,
+        shape.snapshot_count,
+        shape.collapsed,
+        shape.net,
+        shape.schema_id,
+        shape.reconcile_partition_bytes,
+    )
 
 
 def _ttl_ms(ttl_seconds: float) -> int:

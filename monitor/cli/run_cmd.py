@@ -56,6 +56,13 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         help="iceberg and postgresql sinks: or once the first chunk of a commit waited this long (default 10s, "
         "0s: each chunk)",
     )
+    parser.add_argument(
+        "--reconcile-partition-bytes",
+        type=int,
+        default=None,
+        help="a snapshot to reconcile bigger than this (estimated parquet bytes) is reconciled by Spark tasks in "
+        "partitions of about this size (default 64 MiB; 0: whole, in the driver)",
+    )
     parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)
     parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)

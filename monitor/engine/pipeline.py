@@ -46,6 +46,14 @@ from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, coalesced
 from icetail.monitor.engine.hints import reset_command
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
+from icetail.monitor.engine.partitioned import (
+    DEFAULT_RECONCILE_PARTITION_BYTES,
+    PartitionDelivery,
+    PartitionedSnapshot,
+    deliver_partitioned,
+    partition_spec,
+    partitioned_snapshots,
+)
 from icetail.monitor.engine.release import (
     Pairing,
     Release,
@@ -77,7 +85,7 @@ from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangeP
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX
-from icetail.reader.spark import BackgroundSession, SplitRequest, run_splits
+from icetail.reader.spark import BackgroundSession, SplitRequest, is_connect, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
@@ -112,6 +120,9 @@ class PipelineConfig:
     verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
     with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
     with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
+    # a snapshot to reconcile with more estimated bytes is reconciled by Spark tasks in partitions of
+    # about this size, a chunk each (monitor/engine/partitioned.py); 0: every snapshot whole, in the driver
+    reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
 
     def __post_init__(self) -> None:
         if self.net and not self.carry_over_removal:
@@ -125,6 +136,8 @@ class PipelineConfig:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
         if self.chunk_rows is not None and self.chunk_rows < 1:
             raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
+        if self.reconcile_partition_bytes < 0:
+            raise ConfigError(f"reconcile partition bytes must be >= 0, got {self.reconcile_partition_bytes}")
         _ = self.group_policy  # checks the sink commit bounds
         if "." not in self.table:
             raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
@@ -612,7 +625,15 @@ class Pipeline:
             plan.collapsed,
             net=self.config.net,
             schema_id=plan.schema_id,
+            reconcile_partition_bytes=self._reconcile_partition_bytes(),
         )
+
+    def _reconcile_partition_bytes(self) -> int | None:
+        """Stored with the batch: None on Spark Connect, which has no RDDs to shuffle with."""
+        connect = os.environ.get("SPARK_REMOTE") or (
+            self._spark is not None and not isinstance(self._spark, BackgroundSession) and is_connect(self._spark)
+        )
+        return None if connect else self.config.reconcile_partition_bytes or None
 
     def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
         """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
@@ -661,9 +682,18 @@ class Pipeline:
             else None
         )
         staging = stager is not None
+        partitioned = {
+            snapshot_id: snapshot
+            for snapshot_id, snapshot in partitioned_snapshots(
+                splits, gathered, batch.shape.reconcile_partition_bytes
+            ).items()
+            if any(not progress[s.split_id].done for s in snapshot.splits)
+        }
         requests: list[SplitRequest] = []
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
+            if snapshot_id in partitioned:
+                continue  # reconciled by Spark tasks, in its place among the others (_segments)
             if snapshot_id in gathered:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
                     # reconcile needs the whole snapshot again, with the row ids it pairs by
@@ -672,27 +702,57 @@ class Pipeline:
                 start = progress[split.split_id].next_row_exclusive or 0
                 stage_as = SplitSlot(self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
                 requests.append(SplitRequest(split, start, stage_as, with_row_lineage=with_lineage))
-        if not requests:
+        if not requests and not partitioned:
             return True
         context = read_context(table, schema_id, tasks, with_schema_id=with_schema_id)
-        verifier = self._verifier(table, batch, {r.split.split_id for r in requests if r.start_row_inclusive == 0})
+        fully_read = {r.split.split_id for r in requests if r.start_row_inclusive == 0}
+        fully_read |= {s.split_id for p in partitioned.values() for s in p.splits}
+        verifier = self._verifier(table, batch, fully_read)
         read_schema = change_arrow_schema(
             table, schema_id, with_schema_id=with_schema_id, with_row_lineage=with_lineage or lineage_pairing
         )
         pairing = Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_lineage)
-        chunks = self._tallied(
-            run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows, stager=stager), tally
-        )
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         strict = self._verify == VerifyMode.STRICT
         # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together;
         # so do the read rows of a group-writing sink (the PostgreSQL mirror)
         writes_groups = self._groups_writes()
         group = ChunkGroup(self.config.group_policy) if (staging and self._groups_commits()) or writes_groups else None
-        released = releases(
-            chunks, snapshot_of, gathered, verifier, strict=strict, on_check=lambda c: self._checked(batch, c, tally)
-        )
-        for release in self._committing_on_failure(released, batch, group, tally):
+
+        def released_from(segment: list[SplitRequest]) -> Iterator[Release]:
+            chunks = run_splits(self._session(), context, segment, chunk_rows=batch.shape.chunk_rows, stager=stager)
+            on_check = lambda c: self._checked(batch, c, tally)  # noqa: E731
+            yield from releases(
+                self._tallied(chunks, tally), snapshot_of, gathered, verifier, strict=strict, on_check=on_check
+            )
+
+        for release in self._committing_on_failure(
+            _segments(requests, index_of, list(partitioned.values()), released_from), batch, group, tally
+        ):
+            if isinstance(release, PartitionedSnapshot):
+                self._commit_group(batch, group, tally)
+                spec = partition_spec(
+                    release,
+                    progress,
+                    read_schema=read_schema,
+                    identifiers=identifiers,
+                    carry_over_removal=carry_over_removal,
+                    lineage_pairing=lineage_pairing,
+                    with_row_lineage=with_lineage,
+                    chunk_rows=batch.shape.chunk_rows,
+                    stage_as=SplitSlot(self.consumer, batch.batch_id, release.indexes[0]) if staging else None,
+                )
+                if not deliver_partitioned(
+                    self._session(),
+                    context,
+                    spec,
+                    release,
+                    progress,
+                    stager,
+                    self._partition_delivery(batch, tally, verifier),
+                ):
+                    return False
+                continue
             if release.reconcile:
                 self._commit_group(batch, group, tally)
                 rows = pairing.reconciled(release.batches)
@@ -718,9 +778,43 @@ class Pipeline:
         self._commit_group(batch, group, tally)
         return not self._stop.is_set() or self._all_done()
 
+    def _partition_delivery(
+        self, batch: InflightBatch, tally: _Tally, verifier: SnapshotVerifier | None
+    ) -> PartitionDelivery:
+        """A partitioned snapshot's hooks: its read chunks are tallied and checked as read ones are."""
+
+        def on_read(chunk: Chunk) -> None:
+            if self._on_chunk is not None:
+                self._on_chunk(chunk)
+            tally.add_chunk(chunk)
+            check = verifier.add(chunk) if verifier is not None else None
+            if check is not None:
+                self._checked(batch, check, tally)
+
+        def after_commit() -> None:
+            self._renew_lease_if_due()
+            _hold_for_test(self._stop)
+
+        return PartitionDelivery(
+            self.sink,
+            self._store,
+            self.consumer,
+            self._owner,
+            batch.batch_id,
+            on_read,
+            tally.add_counts,
+            after_commit,
+            self._stop.is_set,
+            self._renew_lease_if_due,
+        )
+
     def _committing_on_failure(
-        self, released: Iterator[Release], batch: InflightBatch, group: ChunkGroup | None, tally: _Tally
-    ) -> Iterator[Release]:
+        self,
+        released: Iterator[Release | PartitionedSnapshot],
+        batch: InflightBatch,
+        group: ChunkGroup | None,
+        tally: _Tally,
+    ) -> Iterator[Release | PartitionedSnapshot]:
         """`released`; when the read fails or a snapshot is refused (`--verify strict`), the chunks
         released before it are still committed, as they would have been without a group."""
         try:
@@ -946,6 +1040,25 @@ def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
     if batch.shape.schema_id is not None:
         return batch.shape.schema_id
     return schema_id_of(table, batch.to_snapshot_inclusive)
+
+
+def _segments(
+    requests: list[SplitRequest],
+    index_of: dict[str, int],
+    partitioned: list[PartitionedSnapshot],
+    released_from: Callable[[list[SplitRequest]], Iterator[Release]],
+) -> Iterator[Release | PartitionedSnapshot]:
+    """The releases of `requests` (in batch order), with each partitioned snapshot in its place in
+    the batch: the requests before it are read (one `run_splits`) and released first."""
+    pending = list(requests)
+    for snapshot in sorted(partitioned, key=lambda p: p.indexes[0]):
+        before = [r for r in pending if index_of[r.split.split_id] < snapshot.indexes[0]]
+        pending = pending[len(before) :]
+        if before:
+            yield from released_from(before)
+        yield snapshot
+    if pending:
+        yield from released_from(pending)
 
 
 def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:

@@ -41,9 +41,17 @@ PIPELINE_KEYS = {
     "verify": "verify",
     "with_schema_id": "with_schema_id",
     "with_row_lineage": "with_row_lineage",
+    "reconcile_partition_bytes": "reconcile_partition_bytes",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
-INT_KEYS = {"max_snapshots_per_batch", "chunk_rows", "sink_commit_rows", "metrics_port", "max_failures"}
+INT_KEYS = {
+    "max_snapshots_per_batch",
+    "chunk_rows",
+    "sink_commit_rows",
+    "metrics_port",
+    "max_failures",
+    "reconcile_partition_bytes",
+}
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval"}
 LIST_KEYS = {"identifier_columns"}
@@ -281,6 +289,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "verify": getattr(args, "verify", None),
         "with_schema_id": getattr(args, "with_schema_id", None),
         "with_row_lineage": getattr(args, "with_row_lineage", None),
+        "reconcile_partition_bytes": getattr(args, "reconcile_partition_bytes", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]
