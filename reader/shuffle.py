@@ -41,11 +41,14 @@ from icetail.sinks.base import ChunkStager, SplitSlot
 
 _ROWS, _META, _ERROR = "rows", "meta", "error"
 # each row's place in the plan, carried through the shuffles: a partition is reconciled in plan
-# order, as the driver would, so content cancellation keeps the same one of identical rows
-SPLIT_COLUMN = HIDDEN_PREFIX + "split_index"
-SEQ_COLUMN = HIDDEN_PREFIX + "split_row"
-_ORDER = [(SPLIT_COLUMN, "ascending"), (SEQ_COLUMN, "ascending")]
+# order, as the driver would, so content cancellation keeps the same one of identical rows.
+# (split index << 40) + the row's number among the split's change rows (< 2**40 of them)
+ORDER_COLUMN = HIDDEN_PREFIX + "plan_order"
+_SEQ_BITS = 40
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # rows cross the shuffle once, compressed
+# Rows a read task decodes at a time: a row group can hold millions of rows (Java writes 128 MB
+# ones), and nothing here is committed per chunk, so the cut changes neither rows nor their order.
+READ_CHUNK_ROWS = 131_072
 _Record = tuple[int, tuple[tuple[int, int], str, Any]]  # (partition, (sort key, kind, payload))
 
 
@@ -194,7 +197,7 @@ def _read_task(
                 for chunk in read_split(
                     context,
                     request.split,
-                    chunk_rows=spec.chunk_rows,
+                    chunk_rows=min(spec.chunk_rows or READ_CHUNK_ROWS, READ_CHUNK_ROWS),
                     with_row_lineage=request.with_row_lineage,
                 ):
                     key = (split_index, chunk.row_start_inclusive)
@@ -237,7 +240,7 @@ def _output_task(
         return
     if not (spec.lineage_pairing and index < spec.partitions):
         rows = reconcile_snapshot(rows, spec.identifiers or None, spec.carry_over_removal, row_lineage=False)
-    rows = rows.drop_columns([SPLIT_COLUMN, SEQ_COLUMN])
+    rows = rows.drop_columns([ORDER_COLUMN])
     if not spec.with_row_lineage:
         rows = without_lineage(rows)
     counts = _counts(rows)
@@ -267,21 +270,21 @@ def _gathered(spec: ShuffleSpec, part: Iterable[_Record]) -> tuple[pa.Table, lis
         return schema.empty_table(), carried
     rows = pa.concat_tables(tables)
     rows = rows if rows.schema == schema else rows.cast(schema)
-    return rows.sort_by(_ORDER), carried
+    order = rows.column(ORDER_COLUMN).to_numpy()
+    if len(order) > 1 and bool((order[1:] < order[:-1]).any()):  # pieces of read chunks come in plan order
+        rows = rows.take(pa.array(np.argsort(order, kind="stable")))
+    return rows, carried
 
 
 def _with_order_fields(schema: pa.Schema) -> pa.Schema:
-    return schema.append(pa.field(SPLIT_COLUMN, pa.int64(), nullable=False)).append(
-        pa.field(SEQ_COLUMN, pa.int64(), nullable=False)
-    )
+    return schema.append(pa.field(ORDER_COLUMN, pa.int64(), nullable=False))
 
 
 def _with_order(rows: pa.Table, split_index: int, first_seq: int) -> pa.Table:
-    """`rows` with their place in the plan: (split index, change row of the split)."""
+    """`rows` with their place in the plan: (split index, change row of the split) in one int64."""
     n = rows.num_rows
-    rows = rows.append_column(pa.field(SPLIT_COLUMN, pa.int64(), nullable=False), pa.array(np.full(n, split_index)))
-    seq = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
-    return rows.append_column(pa.field(SEQ_COLUMN, pa.int64(), nullable=False), seq)
+    order = (np.int64(split_index) << np.int64(_SEQ_BITS)) + np.arange(first_seq, first_seq + n, dtype=np.int64)
+    return rows.append_column(pa.field(ORDER_COLUMN, pa.int64(), nullable=False), pa.array(order))
 
 
 def _phase1_columns(spec: ShuffleSpec) -> tuple[str, ...]:
