@@ -12,9 +12,10 @@ Read tasks send (partition, (sort key, kind, payload)) records through an RDD `p
 with the identity as partitioner, so no Iceberg type becomes a Spark type (the tasks:
 reader/shuffle_tasks.py). Each output task puts its rows in plan order (a hidden column carries
 each row's place), so a replay computes the same rows for the same output; it then stages them
-through the sink's stager or returns them. Output `first_output` also carries every read chunk's metadata (counts, offsets), for the
-driver's `--verify` and tallies. A task's read error travels the same way and is raised by the
-driver before any output of the snapshot is delivered.
+through the sink's stager or returns them. Output `first_output` also carries every read
+chunk's metadata (counts, offsets), for the driver's `--verify` and tallies. A task's read
+error travels the same way and is raised by the driver before any output of the snapshot is
+delivered.
 """
 
 from __future__ import annotations
