@@ -83,14 +83,30 @@ def _encoded_codes(table: pa.Table) -> np.ndarray:
     return _combine([_column_codes(column.combine_chunks()) for column in table.columns])
 
 
+_MAX_MIXED = 1 << 62  # mixed codes stay below this: no int64 overflow
+
+
 def _combine(parts: list[np.ndarray]) -> np.ndarray:
-    """Dense codes of the tuples (parts[0][i], parts[1][i], ...)."""
+    """Dense codes of the tuples (parts[0][i], parts[1][i], ...).
+
+    Columns are mixed as digits of one int64 (in the tuples' order) and made dense only when the
+    next digit would overflow, and once at the end: a sort per few columns, not per column.
+    """
     combined = parts[0]
+    bound = int(combined.max()) + 1 if len(combined) else 1  # exclusive bound of `combined`
     for codes in parts[1:]:
         cardinality = int(codes.max()) + 1 if len(codes) else 1
-        _, inverse = np.unique(combined * cardinality + codes, return_inverse=True)
-        combined = inverse.astype(np.int64).reshape(-1)
-    return combined
+        if bound * cardinality > _MAX_MIXED:
+            combined = _dense(combined)
+            bound = int(combined.max()) + 1 if len(combined) else 1
+        combined = combined * cardinality + codes
+        bound *= cardinality
+    return _dense(combined) if len(parts) > 1 else combined
+
+
+def _dense(codes: np.ndarray) -> np.ndarray:
+    _, inverse = np.unique(codes, return_inverse=True)
+    return np.asarray(inverse, dtype=np.int64).reshape(-1)
 
 
 def _column_codes(array: pa.Array) -> np.ndarray:

@@ -9,44 +9,31 @@ The rows that can cancel or pair are co-located by a stable hash (reader/stable_
   content, and phase 2 applies the other rules to them. Outputs [0, P) are phase 1's settled
   rows, [P, 2P) phase 2's.
 Read tasks send (partition, (sort key, kind, payload)) records through an RDD `partitionBy`
-with the identity as partitioner, so no Iceberg type becomes a Spark type. Each output task
-sorts its records by (split index, chunk row), which is the plan order, so a replay computes
-the same rows for the same output; it then stages them through the sink's stager or returns
-them. Output `first_output` also carries every read chunk's metadata (counts, offsets), for the
-driver's `--verify` and tallies. A task's read error travels the same way and is raised by the
-driver before any output of the snapshot is delivered.
+with the identity as partitioner, so no Iceberg type becomes a Spark type (the tasks:
+reader/shuffle_tasks.py). Each output task puts its rows in plan order (a hidden column carries
+each row's place), so a replay computes the same rows for the same output; it then stages them
+through the sink's stager or returns them. Output `first_output` also carries every read
+chunk's metadata (counts, offsets), for the driver's `--verify` and tallies. A task's read
+error travels the same way and is raised by the driver before any output of the snapshot is
+delivered.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from icetail.kernel.errors import IcetailError
 from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import CHANGE_TYPE
-from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot, settle_by_lineage
-from icetail.reader.row_lineage import ROW_ID, without_lineage
-from icetail.reader.spark import SplitRequest, _ErrorPayload, group_for_tasks, raise_task_error, task_error
-from icetail.reader.split_reader import Chunk, read_split
-from icetail.reader.stable_hash import PARTITION_HASH_VERSION, hashable_columns, partition_of
+from icetail.reader.shuffle_tasks import output_task, read_task, settle_task
+from icetail.reader.spark import SplitRequest, _ErrorPayload, group_for_tasks, raise_task_error
+from icetail.reader.split_reader import Chunk
+from icetail.reader.stable_hash import PARTITION_HASH_VERSION
 from icetail.sinks.base import ChunkStager, SplitSlot
-
-_ROWS, _META, _ERROR = "rows", "meta", "error"
-# each row's place in the plan, carried through the shuffles: a partition is reconciled in plan
-# order, as the driver would, so content cancellation keeps the same one of identical rows
-SPLIT_COLUMN = HIDDEN_PREFIX + "split_index"
-SEQ_COLUMN = HIDDEN_PREFIX + "split_row"
-_ORDER = [(SPLIT_COLUMN, "ascending"), (SEQ_COLUMN, "ascending")]
-_IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # rows cross the shuffle once, compressed
-_Record = tuple[int, tuple[tuple[int, int], str, Any]]  # (partition, (sort key, kind, payload))
 
 
 @dataclass(frozen=True)
@@ -124,14 +111,14 @@ def shuffled_outputs(
     finished = False
     try:
         rdd = sc.parallelize(task_items, max(1, len(task_items)))
-        shuffled = rdd.mapPartitions(lambda part: _read_task(context, spec, part)).partitionBy(
+        shuffled = rdd.mapPartitions(lambda part: read_task(context, spec, part)).partitionBy(
             spec.partitions, _identity
         )
         if spec.lineage_pairing:
-            shuffled = shuffled.mapPartitionsWithIndex(lambda p, part: _settle_task(spec, p, part)).partitionBy(
+            shuffled = shuffled.mapPartitionsWithIndex(lambda p, part: settle_task(spec, p, part)).partitionBy(
                 spec.outputs, _identity
             )
-        outputs = shuffled.mapPartitionsWithIndex(lambda i, part: _output_task(spec, stager, i, part))
+        outputs = shuffled.mapPartitionsWithIndex(lambda i, part: output_task(spec, stager, i, part))
 
         def run(indexes: list[int]) -> list[ShuffleOutput]:
             sc.setJobGroup(group, "icetail shuffled reconciliation", interruptOnCancel=True)  # per thread
@@ -178,141 +165,3 @@ def _by_index(output: ShuffleOutput) -> int:
 
 def _identity(key: int) -> int:
     return key
-
-
-def _read_task(
-    context: ReadContext, spec: ShuffleSpec, part: Iterable[list[tuple[int, SplitRequest]]]
-) -> Iterator[_Record]:
-    """Read the task's splits; each chunk's rows go to their phase-1 partitions, its metadata to
-    the partition that carries it on (phase 1's 0 with lineage, else `first_output`)."""
-    columns = _phase1_columns(spec)
-    meta_to = 0 if spec.lineage_pairing else spec.first_output
-    for task in part:
-        for split_index, request in task:
-            seq = 0  # change rows of the split before this chunk's
-            try:
-                for chunk in read_split(
-                    context,
-                    request.split,
-                    chunk_rows=spec.chunk_rows,
-                    with_row_lineage=request.with_row_lineage,
-                ):
-                    key = (split_index, chunk.row_start_inclusive)
-                    yield meta_to, (key, _META, replace(chunk, batch=None))
-                    if chunk.batch is None or not chunk.batch.num_rows:
-                        continue
-                    rows = _with_order(pa.Table.from_batches([chunk.batch]), split_index, seq)
-                    seq += rows.num_rows
-                    for target, piece in _partitioned(rows, columns, spec.partitions):
-                        if spec.lineage_pairing or target >= spec.first_output:
-                            yield target, (key, _ROWS, _ipc(piece))
-            except (IcetailError, OSError, pa.ArrowException) as exc:
-                yield meta_to, ((split_index, -1), _ERROR, task_error(exc, request))
-                return
-
-
-def _settle_task(spec: ShuffleSpec, p1: int, part: Iterable[_Record]) -> Iterator[_Record]:
-    """Phase 1 (lineage): settle the partition's `_row_id` pairs (they are output p1) and send the
-    rest on to phase 2 by `key_columns` (outputs P + p2)."""
-    rows, carried = _gathered(spec, part)
-    for key, kind, payload in carried:
-        yield spec.first_output, (key, kind, payload)
-    settled, rest = settle_by_lineage(rows, spec.carry_over_removal)
-    if p1 >= spec.first_output and settled.num_rows:
-        yield p1, ((p1, 0), _ROWS, _ipc(settled))
-    for target, piece in _partitioned(rest, hashable_columns(rest.schema, spec.key_columns), spec.partitions):
-        if spec.partitions + target >= spec.first_output:
-            yield spec.partitions + target, ((p1, 0), _ROWS, _ipc(piece))
-
-
-def _output_task(
-    spec: ShuffleSpec, stager: ChunkStager | None, index: int, part: Iterable[_Record]
-) -> Iterator[ShuffleOutput]:
-    """Reconcile (or, for phase 1's outputs, only pass on) the partition's rows, then stage or return them."""
-    rows, carried = _gathered(spec, part)
-    errors = [payload for _, kind, payload in carried if kind == _ERROR]
-    read = tuple(payload for _, kind, payload in carried if kind == _META)
-    if errors:
-        yield ShuffleOutput(index, b"", None, (), read, errors[0])
-        return
-    if not (spec.lineage_pairing and index < spec.partitions):
-        rows = reconcile_snapshot(rows, spec.identifiers or None, spec.carry_over_removal, row_lineage=False)
-    rows = rows.drop_columns([SPLIT_COLUMN, SEQ_COLUMN])
-    if not spec.with_row_lineage:
-        rows = without_lineage(rows)
-    counts = _counts(rows)
-    if not rows.num_rows:
-        yield ShuffleOutput(index, b"", None, counts, read)
-    elif stager is not None and spec.stage_as is not None:
-        staged = stager.stage(spec.stage_as.chunk_key(spec.anchor_split_id, index), rows)
-        yield ShuffleOutput(index, b"", staged, counts, read)
-    else:
-        yield ShuffleOutput(index, _ipc(rows), None, counts, read)
-
-
-def _gathered(spec: ShuffleSpec, part: Iterable[_Record]) -> tuple[pa.Table, list[tuple[tuple[int, int], str, Any]]]:
-    """The partition's rows in plan order (sorted by their sort key), and its other records."""
-    pieces: list[tuple[tuple[int, int], bytes]] = []
-    carried: list[tuple[tuple[int, int], str, Any]] = []
-    for _, (key, kind, payload) in part:
-        if kind == _ROWS:
-            pieces.append((key, payload))
-        else:
-            carried.append((key, kind, payload))
-    pieces.sort(key=lambda piece: piece[0])
-    carried.sort(key=lambda record: record[0])
-    schema = _with_order_fields(spec.read_schema)
-    tables = [pa.ipc.open_stream(data).read_all() for _, data in pieces]
-    if not tables:
-        return schema.empty_table(), carried
-    rows = pa.concat_tables(tables)
-    rows = rows if rows.schema == schema else rows.cast(schema)
-    return rows.sort_by(_ORDER), carried
-
-
-def _with_order_fields(schema: pa.Schema) -> pa.Schema:
-    return schema.append(pa.field(SPLIT_COLUMN, pa.int64(), nullable=False)).append(
-        pa.field(SEQ_COLUMN, pa.int64(), nullable=False)
-    )
-
-
-def _with_order(rows: pa.Table, split_index: int, first_seq: int) -> pa.Table:
-    """`rows` with their place in the plan: (split index, change row of the split)."""
-    n = rows.num_rows
-    rows = rows.append_column(pa.field(SPLIT_COLUMN, pa.int64(), nullable=False), pa.array(np.full(n, split_index)))
-    seq = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
-    return rows.append_column(pa.field(SEQ_COLUMN, pa.int64(), nullable=False), seq)
-
-
-def _phase1_columns(spec: ShuffleSpec) -> tuple[str, ...]:
-    if spec.lineage_pairing:
-        return (ROW_ID,)
-    return hashable_columns(spec.read_schema, spec.key_columns)
-
-
-def _partitioned(rows: pa.Table, columns: Sequence[str], partitions: int) -> Iterator[tuple[int, pa.Table]]:
-    """(partition, its rows in their order) for every partition that has rows."""
-    if not rows.num_rows:
-        return
-    targets = partition_of(rows, columns, partitions)
-    order = np.argsort(targets, kind="stable")
-    ordered = rows.take(pa.array(order))
-    sorted_targets = targets[order]
-    bounds = np.flatnonzero(np.diff(sorted_targets)) + 1
-    starts = np.r_[0, bounds]
-    ends = np.r_[bounds, len(order)]
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        yield int(sorted_targets[start]), ordered.slice(start, end - start)
-
-
-def _ipc(rows: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema, options=_IPC) as writer:
-        writer.write_table(rows)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _counts(rows: pa.Table) -> tuple[tuple[str, int], ...]:
-    if not rows.num_rows:
-        return ()
-    return tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())

@@ -61,7 +61,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="a snapshot to reconcile bigger than this (estimated parquet bytes) is reconciled by Spark tasks in "
-        "partitions of about this size (default 64 MiB; 0: whole, in the driver)",
+        "partitions of about this size (default 8 MiB; 0: whole, in the driver)",
     )
     parser.add_argument("--identifier-columns", type=column_list, default=None)
     parser.add_argument("--keep-carry-over", action="store_true", default=None)

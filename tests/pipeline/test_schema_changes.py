@@ -216,8 +216,10 @@ def _downgrade_to_schema_3(db: Path) -> None:
     with conn:
         conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # store schema 4
         for name in ("icetail_inflight_batches", "icetail_history"):
-            for column in ("net", "schema_id"):  # store schemas 5 and 6
+            for column in ("net", "schema_id", "reconcile_partition_bytes"):  # store schemas 5, 6 and 7
                 conn.execute(f"ALTER TABLE {name} DROP COLUMN {column}")
+        for column in ("parts_done", "parts_key"):  # store schema 7
+            conn.execute(f"ALTER TABLE icetail_inflight_splits DROP COLUMN {column}")
         for consumer, batch_id, split_id, text in conn.execute(
             "SELECT consumer, batch_id, split_id, split_json FROM icetail_inflight_splits"
         ).fetchall():

@@ -32,7 +32,16 @@ from tests.support.tables import BASE_SCHEMA, make_rows
 
 TABLE = "ns.up"
 ROWS, ROW_GROUP_ROWS, CHUNK_ROWS = 20_000, 2_000, 800  # chunks of 800, 800, 400 per row group
-SHAPE_COLUMNS = ("chunk_rows", "first_ordinal", "snapshot_count", "collapsed", "net", "schema_id")  # schemas 3, 5, 6
+# BatchShape's columns: schemas 3, 5, 6, 7
+SHAPE_COLUMNS = (
+    "chunk_rows",
+    "first_ordinal",
+    "snapshot_count",
+    "collapsed",
+    "net",
+    "schema_id",
+    "reconcile_partition_bytes",
+)
 
 
 def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
@@ -46,6 +55,8 @@ def downgrade_to_previous_release(db: Path, tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     with conn:
         conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # schema 4
+        for column in ("parts_done", "parts_key"):  # schema 7
+            conn.execute(f"ALTER TABLE icetail_inflight_splits DROP COLUMN {column}")
         for table in ("icetail_inflight_batches", "icetail_history"):
             for column in SHAPE_COLUMNS:
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
@@ -105,7 +116,14 @@ def test_a_batch_written_by_the_previous_release_resumes_exactly(tmp_path: Path,
     with open_store(config.state_url) as store:
         checkpoint = store.load("up")
     assert checkpoint is not None and checkpoint.inflight is not None
-    expected_shape = BatchShape(CHUNK_ROWS, 1, 1, False, schema_id=table.metadata.current_schema_id)
+    expected_shape = BatchShape(
+        CHUNK_ROWS,
+        1,
+        1,
+        False,
+        schema_id=table.metadata.current_schema_id,
+        reconcile_partition_bytes=config.reconcile_partition_bytes,
+    )
     assert checkpoint.inflight.batch.shape == expected_shape
     assert checkpoint.inflight.rows_emitted == 2 * ROW_GROUP_ROWS + 2 * CHUNK_ROWS  # 8 chunks committed
 

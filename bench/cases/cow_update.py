@@ -1,0 +1,185 @@
+"""Issue 24.1: a copy-on-write UPDATE of 0.1% of an N-row table, delivered by `icetail run` with the
+reconciliation partitioned in Spark tasks, against the N-row append and Java's changelog.
+
+Whole processes, each sampled every 20 ms for the peak RSS of its process tree (driver, JVM,
+Python workers; bench/procs.py):
+- `append`: `icetail run --once` of the N-row append snapshot into a parquet sink;
+- `update`: `icetail run --once --identifier-columns id` of the UPDATE snapshot (every file
+  rewritten, N/1000 rows changed), the reconciliation partitioned (default partition size);
+- `update_driver` (with --driver): the same, reconciled whole in the driver (`--reconcile-partition-bytes 0`);
+- `java`: Java Iceberg's `create_changelog_view(compute_updates => true, identifier_columns => id)`
+  over the same snapshot into Spark's noop sink, in its own process (timed inside the JVM too).
+Run with the pyspark 3.5 venv (Java's Iceberg runtime exists for 3.5 only):
+
+    .venv/bin/python -m bench.cases.cow_update --rows 8000000 --files 8 [--driver] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import generate as gen  # noqa: E402
+from bench.procs import _children, _rss_and_kind  # noqa: E402
+
+CATALOG = "icecowu"
+TABLE = "cowu"
+PREDICATE = "id % 1000 = 0"
+
+
+def prepare(workdir: Path, rows: int, files: int, seed: int) -> dict[str, Any]:
+    """The data set, a copy-on-write table with it appended, then Java's UPDATE; the snapshot ids."""
+    scale = gen.scale_with(gen.SCALES["small"], rows=rows, files=files, row_group_rows=100_000)
+    data = gen.generate(workdir, scale, seed, log=lambda m: print(m, file=sys.stderr))
+    from bench.session import start_session
+    from tests.support.javaref import new_catalog
+
+    root = workdir / "cow-update-catalog"
+    shutil.rmtree(root, ignore_errors=True)
+    spark = start_session("2g")
+    catalog = new_catalog(spark, root, name=CATALOG)
+    gen.create_table(catalog, TABLE, mode="copy-on-write")
+    seed = gen.seed_snapshot(catalog, TABLE, data)
+    appended = gen.add_files(catalog, TABLE, data.files)
+    catalog.sql(f"UPDATE {catalog.fq(TABLE)} SET name = concat(name, '-u') WHERE {PREDICATE}").collect()
+    updated = catalog.current_snapshot_id(TABLE)
+    spark.stop()
+    assert updated is not None
+    return {"seed": seed, "appended": appended, "updated": int(updated), "env": catalog.env()}
+
+
+def measured(cmd: list[str], env: dict[str, str]) -> dict[str, float | str]:
+    """Run `cmd`, sampling its process tree: wall seconds, peak RSS (total and per kind), its stderr tail."""
+    peak = {"total": 0, "jvm": 0, "python": 0}
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            now = {"jvm": 0, "python": 0}
+            for pid in [proc.pid, *_children(proc.pid)]:
+                rss, kind = _rss_and_kind(pid)
+                if kind != "gone":
+                    now["jvm" if kind == "jvm" else "python"] += rss
+            for key in ("jvm", "python"):
+                peak[key] = max(peak[key], now[key])
+            peak["total"] = max(peak["total"], now["jvm"] + now["python"])
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    seconds = time.monotonic() - started
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({proc.returncode}):\n{err[-3000:]}")
+    return {
+        "seconds": round(seconds, 2),
+        "peak_gb": round(peak["total"] / 1e9, 2),
+        "peak_jvm_gb": round(peak["jvm"] / 1e9, 2),
+        "peak_python_gb": round(peak["python"] / 1e9, 2),
+        "stdout": out.strip()[-400:],
+        "stderr": err.strip()[-400:],
+    }
+
+
+def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[str]:
+    out = workdir / "cow-update-out" / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return [
+        sys.executable, "-m", "icetail", "run",
+        "--catalog", CATALOG, "--table", f"ns.{TABLE}",
+        "--state", f"sqlite:///{out}/state.db", "--sink", f"parquet://{out}/sink",
+        "--consumer", name, "--start", f"snapshot:{after}", "--max-snapshots-per-batch", "1", "--once",
+        *extra,
+    ]  # fmt: skip
+
+
+JAVA_SCRIPT = """
+import json, sys, time
+sys.path.insert(0, {repo!r})
+from bench.session import start_session
+from tests.support.javaref import new_catalog
+from pathlib import Path
+spark = start_session("2g")
+catalog = new_catalog(spark, Path({root!r}), name={name!r})
+started = time.monotonic()
+catalog.sql("CALL {{cat}}.system.create_changelog_view(table => 'ns.{table}', changelog_view => 'v', "
+            "options => map('start-snapshot-id', '{start}', 'end-snapshot-id', '{end}'), "
+            "compute_updates => true, identifier_columns => array('id'))")
+rows = spark.sql("SELECT * FROM v").count()
+print(json.dumps({{"inside_seconds": round(time.monotonic() - started, 2), "rows": rows}}))
+spark.stop()
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cases.cow_update", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="/tmp/icetail-bench")
+    parser.add_argument("--rows", type=int, default=8_000_000)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=20260101)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--driver", action="store_true", help="also the in-driver reconciliation")
+    parser.add_argument("--reuse", action="store_true", help="keep the prepared table of an earlier run")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir).resolve()
+    ids_file = workdir / f"cow-update-{args.rows}.json"
+    if args.reuse and ids_file.exists():
+        ids = json.loads(ids_file.read_text())
+    else:
+        ids = prepare(workdir, args.rows, args.files, args.seed)
+        ids_file.write_text(json.dumps(ids))
+    env = {**os.environ, **ids["env"], "PYTHONPATH": str(REPO)}
+    runs: dict[str, list[dict[str, float | str]]] = {}
+    java = [
+        sys.executable,
+        "-c",
+        JAVA_SCRIPT.format(
+            repo=str(REPO),
+            root=str(workdir / "cow-update-catalog"),
+            name=CATALOG,
+            table=TABLE,
+            start=ids["appended"],
+            end=ids["updated"],
+        ),
+    ]
+    appended_after = ids["appended"]
+    for round_ in range(args.repeat):
+        cases = {
+            "append": icetail_run(workdir, f"append{round_}", ids["seed"], []),
+            "update": icetail_run(workdir, f"update{round_}", appended_after, ["--identifier-columns", "id"]),
+            "java": java,
+        }
+        if args.driver:
+            cases["update_driver"] = icetail_run(
+                workdir,
+                f"driver{round_}",
+                appended_after,
+                ["--identifier-columns", "id", "--reconcile-partition-bytes", "0"],
+            )
+        for name, cmd in cases.items():
+            result = measured(cmd, env)
+            runs.setdefault(name, []).append(result)
+            print(name, json.dumps(result), file=sys.stderr, flush=True)
+    print(json.dumps({"rows": args.rows, "files": args.files, "ids": ids, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
