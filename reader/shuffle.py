@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from icetail.reader.context import ReadContext
 from icetail.reader.shuffle_tasks import output_task, read_task, settle_task
-from icetail.reader.spark import SplitRequest, _ErrorPayload, group_for_tasks, raise_task_error
+from icetail.reader.spark import SplitRequest, TaskErrorPayload, group_for_tasks, raise_task_error
 from icetail.reader.split_reader import Chunk
 from icetail.reader.stable_hash import PARTITION_HASH_VERSION
 from icetail.sinks.base import ChunkStager, SplitSlot
@@ -75,7 +75,7 @@ class ShuffleOutput:
     staged: str | None
     change_counts: tuple[tuple[str, int], ...]
     read: tuple[Chunk, ...] = ()  # every read chunk's metadata (batch None), on output `first_output` only
-    error: _ErrorPayload | None = None
+    error: TaskErrorPayload | None = None
 
     @property
     def row_count(self) -> int:

@@ -242,7 +242,7 @@ class _ChunkPayload:
 
 
 @dataclass(frozen=True)
-class _ErrorPayload:
+class TaskErrorPayload:
     """An IcetailError a task ended with, by class, for the driver to raise again."""
 
     module: str
@@ -250,7 +250,7 @@ class _ErrorPayload:
     message: str
 
 
-_Payload = _ChunkPayload | _ErrorPayload
+_Payload = _ChunkPayload | TaskErrorPayload
 
 DEFAULT_WAVE_BYTES = 64 * 1024 * 1024  # estimated parquet bytes read by one Spark job (three held at once)
 # With a local handoff the results are files the driver streams as they appear, not a collected
@@ -560,20 +560,20 @@ def _run_split(
     return False
 
 
-def task_error(exc: IcetailError | OSError | pa.ArrowException, request: SplitRequest) -> _ErrorPayload:
+def task_error(exc: IcetailError | OSError | pa.ArrowException, request: SplitRequest) -> TaskErrorPayload:
     """What a task that failed reading `request` hands the driver: an IcetailError by class."""
     if isinstance(exc, IcetailError):
-        return _ErrorPayload(type(exc).__module__, type(exc).__name__, str(exc))
+        return TaskErrorPayload(type(exc).__module__, type(exc).__name__, str(exc))
     path = request.split.task.data_file.path
     kind = storage_error_kind(exc, path) if isinstance(exc, OSError) else StorageErrorKind.OTHER
     if kind in (StorageErrorKind.DENIED, StorageErrorKind.TRANSIENT):  # mid-read: throttled, timed out
         error = storage_error(exc, "data file", path)
-        return _ErrorPayload(type(error).__module__, type(error).__name__, str(error))
+        return TaskErrorPayload(type(error).__module__, type(error).__name__, str(error))
     message = f"data file {path} cannot be read ({exc}); restore the file or skip its snapshot"
-    return _ErrorPayload(DataFileError.__module__, DataFileError.__name__, message)
+    return TaskErrorPayload(DataFileError.__module__, DataFileError.__name__, message)
 
 
-def raise_task_error(error: _ErrorPayload) -> None:
+def raise_task_error(error: TaskErrorPayload) -> None:
     """Raise, in the driver, the error a task handed over."""
     raise _rebuild_error(error.module, error.name, error.message)
 
@@ -619,7 +619,7 @@ def _first_value(column: pa.Array) -> Any:
 
 
 def _decode(payload: _Payload) -> Chunk:
-    if isinstance(payload, _ErrorPayload):
+    if isinstance(payload, TaskErrorPayload):
         raise _rebuild_error(payload.module, payload.name, payload.message)
     chunk, data, constant = payload.chunk, payload.data, payload.constant
     if not data:
