@@ -46,7 +46,7 @@ def path_inside(folder: str | os.PathLike[str], name: str) -> Path:
     component (no separator, not `.` or `..`), which is what makes "stays inside" hold by
     construction rather than by what the disk holds at the moment of the check.
     """
-    if not name or name in (".", "..") or "/" in name or os.sep in name or "\0" in name:
+    if not _is_plain_name(name) or os.sep in name:
         raise ConfigError(f"{name!r} is not a plain file name; it would leave folder {os.fspath(folder)!r}")
     base = Path(os.path.normpath(os.path.abspath(folder)))
     joined = Path(os.path.normpath(base / name))
@@ -57,6 +57,11 @@ def path_inside(folder: str | os.PathLike[str], name: str) -> Path:
 
 def key_inside(prefix: str, name: str) -> str:
     """`prefix/name` for an object store key, with the same rule as `path_inside` for `name`."""
-    if not name or name in (".", "..") or "/" in name or "\0" in name:
+    if not _is_plain_name(name):
         raise ConfigError(f"{name!r} is not a plain object name; it would leave prefix {prefix!r}")
     return f"{prefix.rstrip('/')}/{name}"
+
+
+def _is_plain_name(name: str) -> bool:
+    """One path component: not empty, not `.` or `..`, no `/` and no NUL."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
