@@ -11,6 +11,7 @@ from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
 from icetail.kernel.secrets import redacted_items
 from icetail.reader.projection import arrow_schema_with_ids
+from icetail.reader.row_filter import RowFilter, row_filter_for
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class ReadContext:
     name_mapping_json: str | None  # schema.name-mapping.default, for files written without field ids
     format_version: int
     with_schema_id: bool = False  # append `_schema_id` (metadata_columns.SCHEMA_ID) to every change row
+    row_filter: str | None = None  # `--filter`: only the rows it selects change (reader/row_filter.py)
 
     def __repr__(self) -> str:
         """Credentials redacted: a repr may end up in a log, a traceback or a task description."""
@@ -38,6 +40,11 @@ class ReadContext:
     def output_arrow_schema(self) -> pa.Schema:
         """`output_schema` as Arrow, field ids as metadata: the data columns of every change row."""
         return _arrow(self.output_schema_json)
+
+    @property
+    def row_filter_of_output(self) -> RowFilter | None:
+        """`row_filter` bound to the output schema (cached per worker), None without a filter."""
+        return row_filter_for(self.row_filter, self.output_schema_json) if self.row_filter is not None else None
 
     @property
     def equality_schema(self) -> Schema:

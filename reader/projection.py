@@ -46,10 +46,10 @@ def columns_to_read(schema_of_file: Schema, field_ids: set[int]) -> list[str]:
 
     A list, map or struct column is read whole: its elements are projected by id afterwards.
     """
-    return [f.name for f in schema_of_file.fields if field_ids & _ids_within(f)]
+    return [f.name for f in schema_of_file.fields if field_ids & field_ids_within(f)]
 
 
-def _ids_within(field: NestedField) -> set[int]:
+def field_ids_within(field: NestedField) -> set[int]:
     ids = {field.field_id}
     pending: list[IcebergType] = [field.field_type]
     while pending:

@@ -8,10 +8,13 @@ fails there by name rather than deep inside planning or reading.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from pyiceberg.avro.file import AvroFile
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -27,6 +30,7 @@ from pyiceberg.manifest import (
     PartitionFieldSummary,
     _inherit_from_manifest,
 )
+from pyiceberg.schema import Schema
 from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
 
 # pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
@@ -97,3 +101,12 @@ def deletion_vector_positions(blob: bytes) -> np.ndarray:
         if len(bitmap)
     ]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def metrics_may_match(schema: Schema, expression: BooleanExpression) -> Callable[[DataFile], bool]:
+    """Whether a data file's column bounds, null and value counts allow a row matching `expression`.
+
+    pyiceberg's `_InclusiveMetricsEvaluator` (what its own scans prune with; no public name).
+    Empty files are kept: pruning decides only which files may hold matching rows.
+    """
+    return _InclusiveMetricsEvaluator(schema, expression, case_sensitive=True, include_empty_files=True).eval

@@ -32,6 +32,7 @@ from icetail.reader.fileio import file_io_for
 from icetail.reader.lru import LRU
 from icetail.reader.metadata_columns import change_schema, with_metadata
 from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
+from icetail.reader.row_filter import RowFilter
 from icetail.reader.row_lineage import LINEAGE_FIELD_IDS, lineage_arrays, with_lineage_fields
 
 
@@ -163,6 +164,7 @@ def read_split(
                     split,
                     with_row_lineage,
                     context.with_schema_id,
+                    context.row_filter_of_output,
                 )
                 yield Chunk(
                     split.split_id,
@@ -285,6 +287,7 @@ def _changes(
     split: ChangeSplit,
     with_row_lineage: bool,
     with_schema_id: bool = False,
+    row_filter: RowFilter | None = None,
 ) -> tuple[pa.RecordBatch, int, tuple[tuple[str, int], ...]]:
     """The chunk's change rows, how many decoded rows the deletes hid, and the rows per change type."""
     batches = rows.to_batches() if rows.num_rows else []
@@ -297,6 +300,10 @@ def _changes(
     visible_after = after.visible(lo, hi, keys) if after is not None else np.zeros(n, dtype=bool)
     deleted = visible_before & ~visible_after
     inserted = visible_after & ~visible_before
+    if row_filter is not None and (deleted.any() or inserted.any()):
+        selected = row_filter.mask(project(batch, schema_of_file, row_filter.schema, format_version))
+        deleted &= selected
+        inserted &= selected
     lineage = lineage_arrays(batch, schema_of_file, lo, split.task.data_file) if with_row_lineage else None
 
     def output(keep: np.ndarray | None) -> pa.RecordBatch:

@@ -15,13 +15,20 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.output import check_output_writable, write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, identifier_names, iter_changes
+from icetail.monitor.engine.api import (
+    change_arrow_schema,
+    check_row_lineage,
+    identifier_names,
+    iter_changes,
+    output_schema,
+)
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.ranges import RangeBounds, parse_instant, plan_resolved, resolve_range
-from icetail.monitor.engine.verify import parse_verify_mode
+from icetail.monitor.engine.verify import verify_mode_with_filter
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
+from icetail.reader.row_filter import checked_row_filter, parse_row_filter
 from icetail.reader.spark import BackgroundSession
 
 
@@ -51,6 +58,14 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--identifier-columns", type=column_list, default=None, help="a,b: pair DELETE/INSERT into updates"
+    )
+    parser.add_argument(
+        "--filter",
+        dest="row_filter",
+        default=None,
+        metavar="EXPR",
+        help="only the changes of the rows this pyiceberg expression selects, e.g. \"region = 'eu' and id > 5\"; "
+        "files that cannot match are not read",
     )
 
 
@@ -88,19 +103,22 @@ def cmd_changes(args: argparse.Namespace) -> int:
     """Everything that needs no data is checked before Spark starts; an empty range never starts it."""
     bounds = _bounds(args)
     check_output_writable(args.output)
-    parse_verify_mode(args.verify)
+    verify_mode_with_filter(args.verify, args.row_filter, "--verify")
+    if args.row_filter is not None:
+        parse_row_filter(args.row_filter)  # syntax first: before the catalog is opened
     if args.net and args.keep_carry_over:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
     table = load_table(open_catalog(args.catalog), args.table)
     check_row_lineage(table, args.with_row_lineage)
     selected = resolve_range(table, bounds)  # metadata only: unknown ids, tags, branches end here
     identifier_names(table, selected.schema_id, args.identifier_columns)
+    checked_row_filter(args.row_filter, output_schema(table, selected.schema_id), args.table)
     _output_schema(args, table, selected.schema_id)  # --columns names columns of the range's schema
     if not selected.has_changes:
-        return _write_changes(args, table, plan_resolved(selected), None)
+        return _write_changes(args, table, plan_resolved(selected, row_filter=args.row_filter), None)
     session = BackgroundSession()  # the JVM and the Python workers start while we plan
     try:
-        plan = plan_resolved(selected)
+        plan = plan_resolved(selected, row_filter=args.row_filter)
         if not plan.splits:  # snapshots without data files: nothing for Spark to read
             session.abandon()
             return _write_changes(args, table, plan, None)
@@ -127,6 +145,7 @@ def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spa
         verify=args.verify,
         with_schema_id=args.with_schema_id,
         with_row_lineage=args.with_row_lineage,
+        row_filter=args.row_filter,
     )
     try:
         schema = _output_schema(args, table, plan.schema_id)
@@ -147,8 +166,12 @@ def _output_schema(args: argparse.Namespace, table: Table, schema_id: int | None
 
 def cmd_plan(args: argparse.Namespace) -> int:
     bounds = _bounds(args)
+    if args.row_filter is not None:
+        parse_row_filter(args.row_filter)
     table = load_table(open_catalog(args.catalog), args.table)
-    plan = plan_resolved(resolve_range(table, bounds))
+    selected = resolve_range(table, bounds)
+    checked_row_filter(args.row_filter, output_schema(table, selected.schema_id), args.table)
+    plan = plan_resolved(selected, row_filter=args.row_filter)
     print(json.dumps(plan_summary(plan), indent=2) if args.json else format_plan(plan))
     return 0
 

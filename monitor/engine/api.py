@@ -28,13 +28,20 @@ from icetail.monitor.engine.release import (
     snapshot_batches,
     snapshots_needing_reconcile,
 )
-from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, parse_verify_mode, report, verifier_for
+from icetail.monitor.engine.verify import (
+    SnapshotCheck,
+    VerifyMode,
+    report,
+    verifier_for,
+    verify_mode_with_filter,
+)
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
+from icetail.reader.row_filter import checked_row_filter, parse_row_filter
 from icetail.reader.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
@@ -88,7 +95,12 @@ def split_requests(
 
 
 def read_context(
-    table: Table, schema_id: int | None, tasks: Iterable[ChangeTask], *, with_schema_id: bool = False
+    table: Table,
+    schema_id: int | None,
+    tasks: Iterable[ChangeTask],
+    *,
+    with_schema_id: bool = False,
+    row_filter: str | None = None,
 ) -> ReadContext:
     equality_ids = {
         i
@@ -111,6 +123,7 @@ def read_context(
         name_mapping_json=mapping,
         format_version=table.metadata.format_version,
         with_schema_id=with_schema_id,
+        row_filter=row_filter,
     )
 
 
@@ -141,6 +154,7 @@ def iter_changes(
     on_check: Callable[[SnapshotCheck], None] | None = None,
     with_schema_id: bool = False,
     with_row_lineage: bool = False,
+    row_filter: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
 
@@ -151,14 +165,23 @@ def iter_changes(
     `with_row_lineage` adds the `_row_id` and `_last_updated_sequence_number` columns.
     `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
     under strict a snapshot is held until checked, so a refused snapshot yields nothing.
+    `row_filter` (reader/row_filter.py): the changes of the rows it selects; plan with the same
+    filter (`plan_range(..., row_filter=)`) so that files which cannot match are not read. A
+    summary counts every row, so a filtered read is not verified (`strict` is refused).
     """
-    mode = parse_verify_mode(verify, "verify")
+    mode = verify_mode_with_filter(verify, row_filter)
     check_row_lineage(table, with_row_lineage)
     if net and not carry_over_removal:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
     if not plan.splits:
         return
-    context = read_context(table, plan.schema_id, plan.tasks, with_schema_id=with_schema_id)
+    context = read_context(
+        table,
+        plan.schema_id,
+        plan.tasks,
+        with_schema_id=with_schema_id,
+        row_filter=checked_filter(table, plan, row_filter),
+    )
     identifiers = identifier_names(table, plan.schema_id, identifier_columns)
     lineage_pairing = has_row_lineage(table)
     verifier = verifier_for(
@@ -233,6 +256,11 @@ def net_rows(
     return lineage.output_rows(net.result(net_key_columns(schema, identifiers)))
 
 
+def checked_filter(table: Table, plan: ChangePlan, row_filter: str | None) -> str | None:
+    """`row_filter` checked against the plan's schema (a ConfigError naming the problem)."""
+    return checked_row_filter(row_filter, output_schema(table, plan.schema_id), ".".join(table.name()))
+
+
 P = ParamSpec("P")
 
 
@@ -247,6 +275,7 @@ def plan_range(
     branch: str = MAIN_BRANCH,
     from_tag: str | None = None,
     to_tag: str | None = None,
+    row_filter: str | None = None,
 ) -> ChangePlan:
     """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
 
@@ -256,6 +285,7 @@ def plan_range(
     (Iceberg's changelog `start-timestamp`), `to_timestamp_inclusive` ends with those committed at
     or before it (both). `from_tag` is exclusive and `to_tag` inclusive, as the snapshot ids are;
     a from-bound that is not on the to-bound's history is refused (NotAncestorError).
+    `row_filter`: leave out the data files that hold no row it selects (reader/row_filter.py).
     """
     bounds = RangeBounds(
         from_snapshot_id_exclusive=from_snapshot_id_exclusive,
@@ -267,7 +297,9 @@ def plan_range(
         to_tag=to_tag,
         branch=branch,
     )
-    return plan_resolved(resolve_range(table, bounds))
+    resolved = resolve_range(table, bounds)
+    checked_row_filter(row_filter, output_schema(table, resolved.schema_id), ".".join(table.name()))
+    return plan_resolved(resolved, row_filter=row_filter)
 
 
 def changes_batch_reader(
@@ -288,6 +320,7 @@ def changes_batch_reader(
     verify: str = "warn",
     with_schema_id: bool = False,
     with_row_lineage: bool = False,
+    row_filter: str | None = None,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -297,7 +330,11 @@ def changes_batch_reader(
     `verify`: off, warn (log a
     snapshot whose changes disagree with its summary) or strict (raise SnapshotCheckError, a
     TerminalError, before any row of that snapshot is returned); see docs/semantics.md.
+    `row_filter`: only the changes of the rows this pyiceberg expression selects, as if the table
+    held only those (docs/semantics.md, "Row filters"); files that cannot match are not read.
     """
+    if row_filter is not None:
+        parse_row_filter(row_filter, "row_filter")  # a syntax error before anything is read
     plan = plan_range(
         table,
         from_snapshot_id_exclusive,
@@ -308,6 +345,7 @@ def changes_batch_reader(
         branch=branch,
         from_tag=from_tag,
         to_tag=to_tag,
+        row_filter=row_filter,
     )
     batches = iter_changes(
         table,
@@ -319,6 +357,7 @@ def changes_batch_reader(
         verify=verify,
         with_schema_id=with_schema_id,
         with_row_lineage=with_row_lineage,
+        row_filter=row_filter,
     )
     schema = change_arrow_schema(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=with_row_lineage
@@ -351,5 +390,6 @@ read_changes = _read_whole(
     `net`: each row's net effect over the range instead of every change (docs/semantics.md, "Net changes").
     `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
     `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.
+    `row_filter`: the changes of the rows a pyiceberg expression selects (`"region = 'eu'"`).
     """,
 )

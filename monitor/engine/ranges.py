@@ -101,8 +101,11 @@ def resolve_range(table: Table, bounds: RangeBounds) -> ResolvedRange:
     return _resolved(followed, bounds, from_id, to_id, tuple(s.snapshot_id for s in chain))
 
 
-def plan_resolved(resolved: ResolvedRange) -> ChangePlan:
-    """The plan of a resolved range (reads the manifests of its snapshots; none for an empty range)."""
+def plan_resolved(resolved: ResolvedRange, *, row_filter: str | None = None) -> ChangePlan:
+    """The plan of a resolved range (reads the manifests of its snapshots; none for an empty range).
+
+    `row_filter`: data files that hold no row it selects are left out (planning/pruning.py).
+    """
     if not resolved.snapshot_ids:
         plan = ChangePlan(
             ".".join(resolved.table.name()),
@@ -115,7 +118,7 @@ def plan_resolved(resolved: ResolvedRange) -> ChangePlan:
             branch=resolved.branch,
         )
     else:
-        plan = Planner(resolved.table, branch=resolved.branch).plan(
+        plan = Planner(resolved.table, branch=resolved.branch, row_filter=row_filter).plan(
             resolved.from_snapshot_id_exclusive, resolved.to_snapshot_id_inclusive
         )
     if resolved.from_tag or resolved.to_tag:

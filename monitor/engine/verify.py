@@ -70,6 +70,19 @@ class SnapshotCheck:
     mismatches: tuple[Mismatch, ...]
 
 
+def verify_mode_with_filter(verify: str, row_filter: str | None, flag: str = "verify") -> VerifyMode:
+    """The verify mode to read with: a filtered read cannot be checked against whole-snapshot summaries."""
+    mode = parse_verify_mode(verify, flag)
+    if row_filter is None:
+        return mode
+    if mode == VerifyMode.STRICT:
+        raise ConfigError(
+            "--verify strict checks whole snapshots against their summaries, which a --filter reads only part of; "
+            "drop one of them"
+        )
+    return VerifyMode.OFF
+
+
 def strict_error(mismatch: Mismatch, setting: str = "--verify") -> SnapshotCheckError:
     """`setting`: how the user set the mode (`--verify`; the data source's `option 'verify'`)."""
     return SnapshotCheckError(

@@ -9,6 +9,7 @@ snapshot wrote are found without decoding its whole manifest list when its summa
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,9 +153,20 @@ class ManifestReader:
     and as a way out should a writer's snapshot summaries be wrong).
     """
 
-    def __init__(self, io: FileIO, max_cached_manifests: int = 4096, *, early_stop: bool = True) -> None:
+    def __init__(
+        self,
+        io: FileIO,
+        max_cached_manifests: int = 4096,
+        *,
+        early_stop: bool = True,
+        may_match: Callable[[DataFile], bool] | None = None,
+    ) -> None:
+        """`may_match`: a row filter's file test (planning/pruning.py); the data files it rejects
+        are collected in `pruned_paths` as their manifests are read."""
         self._io = io
         self._early_stop = early_stop
+        self._may_match = may_match
+        self.pruned_paths: set[str] = set()
         self._entries: LRU[str, tuple[FileEntry, ...]] = LRU(max_cached_manifests)
         self._lists: LRU[str, tuple[ManifestFile, ...]] = LRU(max_cached_manifests)
         self._lock = threading.Lock()  # guards the counters
@@ -261,6 +273,10 @@ class ManifestReader:
         except ValueError as exc:
             raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
         row_ids = first_row_ids(raw, manifest_row_id)
+        if self._may_match is not None:
+            pruned = {e.data_file.file_path for e in raw if not self._may_match(e.data_file)}
+            with self._lock:
+                self.pruned_paths |= pruned
         entries = tuple(
             FileEntry(
                 status=e.status,

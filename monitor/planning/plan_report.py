@@ -58,6 +58,7 @@ def plan_summary(plan: ChangePlan) -> dict[str, Any]:
                 }
             ),
             "manifests_read": plan.manifests_read,
+            "files_pruned_by_filter": plan.files_pruned,
         },
     }
 
@@ -84,6 +85,7 @@ def format_plan(plan: ChangePlan) -> str:
     lines.append(
         f"  total: {totals['snapshots']} snapshots, {totals['tasks']} tasks, {totals['splits']} splits, "
         f"~{totals['estimated_rows']} rows, {totals['manifests_read']} manifests read"
+        + (f", {plan.files_pruned} data files left out by --filter" if plan.files_pruned else "")
     )
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@ bigger), so one huge file becomes many Spark tasks instead of one that stalls ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pyiceberg.manifest import ManifestContent
@@ -27,6 +27,7 @@ from icetail.monitor.planning.diff import (
 )
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import ManifestReader
+from icetail.monitor.planning.pruning import FilePruner
 from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.deletes import referenced_data_files
 from icetail.reader.fileio import file_io_for
@@ -58,6 +59,7 @@ class ChangePlan:
     branch: str = MAIN_BRANCH  # the ref whose history the range is on
     from_tag: str | None = None  # the tag the range starts after, when it was given by tag
     to_tag: str | None = None  # the tag the range ends at, when it was given by tag
+    files_pruned: int = 0  # data file tasks a row filter proved hold no matching row (not read)
 
 
 class Planner:
@@ -70,8 +72,12 @@ class Planner:
         *,
         early_stop: bool = True,
         branch: str = MAIN_BRANCH,
+        row_filter: str | None = None,
     ) -> None:
         """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader).
+
+        `row_filter` (reader/row_filter.py): plans leave out the data files whose partition or
+        column bounds prove they hold no matching row (planning/pruning.py).
 
         `branch` names the ref whose head is `table`'s current snapshot (see refs.table_on_branch);
         plans carry it so that reports say which history they are on.
@@ -80,7 +86,10 @@ class Planner:
         self._branch = branch
         self._target_split_bytes = target_split_bytes
         self._io = table.io
-        self._manifests = ManifestReader(table.io, early_stop=early_stop)
+        pruner = FilePruner(table.metadata, row_filter) if row_filter is not None else None
+        self._manifests = ManifestReader(
+            table.io, early_stop=early_stop, may_match=pruner.may_match if pruner is not None else None
+        )
         self._path_cache: dict[str, frozenset[str]] = {}
 
     def refresh(self, table: Table) -> None:
@@ -115,7 +124,7 @@ class Planner:
         differ = SnapshotDiffer(metadata, self._manifests, self._resolve_paths)
         commits: list[CommitInfo] = []
         skipped: list[SkippedSnapshot] = []
-        tasks: list[ChangeTask] = []
+        diffed: list[ChangeTask] = []
         for snapshot in chain:
             operation = operation_of(snapshot)
             if operation == REPLACE:
@@ -123,7 +132,8 @@ class Planner:
                 continue
             result = differ.diff(snapshot, ordinal_base + len(commits))
             commits.append(result.commit)
-            tasks.extend(result.tasks)
+            diffed.extend(result.tasks)
+        tasks, pruned = self._unpruned(diffed)
         to_snapshot = snapshot_by_id(metadata, to_snapshot_id_inclusive)
         schema_id = to_snapshot.schema_id if to_snapshot is not None and to_snapshot.schema_id is not None else None
         if schema_id is None:
@@ -135,10 +145,11 @@ class Planner:
             schema_id=schema_id,
             commits=tuple(commits),
             skipped=tuple(skipped),
-            tasks=tuple(tasks),
+            tasks=tasks,
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before,
             branch=self._branch,
+            files_pruned=pruned,
         )
 
     def plan_full(self, snapshot_id_inclusive: int | None = None, *, ordinal_base: int = 0) -> ChangePlan:
@@ -158,7 +169,7 @@ class Planner:
             e.file for e in self._manifests.live(snapshot, ManifestContent.DELETES) if isinstance(e.file, DeleteFileRef)
         ]
         index = DeleteIndex(deletes, self._resolve_paths, global_spec_ids(metadata))
-        tasks = tuple(
+        tasks, pruned = self._unpruned(
             ChangeTask(e.file, FileChangeKind.ADDED, commit, deletes_after=index.for_file(e.file))
             for e in self._manifests.live(snapshot, ManifestContent.DATA)
             if isinstance(e.file, DataFileRef)
@@ -174,6 +185,7 @@ class Planner:
             splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before,
             branch=self._branch,
+            files_pruned=pruned,
         )
 
     def plan_direct(
@@ -211,6 +223,7 @@ class Planner:
                 if deletes_before != deletes_after:
                     modified = as_read_at(new, start)
                     tasks.append(ChangeTask(modified, FileChangeKind.MODIFIED, commit, deletes_before, deletes_after))
+        kept, pruned = self._unpruned(tasks)
         return ChangePlan(
             table=name,
             from_snapshot_id_exclusive=start.snapshot_id,
@@ -218,12 +231,20 @@ class Planner:
             schema_id=end.schema_id if end.schema_id is not None else metadata.current_schema_id,
             commits=(commit,),
             skipped=(),
-            tasks=tuple(tasks),
-            splits=tuple(s for t in tasks for s in split_task(t, self._target_split_bytes)),
+            tasks=kept,
+            splits=tuple(s for t in kept for s in split_task(t, self._target_split_bytes)),
             manifests_read=self._manifests.manifests_read - before_read,
             collapsed=True,
             branch=self._branch,
+            files_pruned=pruned,
         )
+
+    def _unpruned(self, tasks: Iterable[ChangeTask]) -> tuple[tuple[ChangeTask, ...], int]:
+        """The tasks whose data file may hold rows the row filter selects, and how many were left out."""
+        pruned = self._manifests.pruned_paths
+        every = tuple(tasks)
+        kept = tuple(t for t in every if t.data_file.path not in pruned) if pruned else every
+        return kept, len(every) - len(kept)
 
     def _live_files(
         self, snapshot: Snapshot, spec_ids: frozenset[int]

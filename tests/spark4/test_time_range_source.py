@@ -43,3 +43,17 @@ def test_two_starts_are_refused(registered: Any, source_table: SourceTable) -> N
     options = source_table.options(startingTimestamp="2026-01-01", **{"from-snapshot": source_table.snapshot_ids[0]})
     with pytest.raises(Exception, match="options 'from-snapshot' and 'startingTimestamp' exclude each other"):
         load_df(registered, options)
+
+
+def test_a_row_filter_reads_as_the_python_api(registered: Any, source_table: SourceTable) -> None:
+    """Option `filter`: the same rows as `read_changes(row_filter=)`; a bad one fails at load()."""
+    for action in ("append", "append", "delete", "append"):
+        source_table.commit(action)
+    table = source_table.load()
+    expected = icetail.read_changes(table, spark=registered, row_filter="id < 3 or id >= 31")
+    unfiltered = icetail.read_changes(table, spark=registered)
+    assert 0 < expected.num_rows < unfiltered.num_rows
+    got = load_df(registered, source_table.options(filter="id < 3 or id >= 31"))
+    assert row_counter(got) == row_counter(expected)
+    with pytest.raises(Exception, match="option 'filter' 'nosuch = 1' does not fit"):
+        load_df(registered, source_table.options(filter="nosuch = 1"))

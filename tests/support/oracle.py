@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,8 +235,13 @@ def check_changes(
     to_inclusive: int | None = None,
     identifier_columns: Sequence[str] | None = None,
     carry_over_removal: bool = True,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[str]:
-    """Every way `actual` (read_changes output) disagrees with Java, as report lines."""
+    """Every way `actual` (read_changes output) disagrees with Java, as report lines.
+
+    `keep`: the rows a row filter selects (a predicate on a row as {column: value}); Java's rows
+    at every snapshot are filtered by it first (the filtered view `--filter` promises).
+    """
     table = catalog.load_table(ident)
     snaps = range_snapshots(table, from_exclusive, to_inclusive)
     to_id = snaps[-1].snapshot_id if snaps else (to_inclusive if to_inclusive is not None else from_exclusive)
@@ -273,7 +278,13 @@ def check_changes(
     for sid in sorted(set(by_snapshot) - known, key=str):
         problems.append(f"{where}: {len(by_snapshot[sid])} rows carry _commit_snapshot_id {sid}, not in the range")
 
-    state = rows_at(catalog, ident, from_exclusive, to_schema)
+    def at(snapshot_id: int | None) -> Counter[tuple[Any, ...]]:
+        found = rows_at(catalog, ident, snapshot_id, to_schema)
+        if keep is None:
+            return found
+        return Counter({row: n for row, n in found.items() if keep(dict(zip(names, row, strict=True)))})
+
+    state = at(from_exclusive)
     for snap in snaps:
         idx = by_snapshot.get(snap.snapshot_id, [])
         label = (
@@ -292,7 +303,8 @@ def check_changes(
             problems.append(f"{label}: _commit_timestamp {sorted(got_ts)} != {snap.timestamp_ms} ms")
         deletes = Counter(rows[i] for i in idx if types[i] in DELETE_TYPES)
         inserts = Counter(rows[i] for i in idx if types[i] in INSERT_TYPES)
-        exp_del, exp_ins = expected_changes(catalog, ident, snap.parent_id, snap.snapshot_id, to_schema)
+        before, after = at(snap.parent_id), at(snap.snapshot_id)
+        exp_del, exp_ins = before - after, after - before
         if carry_over_removal:
             lines = _diff_lines("DELETE/UPDATE_BEFORE", deletes, exp_del, names)
             lines += _diff_lines("INSERT/UPDATE_AFTER", inserts, exp_ins, names)
@@ -310,7 +322,7 @@ def check_changes(
             problems.append(f"{label}: replay deletes rows not present before the snapshot:")
             problems += _fmt(deletes - state, names)
         state = (state - deletes) + inserts
-    final = rows_at(catalog, ident, to_id, to_schema)
+    final = at(to_id)
     if not problems and state != final:
         problems.append(f"{where}: replaying the changes does not reproduce the rows at {to_id}:")
         problems += _diff_lines("replayed", state, final, names)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.ranges import parse_instant
 from icetail.monitor.engine.startup import StartMode, parse_start
-from icetail.monitor.engine.verify import VerifyMode, parse_verify_mode
+from icetail.monitor.engine.verify import VerifyMode, verify_mode_with_filter
 from icetail.monitor.planning.refs import MAIN_BRANCH
+from icetail.reader.row_filter import parse_row_filter
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
 BATCH_OPTIONS = (
@@ -33,6 +34,7 @@ BATCH_OPTIONS = (
     "with-schema-id",
     "with-row-lineage",
     "verify",
+    "filter",
 )
 STREAM_OPTIONS = (
     "catalog",
@@ -44,6 +46,7 @@ STREAM_OPTIONS = (
     "with-schema-id",
     "with-row-lineage",
     "verify",
+    "filter",
 )
 STREAM_STARTS = ("earliest", "latest", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
 
@@ -60,6 +63,7 @@ class TableOptions:
     with_schema_id: bool = False  # add `_schema_id`, the schema id of each row's commit snapshot
     with_row_lineage: bool = False  # v3 tables: `_row_id` and `_last_updated_sequence_number` columns
     verify: VerifyMode = VerifyMode.WARN  # check each snapshot against its summary, in the task reading it
+    row_filter: str | None = None  # `filter`: the changes of the rows it selects (reader/row_filter.py)
 
 
 @dataclass(frozen=True)
@@ -192,9 +196,20 @@ def _table_options(values: Mapping[str, str]) -> TableOptions:
     branch = _name(values, "branch") or MAIN_BRANCH
     with_schema_id = _boolean(values, "with-schema-id")
     with_row_lineage = _boolean(values, "with-row-lineage")
-    verify = parse_verify_mode(values.get("verify", VerifyMode.WARN.value), "option 'verify'")
+    row_filter = values.get("filter")
+    if row_filter is not None:
+        parse_row_filter(row_filter, "option 'filter'")
+    verify = verify_mode_with_filter(values.get("verify", VerifyMode.WARN.value), row_filter, "option 'verify'")
     return TableOptions(
-        values["catalog"].strip(), table, properties, identifiers, branch, with_schema_id, with_row_lineage, verify
+        values["catalog"].strip(),
+        table,
+        properties,
+        identifiers,
+        branch,
+        with_schema_id,
+        with_row_lineage,
+        verify,
+        row_filter,
     )
 
 

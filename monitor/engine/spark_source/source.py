@@ -19,7 +19,13 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from icetail.kernel.errors import BranchDroppedError, RefNotFoundError
-from icetail.monitor.engine.api import change_arrow_schema, check_row_lineage, plan_range, schema_id_of
+from icetail.monitor.engine.api import (
+    change_arrow_schema,
+    check_row_lineage,
+    output_schema,
+    plan_range,
+    schema_id_of,
+)
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import (
@@ -34,6 +40,7 @@ from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, 
 from icetail.monitor.planning.lineage import snapshot_as_of, snapshot_or_raise
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
+from icetail.reader.row_filter import checked_row_filter
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
@@ -124,6 +131,7 @@ class ChangesDataSource(DataSource):
             found = snapshot_as_of(table.metadata, pin.to_timestamp_inclusive_ms)
             to_snapshot = found.snapshot_id if found is not None else None  # None: before the first, no rows
         schema_id = schema_id_of(table, to_snapshot)
+        checked_row_filter(source.row_filter, output_schema(table, schema_id), source.table, "option 'filter'")
         self._pinned = (to_snapshot, schema_id)
         return table, to_snapshot, schema_id
 
@@ -165,6 +173,7 @@ class ChangesBatchReader(DataSourceReader):
             from_timestamp_inclusive=options.from_timestamp_inclusive_ms,
             branch=options.source.branch,
             from_tag=options.from_tag,
+            row_filter=options.source.row_filter,
         )
         return _partitions(table, plan, self._schema_id, options.source, net=options.net)
 
@@ -193,7 +202,9 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
     def _table(self, *, following: bool = True) -> Table:
         table = _open_table(self._options.source, following=following)
         if self._planner is None:
-            self._planner = Planner(table, branch=self._options.source.branch)
+            self._planner = Planner(
+                table, branch=self._options.source.branch, row_filter=self._options.source.row_filter
+            )
         else:
             self._planner.refresh(table)
         return table
@@ -259,6 +270,7 @@ def _partitions(
         with_schema_id=source.with_schema_id,
         with_row_lineage=source.with_row_lineage,
         verify=source.verify,
+        row_filter=source.row_filter,
     )
     return [ChangePartition(spec) for spec in specs]
 
