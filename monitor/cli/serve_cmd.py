@@ -29,7 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--interval", default=None, help="poll period, e.g. 5s, 500ms, 1m (default 5s)")
     serve.add_argument("--metrics-host", default=None, help="default 0.0.0.0")
     serve.add_argument("--metrics-port", type=int, default=None, help="default 9464; /metrics /healthz /readyz")
-    serve.add_argument("--max-failures", type=int, default=None, help="consecutive failures before exiting (5)")
+    serve.add_argument(
+        "--max-failures",
+        type=int,
+        default=None,
+        help="consecutive failures of a consumer before it stops: the process exits with one table, "
+        "the others keep delivering with several (5)",
+    )
     serve.add_argument("--shutdown-timeout", default=None, help="bound on a graceful stop (30s)")
-    serve.add_argument("--log-level", default=None)
+    serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
     serve.set_defaults(func=cmd_serve)

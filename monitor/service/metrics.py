@@ -189,6 +189,7 @@ class Metrics:
     collapsed_batches: Counter
     snapshot_checks: Counter
     snapshot_check_mismatches: Counter
+    consumer_stopped: Gauge
 
     @classmethod
     def create(
@@ -295,6 +296,11 @@ class Metrics:
                 "Snapshots whose changes disagree with a rule of their summary, by rule.",
                 ("rule",),
             ),
+            consumer_stopped=gauge(
+                "icetail_consumer_stopped",
+                "1 while a consumer of a several-table serve is stopped after --max-failures consecutive "
+                "failures (retried every 5 minutes; the others keep delivering); 0 otherwise.",
+            ),
         )
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
@@ -325,7 +331,7 @@ class Metrics:
         for rule in RULES:
             self.snapshot_checks.labels(table, consumer, rule)
             self.snapshot_check_mismatches.labels(table, consumer, rule)
-        for g in (self.inflight_chunks, self.consecutive_failures):
+        for g in (self.inflight_chunks, self.consecutive_failures, self.consumer_stopped):
             g.labels(table, consumer).set(0)
         self.set_lag_unknown(table, consumer)
         self.set_cursor_condition(table, consumer, None)
@@ -368,6 +374,10 @@ class Metrics:
         """A poll cycle succeeded (with or without new snapshots)."""
         self.last_success_timestamp_seconds.labels(table, consumer).set(time.time() if now is None else now)
         self.consecutive_failures.labels(table, consumer).set(0)
+
+    def set_stopped(self, table: str, consumer: str, stopped: bool) -> None:
+        """A consumer of a several-table serve stopped after its failures (1), or delivering again (0)."""
+        self.consumer_stopped.labels(table, consumer).set(1 if stopped else 0)
 
     def record_failure(self, table: str, consumer: str, stage: FailureStage | str) -> None:
         """A cycle failed in `stage` (plan, read, sink, state or catalog)."""

@@ -2,9 +2,13 @@
 
 One job per consumer, never overlapping itself (max_instances=1) and coalescing missed ticks,
 so a slow batch delays the next tick instead of starting a second. All jobs share one
-SparkSession. A failing cycle is retried with exponential backoff; after `max_failures`
-consecutive failures of one consumer the process exits non-zero for the orchestrator to
-restart it. SIGTERM/SIGINT stop new ticks, let the chunk in progress commit, and exit 0.
+SparkSession. A failing cycle is retried with exponential backoff. After `max_failures`
+consecutive failures of the only consumer, the process exits non-zero for the orchestrator to
+restart it; with several tables one table's failures stop only that consumer (`_park`): the
+others keep delivering, /readyz and `icetail_consumer_stopped` name it, and it is retried every
+MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The process exits
+non-zero only once every consumer is stopped. SIGTERM/SIGINT stop new ticks, let the chunk in
+progress commit, and exit 0.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class _JobState:
     last_ok: bool = False
     last_error: str = ""
     last_seen_snapshot: int | None = None
+    stopped: bool = False  # parked after max_failures while other consumers deliver (Service._park)
 
 
 def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
@@ -112,13 +117,19 @@ class Service:
 
         Not ready before the first successful cycle of each consumer, and from a consumer's
         first failed cycle until its next successful one (a retrying consumer makes no progress).
+        The reason names every consumer that is not ready, stopped ones first.
         """
+        stopped, failing, starting = [], [], []
         for consumer, job in self._jobs.items():
-            if job.consecutive_failures > 0:
-                return False, f"{consumer}: {job.consecutive_failures} consecutive failures: {job.last_error}"
-            if not job.last_ok:
-                return False, f"{consumer}: first cycle not finished"
-        return True, "ok"
+            failures = f"{job.consecutive_failures} consecutive failures: {job.last_error}"
+            if job.stopped:
+                stopped.append(f"{consumer}: stopped after {failures}")
+            elif job.consecutive_failures > 0:
+                failing.append(f"{consumer}: {failures}")
+            elif not job.last_ok:
+                starting.append(f"{consumer}: first cycle not finished")
+        reasons = stopped + failing + starting
+        return (False, "; ".join(reasons)) if reasons else (True, "ok")
 
     # lifecycle -------------------------------------------------------------------------
     def run(self, *, install_signal_handlers: bool = True) -> int:
@@ -217,7 +228,10 @@ class Service:
             job.pipeline.run()
             self._update_lag(config, job)
             self.metrics.record_success(config.table, config.consumer_id)
-            job.consecutive_failures, job.last_ok, job.last_error = 0, True, ""
+            if job.stopped:
+                log.info("consumer delivering again", extra={"consumer": config.consumer_id, "table": config.table})
+                self.metrics.set_stopped(config.table, config.consumer_id, False)
+            job.consecutive_failures, job.last_ok, job.last_error, job.stopped = 0, True, "", False
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
             self._on_failure(config, job, exc)
 
@@ -277,11 +291,36 @@ class Service:
             except Exception:  # noqa: BLE001
                 log.warning("could not close the pipeline after a failure", exc_info=True)
             job.pipeline = None
-        if isinstance(exc, SETUP_ERRORS):
+        alone = len(self._jobs) == 1
+        if isinstance(exc, SETUP_ERRORS) and alone:
             self._setup_error = exc
             self._fatal = f"{config.consumer_id}: {job.last_error}"
-        elif job.consecutive_failures >= self.config.max_failures:
-            self._fatal = f"{config.consumer_id}: {job.last_error}"
+        elif isinstance(exc, SETUP_ERRORS) or job.consecutive_failures >= self.config.max_failures:
+            if alone:
+                self._fatal = f"{config.consumer_id}: {job.last_error}"
+            else:
+                self._park(config, job)
+
+    def _park(self, config: PipelineConfig, job: _JobState) -> None:
+        """Stop one consumer of several: retried every MAX_BACKOFF_SECONDS; the process exits only
+        when every consumer is stopped (nothing it runs makes progress, a restart may help)."""
+        if not job.stopped:
+            job.stopped = True
+            self.metrics.set_stopped(config.table, config.consumer_id, True)
+            log.error(
+                "consumer stopped; the other consumers keep delivering",
+                extra={
+                    "consumer": config.consumer_id,
+                    "table": config.table,
+                    "error": job.last_error,
+                    "retry_in_seconds": MAX_BACKOFF_SECONDS,
+                },
+            )
+        job.next_attempt_at = time.monotonic() + MAX_BACKOFF_SECONDS
+        if all(j.stopped for j in self._jobs.values()):
+            self._fatal = "every consumer stopped: " + "; ".join(
+                f"{consumer}: {j.last_error}" for consumer, j in self._jobs.items()
+            )
 
     def _update_lag(self, config: PipelineConfig, job: _JobState) -> None:
         """Lag, discovered snapshots and in-flight chunks from the catalog and the checkpoint."""

@@ -21,6 +21,7 @@ EXPECTED_ALERTS = {
     "IcetailLagUnknown",
     "IcetailCursorLost",
     "IcetailConsecutiveFailures",
+    "IcetailConsumerStopped",
     "IcetailNoSuccessfulBatch",
     "IcetailDown",
     "IcetailSnapshotCheckMismatch",
@@ -108,6 +109,7 @@ def test_alerts_use_metrics_icetail_exports() -> None:
         "icetail_lag_seconds",
         "icetail_cursor_lost",
         "icetail_consecutive_failures",
+        "icetail_consumer_stopped",
         "icetail_last_success_timestamp_seconds",
         "icetail_snapshot_check_mismatches_total",
     }
