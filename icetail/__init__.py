@@ -6,7 +6,9 @@ snapshot, read on Spark with merge-on-read deletes applied. Two ways in:
 * a range, once: `read_changes` (an Arrow table) or `changes_batch_reader` (a stream of
   record batches for ranges too large for memory), by snapshot id, tag or commit time, on
   `main` or any branch (`branch=`, `from_tag=`, `to_tag=`);
-* a table followed exactly once into a sink, resumable to the row: `Pipeline(PipelineConfig(...))`.
+* a table followed exactly once into a sink, resumable to the row: `Pipeline(PipelineConfig(...))`;
+  sinks by URL (`open_sink`), your own (`Sink`, `CallbackSink`), and a parquet sink read back
+  under its newest schema (`read_parquet_sink`).
 
 Everything below `icetail.monitor`, `icetail.reader`, `icetail.state`, `icetail.sinks` and
 `icetail.kernel` is internal and may change between releases (docs/sinks.md documents the sink
@@ -27,6 +29,11 @@ if TYPE_CHECKING:
     from icetail.kernel.errors import IcetailError, TerminalError, TransientError
     from icetail.monitor.engine.api import changes_batch_reader, read_changes
     from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+    from icetail.sinks.base import ChunkKey, Sink
+    from icetail.sinks.callback_sink import CallbackSink
+    from icetail.sinks.factory import open_sink
+    from icetail.sinks.object_parquet_sink import committed_objects
+    from icetail.sinks.parquet_reader import read_parquet_sink
 
 __version__ = installed_version()
 
@@ -39,6 +46,12 @@ _EXPORTS = {
     "IcetailError": "icetail.kernel.errors",
     "TerminalError": "icetail.kernel.errors",
     "TransientError": "icetail.kernel.errors",
+    "ChunkKey": "icetail.sinks.base",
+    "Sink": "icetail.sinks.base",
+    "CallbackSink": "icetail.sinks.callback_sink",
+    "open_sink": "icetail.sinks.factory",
+    "committed_objects": "icetail.sinks.object_parquet_sink",
+    "read_parquet_sink": "icetail.sinks.parquet_reader",
 }
 
 
@@ -64,13 +77,19 @@ def load_table(catalog: str, identifier: str) -> Table:
 
 __all__ = [
     "BatchOutcome",
+    "CallbackSink",
+    "ChunkKey",
     "IcetailError",
     "Pipeline",
     "PipelineConfig",
+    "Sink",
     "TerminalError",
     "TransientError",
     "__version__",
     "changes_batch_reader",
+    "committed_objects",
     "load_table",
+    "open_sink",
     "read_changes",
+    "read_parquet_sink",
 ]

@@ -369,3 +369,26 @@ def test_sigkill_across_schema_changes_delivers_every_change_exactly_once(
     )  # fmt: skip
     with open_store(state_url) as store:
         assert [h.shape.schema_id for h in reversed(store.history("k"))] == [0, 1, 2, 3, 4]
+
+
+def test_a_parquet_sink_reads_back_under_its_newest_schema(evolving: Any, spark: Any, tmp_path: Path) -> None:
+    """`read_parquet_sink`: renamed columns joined by field id, widened ones cast, added ones NULL in
+    older rows, a dropped one kept; the rows are `read_changes` of the whole history."""
+    import icetail
+
+    cat, table = evolving
+    sink_dir = tmp_path / "sink"
+    with Pipeline(_config(cat, tmp_path, f"parquet://{sink_dir}"), spark=spark) as pipeline:
+        pipeline.run()
+    got = icetail.read_parquet_sink(f"parquet://{sink_dir}")
+    assert icetail.read_parquet_sink(sink_dir).equals(got)  # a path reads the same
+    want = read_changes(table, spark=spark)
+    newest = want.column_names
+    assert got.column_names == [*newest, "x"]  # `x`, dropped from the source, is kept last
+    assert got.schema.field("n").type == pa.int64() and pa.types.is_large_string(got.schema.field("w").type)
+    assert got.column("w").null_count == 0  # the renamed `v` of the older files is `w`
+    assert got.column("e").null_count == 600  # added after the first two appends
+    assert got.column("x").null_count == 600  # dropped before the last two
+    assert _multiset(got.select(newest), newest) == _multiset(want, newest)
+    with pytest.raises(Exception, match="does not exist"):
+        icetail.read_parquet_sink(tmp_path / "nowhere")
