@@ -57,3 +57,35 @@ def test_a_row_filter_reads_as_the_python_api(registered: Any, source_table: Sou
     assert row_counter(got) == row_counter(expected)
     with pytest.raises(Exception, match="option 'filter' 'nosuch = 1' does not fit"):
         load_df(registered, source_table.options(filter="nosuch = 1"))
+
+
+def test_spark_changelog_option_names(registered: Any, source_table: SourceTable) -> None:
+    """Spark 4.2's `spark.read.changes` options, where they mean what icetail does: versions are
+    snapshot ids, both bounds inclusive unless `starting/endingBoundInclusive=false`, and
+    `deduplicationMode` none / dropCarryovers / netChanges."""
+    for action in ("append", "upsert", "delete", "append"):
+        source_table.commit(action)
+    table = source_table.load()
+    ids = source_table.snapshot_ids
+
+    def same(options: dict[str, Any], **expected: Any) -> None:
+        got = load_df(registered, source_table.options(**options))
+        want = icetail.read_changes(table, spark=registered, **expected)
+        assert row_counter(got) == row_counter(want), options
+
+    same({"startingVersion": ids[1], "endingVersion": ids[2]}, from_snapshot_id_exclusive=ids[0],
+         to_snapshot_id_inclusive=ids[2])  # fmt: skip
+    same({"startingVersion": ids[0]}, from_snapshot_id_exclusive=None)  # the first snapshot: everything
+    same({"startingVersion": ids[1], "startingBoundInclusive": "false"}, from_snapshot_id_exclusive=ids[1])
+    same({"endingVersion": ids[3], "endingBoundInclusive": "false"}, to_snapshot_id_inclusive=ids[2])
+    same({"deduplicationMode": "netChanges"}, net=True)
+    same({"deduplicationMode": "none"}, carry_over_removal=False)
+    same({"deduplicationMode": "dropCarryovers", "computeUpdates": "true"})
+    for options, message in (
+        ({"computeUpdates": "false"}, "option 'computeUpdates' false is not supported"),
+        ({"startingBoundInclusive": "false"}, "option 'startingBoundInclusive' bounds 'startingVersion'"),
+        ({"deduplicationMode": "latest"}, "is not one of: none, dropCarryovers, netChanges"),
+        ({"startingVersion": ids[1], "from-snapshot": ids[0]}, "exclude each other"),
+    ):
+        with pytest.raises(Exception, match=message):
+            load_df(registered, source_table.options(**options))

@@ -35,6 +35,13 @@ BATCH_OPTIONS = (
     "with-row-lineage",
     "verify",
     "filter",
+    # Spark 4.2's changelog read options (`spark.read.changes`), where they mean what icetail does
+    "startingversion",
+    "endingversion",
+    "startingboundinclusive",
+    "endingboundinclusive",
+    "deduplicationmode",
+    "computeupdates",
 )
 STREAM_OPTIONS = (
     "catalog",
@@ -76,6 +83,10 @@ class BatchOptions:
     from_timestamp_inclusive_ms: int | None = None  # commits at or after it (Delta's startingTimestamp)
     to_timestamp_inclusive_ms: int | None = None  # commits at or before it (Delta's endingTimestamp)
     net: bool = False  # the range's net changes (batch only: a stream's micro-batches depend on trigger timing)
+    # Spark's `startingVersion` (inclusive by default): the range starts with this snapshot's changes
+    from_snapshot_id_inclusive: int | None = None
+    from_timestamp_exclusive_ms: int | None = None  # `startingTimestamp` with `startingBoundInclusive=false`
+    carry_over_removal: bool = True  # Spark's `deduplicationMode=none` keeps carry-over rows
 
 
 @dataclass(frozen=True)
@@ -85,12 +96,24 @@ class StreamOptions:
     max_snapshots_per_trigger: int | None = None
 
 
-# each end of a batch range: at most one of these (the Delta name is an alias of the timestamp)
+# each end of a batch range: at most one of these (the Delta name is an alias of the timestamp,
+# Spark's `startingVersion`/`endingVersion` of the snapshot id)
 RANGE_END_OPTIONS = {
-    "from": ("from-snapshot", "from-tag", "from-timestamp", "startingtimestamp"),
-    "to": ("to-snapshot", "to-tag", "to-timestamp", "endingtimestamp"),
+    "from": ("from-snapshot", "from-tag", "from-timestamp", "startingtimestamp", "startingversion"),
+    "to": ("to-snapshot", "to-tag", "to-timestamp", "endingtimestamp", "endingversion"),
 }
-_DISPLAY = {"startingtimestamp": "startingTimestamp", "endingtimestamp": "endingTimestamp"}
+_TIMESTAMP_OPTIONS = {"from": ("from-timestamp", "startingtimestamp"), "to": ("to-timestamp", "endingtimestamp")}
+_DISPLAY = {
+    "startingtimestamp": "startingTimestamp",
+    "endingtimestamp": "endingTimestamp",
+    "startingversion": "startingVersion",
+    "endingversion": "endingVersion",
+    "startingboundinclusive": "startingBoundInclusive",
+    "endingboundinclusive": "endingBoundInclusive",
+    "deduplicationmode": "deduplicationMode",
+    "computeupdates": "computeUpdates",
+}
+DEDUPLICATION_MODES = ("none", "dropCarryovers", "netChanges")  # Spark's ChangelogContext.DeduplicationMode
 
 
 def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
@@ -99,31 +122,95 @@ def parse_batch_options(options: Mapping[str, str]) -> BatchOptions:
         given = [f"'{_DISPLAY.get(name, name)}'" for name in names if name in values]
         if len(given) > 1:
             raise ConfigError(f"options {' and '.join(given)} exclude each other; give one")
+    starting_inclusive = _spark_bound_inclusive(values, "from")
+    ending_inclusive = _spark_bound_inclusive(values, "to")
+    from_snapshot = _snapshot_id(values, "from-snapshot")
+    from_snapshot_inclusive = _snapshot_id(values, "startingversion", "startingVersion")
+    if from_snapshot_inclusive is not None and not starting_inclusive:
+        from_snapshot, from_snapshot_inclusive = from_snapshot_inclusive, None
+    from_timestamp = range_timestamp_ms(values, "from")
+    from_timestamp_exclusive = None
+    if from_timestamp is not None and not starting_inclusive:
+        from_timestamp, from_timestamp_exclusive = None, from_timestamp
+    to_snapshot = _snapshot_id(values, "to-snapshot")
+    ending = _snapshot_id(values, "endingversion", "endingVersion")
+    if ending is not None and ending_inclusive:
+        to_snapshot = ending  # the exclusive form is pinned by parse_any_options
+    to_timestamp = range_timestamp_ms(values, "to")
+    net, carry_over_removal = _deduplication(values)
     return BatchOptions(
         _table_options(values),
-        _snapshot_id(values, "from-snapshot"),
-        _snapshot_id(values, "to-snapshot"),
+        from_snapshot,
+        to_snapshot,
         _name(values, "from-tag"),
         _name(values, "to-tag"),
-        range_timestamp_ms(values, "from"),
-        range_timestamp_ms(values, "to"),
-        _boolean(values, "net"),
+        from_timestamp,
+        to_timestamp,
+        net,
+        from_snapshot_inclusive,
+        from_timestamp_exclusive,
+        carry_over_removal,
     )
 
 
+def _spark_bound_inclusive(values: Mapping[str, str], end: str) -> bool:
+    """Spark's `startingBoundInclusive` / `endingBoundInclusive` (default true), which only bound
+    the ends given by Spark's names: `startingVersion`/`endingVersion`, `startingTimestamp`/`endingTimestamp`.
+
+    The to-end's exclusive form is read where the end is pinned (`parse_any_options`).
+    """
+    option = "startingboundinclusive" if end == "from" else "endingboundinclusive"
+    if option not in values:
+        return True
+    spark_names = ("startingversion", "startingtimestamp") if end == "from" else ("endingversion", "endingtimestamp")
+    if not any(name in values for name in spark_names):
+        raise ConfigError(
+            f"option {_DISPLAY[option]!r} bounds {' or '.join(repr(_DISPLAY[n]) for n in spark_names)}, which is not "
+            "given; icetail's own from-/to- options say their bounds in their names"
+        )
+    return _boolean(values, option, _DISPLAY[option])
+
+
+def _deduplication(values: Mapping[str, str]) -> tuple[bool, bool]:
+    """(net, carry_over_removal) from `net` or Spark's `deduplicationMode`; `computeUpdates` checked."""
+    net = _boolean(values, "net")
+    updates = values.get("computeupdates")
+    if updates is not None and not _boolean(values, "computeupdates", "computeUpdates"):
+        raise ConfigError(
+            "option 'computeUpdates' false is not supported: icetail pairs a key's DELETE and INSERT into "
+            "UPDATE_BEFORE/UPDATE_AFTER whenever the table has a key (identifier-columns, its identifier fields, "
+            "or v3 row lineage); drop the option"
+        )
+    raw = values.get("deduplicationmode")
+    if raw is None:
+        return net, True
+    mode = next((m for m in DEDUPLICATION_MODES if m.lower() == raw.strip().lower()), None)
+    if mode is None:
+        raise ConfigError(f"option 'deduplicationMode' {raw!r} is not one of: {', '.join(DEDUPLICATION_MODES)}")
+    if "net" in values and net != (mode == "netChanges"):
+        raise ConfigError(f"options 'net' and 'deduplicationMode' {mode!r} disagree; give one of them")
+    return mode == "netChanges", mode != "none"
+
+
 def range_timestamp_ms(values: Mapping[str, str], end: str) -> int | None:
-    """The `from-timestamp`/`startingTimestamp` (or `to-`/`endingTimestamp`) option in epoch ms."""
-    for name in RANGE_END_OPTIONS[end][2:]:
+    """The `from-timestamp`/`startingTimestamp` (or `to-`/`endingTimestamp`) option in epoch ms.
+
+    Inclusive: an `endingTimestamp` with `endingBoundInclusive=false` ends a millisecond earlier.
+    """
+    for name in _TIMESTAMP_OPTIONS[end]:
         if name in values:
             when = parse_instant(values[name], f"option {_DISPLAY.get(name, name)!r}")
-            return int(when.timestamp() * 1000)
+            ms = int(when.timestamp() * 1000)
+            if end == "to" and name == "endingtimestamp" and not _spark_bound_inclusive(values, "to"):
+                return ms - 1
+            return ms
     return None
 
 
-def _boolean(values: Mapping[str, str], name: str) -> bool:
+def _boolean(values: Mapping[str, str], name: str, display: str | None = None) -> bool:
     raw = values.get(name, "false").strip().lower()
     if raw not in ("true", "false"):
-        raise ConfigError(f"option {name!r} must be true or false, got {values[name]!r}")
+        raise ConfigError(f"option {display or name!r} must be true or false, got {values[name]!r}")
     return raw == "true"
 
 
@@ -156,16 +243,25 @@ class PinOptions:
     to_snapshot_id_inclusive: int | None
     to_tag: str | None
     to_timestamp_inclusive_ms: int | None
+    to_snapshot_id_exclusive: int | None = None  # Spark's `endingVersion` with `endingBoundInclusive=false`
 
 
 def parse_any_options(options: Mapping[str, str]) -> PinOptions:
     known = tuple(dict.fromkeys(BATCH_OPTIONS + STREAM_OPTIONS))
     values = _lowered(options, known, "spark.read/readStream")
+    to_snapshot = _snapshot_id(values, "to-snapshot")
+    to_exclusive = None
+    ending = _snapshot_id(values, "endingversion", "endingVersion")
+    if ending is not None and _spark_bound_inclusive(values, "to"):
+        to_snapshot = ending
+    elif ending is not None:
+        to_exclusive = ending
     return PinOptions(
         _table_options(values),
-        _snapshot_id(values, "to-snapshot"),
+        to_snapshot,
         _name(values, "to-tag"),
         range_timestamp_ms(values, "to"),
+        to_exclusive,
     )
 
 
@@ -223,11 +319,11 @@ def _name(values: Mapping[str, str], option: str) -> str | None:
     return raw.strip()
 
 
-def _snapshot_id(values: Mapping[str, str], name: str) -> int | None:
+def _snapshot_id(values: Mapping[str, str], name: str, display: str | None = None) -> int | None:
     raw = values.get(name)
     if raw is None:
         return None
     try:
         return int(raw.strip())
     except ValueError:
-        raise ConfigError(f"option {name!r} must be a snapshot id (an integer), got {raw!r}") from None
+        raise ConfigError(f"option {display or name!r} must be a snapshot id (an integer), got {raw!r}") from None

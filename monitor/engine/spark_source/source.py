@@ -124,6 +124,12 @@ class ChangesDataSource(DataSource):
         table = _open_table(source)
         if pin.to_tag is not None:
             to_option = tag_snapshot(table.metadata, pin.to_tag, "option 'to-tag'", source.table)
+        if pin.to_snapshot_id_exclusive is not None:  # Spark's endingVersion, endingBoundInclusive=false
+            ending = snapshot_or_raise(table.metadata, pin.to_snapshot_id_exclusive, "endingVersion")
+            to_option = ending.parent_snapshot_id
+            if to_option is None:  # ends before the first snapshot: nothing to read
+                self._pinned = (None, table.metadata.current_schema_id)
+                return table, None, table.metadata.current_schema_id
         if to_option is not None:
             snapshot_or_raise(table.metadata, to_option, "to-snapshot")  # fail at load(), not at the first action
         to_snapshot = to_option if to_option is not None else table.metadata.current_snapshot_id
@@ -166,16 +172,28 @@ class ChangesBatchReader(DataSourceReader):
         if self._to_snapshot is None:  # an empty table
             return []
         options = self._options
+        from_exclusive = options.from_snapshot_id_exclusive
+        if options.from_snapshot_id_inclusive is not None:  # Spark's startingVersion: starts with its changes
+            starting = snapshot_or_raise(table.metadata, options.from_snapshot_id_inclusive, "startingVersion")
+            from_exclusive = starting.parent_snapshot_id  # None for the first: before everything
         plan = plan_range(
             table,
-            options.from_snapshot_id_exclusive,
+            from_exclusive,
             self._to_snapshot,
             from_timestamp_inclusive=options.from_timestamp_inclusive_ms,
+            from_timestamp_exclusive=options.from_timestamp_exclusive_ms,
             branch=options.source.branch,
             from_tag=options.from_tag,
             row_filter=options.source.row_filter,
         )
-        return _partitions(table, plan, self._schema_id, options.source, net=options.net)
+        return _partitions(
+            table,
+            plan,
+            self._schema_id,
+            options.source,
+            net=options.net,
+            carry_over_removal=options.carry_over_removal,
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self._schema)
@@ -258,7 +276,13 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
 
 
 def _partitions(
-    table: Table, plan: ChangePlan, schema_id: int | None, source: TableOptions, *, net: bool = False
+    table: Table,
+    plan: ChangePlan,
+    schema_id: int | None,
+    source: TableOptions,
+    *,
+    net: bool = False,
+    carry_over_removal: bool = True,
 ) -> list[InputPartition]:
     """The plan's input partitions, read with the table options of the batch or stream reader."""
     specs = plan_partitions(
@@ -266,6 +290,7 @@ def _partitions(
         plan,
         schema_id=schema_id,
         identifier_columns=source.identifier_columns,
+        carry_over_removal=carry_over_removal,
         net=net,
         with_schema_id=source.with_schema_id,
         with_row_lineage=source.with_row_lineage,
