@@ -1,7 +1,8 @@
 """The Iceberg mirror on Java-written tables: after every run the target, read by Java's reader,
 equals what Java's reader returns for the source at the checkpointed snapshot. Merge-on-read
 (partitioned) and copy-on-write UPDATE, DELETE and MERGE, an UPDATE that changes the key, a key
-deleted and re-inserted within one batch, compaction, INSERT OVERWRITE, equality deletes.
+deleted and re-inserted within one batch, a partition move, a no-op update, compaction, INSERT
+OVERWRITE, equality deletes (tests/support/mirror_workload.py, shared with the PostgreSQL mirror).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
+from tests.support.mirror_workload import create_keyed_table, equality_delete_step, keyed_steps
 from tests.support.pg_mirror import row_set
-from tests.support.workloads import COW, MOR, table_properties
+from tests.support.workloads import COW, MOR
 
 TARGET = "ns.m"
 
@@ -41,13 +43,7 @@ def test_iceberg_mirror_equals_java_after_every_run(
     catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, partitioned: bool
 ) -> None:
     catalog.set_env(monkeypatch)
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, mode).items())
-    part = " PARTITIONED BY (p)" if partitioned else ""
-    catalog.sql(
-        f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, p int, v string, d double) USING iceberg{part} "
-        f"TBLPROPERTIES ({props})"
-    )
-    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    create_keyed_table(catalog, mode, partitioned)
     config = PipelineConfig(
         catalog=catalog.name,
         table="ns.t",
@@ -56,30 +52,10 @@ def test_iceberg_mirror_equals_java_after_every_run(
         consumer="mirror",
         chunk_rows=3,
     )
-    rows = ", ".join(f"({i}L, {i % 2}, 'v{i}', {i}.5D)" for i in range(1, 21))
-    steps = [
-        [f"INSERT INTO {{cat}}.ns.t VALUES {rows}"],
-        ["UPDATE {cat}.ns.t SET v = concat(v, 'u') WHERE id IN (2, 3, 8)", "DELETE FROM {cat}.ns.t WHERE id IN (4, 9)"],
-        [
-            "MERGE INTO {cat}.ns.t t USING (SELECT * FROM VALUES (1L, 'm', 0), (5L, 'm', 1), (30L, 'new', 1) "
-            "AS s(id, v, op)) s ON t.id = s.id "
-            "WHEN MATCHED AND s.op = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET t.v = s.v, t.d = t.d + 1D "
-            "WHEN NOT MATCHED THEN INSERT (id, p, v, d) VALUES (s.id, 0, s.v, 0D)",
-            "UPDATE {cat}.ns.t SET id = id + 100 WHERE id IN (6, 11)",  # the key changes
-        ],
-        [
-            "DELETE FROM {cat}.ns.t WHERE id = 7",  # deleted and re-inserted in one batch
-            "INSERT INTO {cat}.ns.t VALUES (7L, 1, 'seven again', 7.0D)",
-            "UPDATE {cat}.ns.t SET p = 1 - p, v = 'moved' WHERE id = 10",  # another partition, same key
-        ],
-        ["CALL {cat}.system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))"],
-        ["INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE id < 15"],
-    ]
-    for statements in steps:
+    for statements in keyed_steps(partitioned):
         for statement in statements:
             catalog.sql(statement)
         _run_and_check(catalog, config, spark)
-    if mode == MOR:  # equality deletes (as Flink writes them), committed through the Java API
-        catalog.write_equality_deletes("t", "SELECT 2L AS id UNION ALL SELECT 13L AS id")
-        catalog.sql("INSERT INTO {cat}.ns.t VALUES (2L, 0, 'two again', 2.0D)")
+    if mode == MOR:
+        equality_delete_step(catalog)
         _run_and_check(catalog, config, spark)

@@ -11,47 +11,19 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo, In
 from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
+from pyiceberg.types import LongType, NestedField
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from icetail.state.store import open_store
-from tests.pipeline.test_pg_mirror import CrashBeforeOffsetCommit, _Crash
-from tests.support.catalogs import LocalCatalog, new_catalog
-from tests.support.pg_mirror import row_set
+from tests.pipeline.test_pg_mirror import ARROW, CrashBeforeOffsetCommit, _append, _Crash, _source
+from tests.support.catalogs import LocalCatalog
+from tests.support.mirror_checks import assert_target_equals_source, mirror_config
 
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=True),
-    NestedField(2, "v", StringType(), required=False),
-    identifier_field_ids=[1],
-)
-ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.large_string())])
 TARGET = "tgt.t"
 
 
-def _source(tmp_path: Path, use_catalogs: Any) -> LocalCatalog:
-    cat = new_catalog(tmp_path / "src", "icemirror")
-    cat.catalog().create_namespace("ns")
-    cat.catalog().create_table("ns.t", schema=SCHEMA)
-    use_catalogs(cat)
-    return cat
-
-
-def _append(cat: LocalCatalog, ids: list[int], tag: str) -> None:
-    cat.load("ns.t").append(pa.table({"id": ids, "v": [f"{tag}{i}" for i in ids]}, schema=ARROW))
-
-
 def _config(cat: LocalCatalog, tmp_path: Path, **overrides: Any) -> PipelineConfig:
-    values: dict[str, Any] = {
-        "catalog": cat.name,
-        "table": "ns.t",
-        "state_url": f"sqlite:///{tmp_path / 'state.db'}",
-        "sink_url": f"iceberg://{cat.name}/{TARGET}?mode=mirror",
-        "consumer": "mirror",
-        "chunk_rows": 7,
-    }
-    values.update(overrides)
-    return PipelineConfig(**values)
+    return mirror_config(cat.name, tmp_path, f"iceberg://{cat.name}/{TARGET}?mode=mirror", **overrides)
 
 
 def _run(config: PipelineConfig, spark: Any, store: Any = None) -> Any:
@@ -62,16 +34,10 @@ def _run(config: PipelineConfig, spark: Any, store: Any = None) -> Any:
 
 def assert_mirrors(cat: LocalCatalog, config: PipelineConfig) -> None:
     """The target holds exactly the source's rows at the consumer's cursor, each key once."""
-    with open_store(config.state_url) as store:
-        checkpoint = store.load(config.consumer_id)
-    assert checkpoint is not None and checkpoint.inflight is None
-    cursor = checkpoint.cursor.snapshot_id
-    source = cat.load("ns.t").scan(snapshot_id=cursor).to_arrow()
-    target_rows = cat.load(TARGET).scan().to_arrow()
-    target, expected = row_set(target_rows, ("id", "v")), row_set(source, ("id", "v"))
-    assert target == expected, f"at snapshot {cursor}: target-only {set(target) - set(expected)}, " + (
-        f"source-only {set(expected) - set(target)}"
-    )
+    target = cat.load(TARGET).scan().to_arrow()
+    ids = target.column("id").to_pylist()
+    assert len(set(ids)) == len(ids), "a key twice in the target"
+    assert_target_equals_source(cat, config, target, ("id", "v"))
 
 
 def test_mirror_follows_inserts_updates_key_changes_and_deletes(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:
