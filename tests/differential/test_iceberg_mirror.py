@@ -7,6 +7,7 @@ OVERWRITE, equality deletes (tests/support/mirror_workload.py, shared with the P
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,28 @@ import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
-from tests.support.mirror_workload import create_keyed_table, equality_delete_step, keyed_steps
+from tests.support.mirror_workload import (
+    ROW_ID_STEPS,
+    create_keyed_table,
+    create_keyless_v3_table,
+    equality_delete_step,
+    keyed_steps,
+)
 from tests.support.pg_mirror import row_set
 from tests.support.workloads import COW, MOR
 
 TARGET = "ns.m"
+
+
+def _config(catalog: Any, tmp_path: Path) -> PipelineConfig:
+    return PipelineConfig(
+        catalog=catalog.name,
+        table="ns.t",
+        state_url=f"sqlite:///{tmp_path / 'state.db'}",
+        sink_url=f"iceberg://{catalog.name}/{TARGET}?mode=mirror",
+        consumer="mirror",
+        chunk_rows=3,
+    )
 
 
 def _run_and_check(catalog: Any, config: PipelineConfig, spark: Any) -> None:
@@ -44,14 +62,7 @@ def test_iceberg_mirror_equals_java_after_every_run(
 ) -> None:
     catalog.set_env(monkeypatch)
     create_keyed_table(catalog, mode, partitioned)
-    config = PipelineConfig(
-        catalog=catalog.name,
-        table="ns.t",
-        state_url=f"sqlite:///{tmp_path / 'state.db'}",
-        sink_url=f"iceberg://{catalog.name}/{TARGET}?mode=mirror",
-        consumer="mirror",
-        chunk_rows=3,
-    )
+    config = _config(catalog, tmp_path)
     for statements in keyed_steps(partitioned):
         for statement in statements:
             catalog.sql(statement)
@@ -59,3 +70,25 @@ def test_iceberg_mirror_equals_java_after_every_run(
     if mode == MOR:
         equality_delete_step(catalog)
         _run_and_check(catalog, config, spark)
+
+
+def test_v3_table_without_a_key_is_mirrored_by_row_id(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog.set_env(monkeypatch)
+    create_keyless_v3_table(catalog)
+    config = _config(catalog, tmp_path)
+    for statements in ROW_ID_STEPS:
+        for statement in statements:
+            catalog.sql(statement)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+        with open_store(config.state_url) as store:
+            checkpoint = store.load(config.consumer_id)
+        assert checkpoint is not None and checkpoint.cursor.snapshot_id is not None
+        java = catalog.snapshot_rows("t", checkpoint.cursor.snapshot_id).table
+        target = catalog.load_table(TARGET).scan().to_arrow()
+        assert Counter(row_set(target, ("id", "v"))) == Counter(row_set(java, ("id", "v")))
+        assert len(set(target.column("_row_id").to_pylist())) == target.num_rows
+    schema = catalog.load_table(TARGET).schema()
+    assert [schema.find_column_name(i) for i in schema.identifier_field_ids] == ["_row_id"]

@@ -15,7 +15,13 @@ import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
-from tests.support.mirror_workload import create_keyed_table, equality_delete_step, keyed_steps
+from tests.support.mirror_workload import (
+    ROW_ID_STEPS,
+    create_keyed_table,
+    create_keyless_v3_table,
+    equality_delete_step,
+    keyed_steps,
+)
 from tests.support.pg_mirror import mirror_url, query, row_set, target_table
 from tests.support.workloads import COW, MOR, table_properties
 
@@ -79,15 +85,9 @@ def test_v3_table_without_a_key_is_mirrored_by_row_id(
     catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
 ) -> None:
     catalog.set_env(monkeypatch)
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, MOR).items())
-    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    create_keyless_v3_table(catalog)
     config = _config(catalog, tmp_path, pg_schema)
-    steps = [
-        ["INSERT INTO {cat}.ns.t VALUES (1L, 'a'), (2L, 'b'), (2L, 'b'), (3L, 'c')"],  # a duplicate row: no key
-        ["UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2", "DELETE FROM {cat}.ns.t WHERE id = 3"],
-        ["UPDATE {cat}.ns.t SET id = 10 WHERE id = 1", "INSERT INTO {cat}.ns.t VALUES (3L, 'c again')"],
-    ]
-    for statements in steps:
+    for statements in ROW_ID_STEPS:
         for statement in statements:
             catalog.sql(statement)
         with Pipeline(config, spark=spark) as pipeline:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.workloads import table_properties
+from tests.support.workloads import MOR, table_properties
 
 
 def create_keyed_table(catalog: Any, mode: str, partitioned: bool) -> None:
@@ -54,3 +54,16 @@ def equality_delete_step(catalog: Any) -> None:
     """Equality deletes (as Flink writes them), committed through the Java API, then a key back."""
     catalog.write_equality_deletes("t", "SELECT 2L AS id UNION ALL SELECT 13L AS id")
     catalog.sql("INSERT INTO {cat}.ns.t VALUES (2L, 0, 'two again', 2.0D)")
+
+
+def create_keyless_v3_table(catalog: Any) -> None:
+    """ns.t (id bigint, v string), format v3, merge-on-read, no identifier fields: mirrored by `_row_id`."""
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+
+
+ROW_ID_STEPS = [
+    ["INSERT INTO {cat}.ns.t VALUES (1L, 'a'), (2L, 'b'), (2L, 'b'), (3L, 'c')"],  # a duplicate row: no key
+    ["UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2", "DELETE FROM {cat}.ns.t WHERE id = 3"],
+    ["UPDATE {cat}.ns.t SET id = 10 WHERE id = 1", "INSERT INTO {cat}.ns.t VALUES (3L, 'c again')"],
+]
