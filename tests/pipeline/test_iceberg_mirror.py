@@ -75,6 +75,16 @@ def test_start_full_loads_the_current_rows_then_follows(tmp_path: Path, spark: A
     assert_mirrors(cat, config)
 
 
+def test_net_batches_mirror_too(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:
+    cat = _source(tmp_path, use_catalogs)
+    _append(cat, list(range(20)), "a")
+    cat.load("ns.t").delete(In("id", [1, 2]))
+    _append(cat, [1], "back")
+    config = _config(cat, tmp_path, net=True)
+    _run(config, spark)
+    assert_mirrors(cat, config)
+
+
 def test_chunks_replayed_after_a_crash_are_skipped_by_the_ledger(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:
     """The process dies after the target committed a group and before the offsets did; the next run
     reads those chunks again, grouped otherwise, and the target's snapshot summaries leave them out."""

@@ -9,7 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
@@ -194,3 +196,42 @@ def test_a_composite_key(sql_catalog: SqlCatalog) -> None:
         (1, "y", "z"),
         (2, "x", "c"),
     ]
+
+
+def test_a_partitioned_target_reads_only_the_partitions_of_the_keys(sql_catalog: SqlCatalog) -> None:
+    """Keyed by (region, id), partitioned by region: an id is in every partition, a key in one.
+    (A bucket(N, key) target is written alike, with pyiceberg-core installed; this venv has none.)"""
+    sql_catalog.create_namespace("tgt")
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="region"))
+    keyed = Schema(
+        NestedField(1, "region", StringType(), required=True),
+        NestedField(2, "id", LongType(), required=True),
+        NestedField(3, "v", StringType()),
+        identifier_field_ids=[1, 2],
+    )
+    sql_catalog.create_table("tgt.m", keyed, partition_spec=spec)
+    schema = pa.schema([pa.field("region", pa.large_string(), nullable=False), *SCHEMA])
+    sink = _open(("region", "id"), schema)
+    regions = ["eu", "us", "ap", "af"]
+
+    def rows(changes: list[tuple[str, str, int, str, int]]) -> pa.Table:
+        base = _rows([(t, i, v, o) for t, _, i, v, o in changes])
+        return base.add_column(0, schema.field("region"), pa.array([c[1] for c in changes], pa.large_string()))
+
+    sink.write(_key("b1", 0), rows([("INSERT", r, i, "a", 1) for r in regions for i in range(250)]))
+    assert len(sql_catalog.load_table("tgt.m").inspect.files()) == 4
+    sink.write(_key("b2", 0), rows([("UPDATE_BEFORE", "eu", 5, "a", 2), ("UPDATE_AFTER", "eu", 5, "b", 2)]))
+    assert sink.last is not None and sink.last.files_read == 1 and len(sink.last.replaced) == 1
+    got = sql_catalog.load_table("tgt.m").scan().to_arrow()
+    changed = sorted(zip(got["region"].to_pylist(), got["id"].to_pylist(), got["v"].to_pylist(), strict=True))
+    assert len(changed) == 1000 and [r for r in changed if r[2] != "a"] == [("eu", 5, "b")]
+
+
+def test_a_source_schema_change_is_refused_before_anything_is_committed(sql_catalog: SqlCatalog) -> None:
+    sink = _open()
+    sink.write(_key("b1", 0), _rows([("INSERT", 1, "a", 1)]))
+    snapshots = len(sql_catalog.load_table("tgt.m").snapshots())
+    wider = _rows([("INSERT", 2, "b", 2)]).append_column("extra", pa.array([1], pa.int32()))
+    with pytest.raises(SinkRejectedError, match="has column\\(s\\) the source lacks|lacks column\\(s\\) extra"):
+        sink.write(_key("b2", 0), wider)
+    assert len(sql_catalog.load_table("tgt.m").snapshots()) == snapshots and _target(sql_catalog) == {1: "a"}
