@@ -98,6 +98,18 @@ class IcebergMirrorSink(IcebergTarget):
             return table, rewrite.stage(chunk_summary(self.consumer, [counts[i] for i in pending]))
 
         tokens = self._append_once(counts, table, appended, replayed=lambda i: None)
+        if applied and self.last is not None:
+            last = self.last
+            log.debug(
+                "%s: %d chunk(s) applied in snapshot %s: %d file(s) read, %d replaced, %d row(s) deleted, %d upserted",
+                self._where(),
+                len(applied),
+                tokens[applied[0]],
+                last.files_read,
+                len(last.replaced),
+                last.rows_deleted,
+                last.rows_upserted,
+            )
         self._report(chunks, len(chunks) - len(applied))
         return tokens
 

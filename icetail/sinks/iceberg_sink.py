@@ -35,7 +35,9 @@ orphan-file removal collects it. Partitioned sink tables are written from the dr
 
 The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_commit` (one
 commit on the held metadata), `iceberg_schema` (the table's shape), `iceberg_stager` (the
-Spark-task writer), `iceberg_errors` (retry or reject).
+Spark-task writer), `iceberg_errors` (retry or reject). `IcebergTarget` is what the changelog sink
+shares with the Iceberg mirror (`iceberg_mirror`): the table, the ledger and the commit of a group
+of chunks once.
 """
 
 from __future__ import annotations
