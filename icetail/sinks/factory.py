@@ -5,6 +5,8 @@ Accepted forms (see docs/sinks.md):
 * `parquet://PATH`              - a directory of Parquet files, one per chunk; exactly once
 * `parquet+s3://BUCKET/PREFIX`  - Parquet objects plus commit records (also gs, abfs); exactly once
 * `iceberg://CATALOG/NS.TABLE`  - appends to an Iceberg table of a pyiceberg catalog; exactly once
+* `iceberg://CATALOG/NS.TABLE?mode=mirror` - an Iceberg table kept equal to the source by key;
+  exactly once (iceberg_mirror.py)
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
 * `postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE` - a PostgreSQL table kept equal to the
   source by key (a mirror); exactly once (sinks/pg_mirror/)
@@ -45,6 +47,7 @@ ACCEPTED_FORMS = (
     "parquet://rel/dir",
     "parquet+s3://BUCKET/PREFIX",
     "iceberg://CATALOG/NS.TABLE",
+    "iceberg://CATALOG/NS.TABLE?mode=mirror",
     "jsonl:///abs/file.jsonl",
     "jsonl://rel/file.jsonl",
     "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
@@ -63,6 +66,7 @@ class SinkTarget:
     path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
     identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql the URL without its password
+    mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog) or "mirror"
 
 
 def remote_scheme(path: str) -> str | None:
@@ -94,8 +98,8 @@ def parse_sink_url(url: str) -> SinkTarget:
             raise _bad(url, f"unknown object store {store!r} (one of {', '.join(OBJECT_SCHEMES)})")
         return SinkTarget(scheme, path=_path(url, rest).strip("/"))
     if scheme == "iceberg":
-        catalog, identifier = _iceberg_target(url, rest)
-        return SinkTarget(scheme, catalog=catalog, identifier=identifier)
+        catalog, identifier, mode = _iceberg_target(url, rest)
+        return SinkTarget(scheme, catalog=catalog, identifier=identifier, mode=mode)
     if scheme in POSTGRES_SCHEMES:  # its messages never show the password
         return SinkTarget("postgresql", identifier=parse_mirror_url(text).identity)
     raise _bad(url, f"unknown scheme {scheme!r}")
@@ -116,7 +120,8 @@ def normalize_sink_url(url: str) -> str:
     if target.scheme == "postgresql":
         assert target.identifier is not None
         return target.identifier
-    return f"iceberg://{target.catalog}/{target.identifier}"
+    query = f"?mode={target.mode}" if target.mode else ""
+    return f"iceberg://{target.catalog}/{target.identifier}{query}"
 
 
 def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Sink:
@@ -138,6 +143,10 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
         return JsonlFileSink(target.path, consumer=consumer)
     if target.scheme == "iceberg":
         assert target.catalog is not None and target.identifier is not None
+        if target.mode == "mirror":
+            from icetail.sinks.iceberg_mirror import IcebergMirrorSink
+
+            return IcebergMirrorSink(target.catalog, target.identifier, consumer=consumer)
         return IcebergTableSink(target.catalog, target.identifier, consumer=consumer, schema=schema)
     if target.scheme == "postgresql":
         from icetail.sinks.pg_mirror.sink import PostgresMirrorSink  # psycopg is imported only when used
@@ -146,7 +155,14 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
     return StdoutSink()
 
 
-def _iceberg_target(url: str, rest: str) -> tuple[str, str]:
+def _iceberg_target(url: str, rest: str) -> tuple[str, str, str | None]:
+    """(catalog, NS.TABLE, mode) of an iceberg sink URL; the only query it takes is `?mode=mirror`."""
+    rest, question, query = rest.partition("?")
+    mode = None
+    if question:
+        if query != "mode=mirror":
+            raise _bad(url, "the only query an iceberg sink URL takes is ?mode=mirror")
+        mode = "mirror"
     remote = remote_scheme(rest)
     if remote is not None:
         raise _bad(url, f"an iceberg sink names a catalog and a table, not a {remote}:// location")
@@ -155,9 +171,9 @@ def _iceberg_target(url: str, rest: str) -> tuple[str, str]:
         raise _bad(url, "it names no catalog")
     if "/" in identifier or "." not in identifier or any(not part for part in identifier.split(".")):
         raise _bad(url, "the table must be written as NAMESPACE.TABLE after the catalog")
-    if "?" in identifier or "#" in identifier:
-        raise _bad(url, "an iceberg sink URL takes no query or fragment")
-    return catalog, identifier
+    if "#" in identifier:
+        raise _bad(url, "an iceberg sink URL takes no fragment")
+    return catalog, identifier, mode
 
 
 def _path(url: str, rest: str) -> str:

@@ -35,7 +35,9 @@ orphan-file removal collects it. Partitioned sink tables are written from the dr
 
 The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_commit` (one
 commit on the held metadata), `iceberg_schema` (the table's shape), `iceberg_stager` (the
-Spark-task writer), `iceberg_errors` (retry or reject).
+Spark-task writer), `iceberg_errors` (retry or reject). `IcebergTarget` is what the changelog sink
+shares with the Iceberg mirror (`iceberg_mirror`): the table, the ledger and the commit of a group
+of chunks once.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 
 from icetail.catalogs import open_catalog
@@ -74,10 +77,10 @@ from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_file
 _T = TypeVar("_T")
 
 
-class IcebergTableSink:
-    """Appends each chunk as one snapshot of `identifier` in catalog `catalog_name`."""
-
-    exactly_once: bool = True
+class IcebergTarget:
+    """An Iceberg table of a pyiceberg catalog that chunks are committed to, each chunk once: the table's
+    loading, creation and reloading, the chunk ledger and the one-commit-per-group step (`_append_once`)
+    shared by the changelog sink (`IcebergTableSink`) and the mirror (`iceberg_mirror.IcebergMirrorSink`)."""
 
     def __init__(self, catalog_name: str, identifier: str, *, consumer: str, schema: pa.Schema | None = None) -> None:
         if "." not in identifier.strip(".") or any(not part for part in identifier.split(".")):
@@ -99,9 +102,6 @@ class IcebergTableSink:
     def table(self) -> Table | None:
         """The sink table as last loaded (None until it exists)."""
         return self._table
-
-    def write(self, key: ChunkKey, rows: pa.Table) -> str:
-        return self._chunk_step(key, "written", lambda: self._write(key, rows))
 
     def _chunk_step(self, key: ChunkKey, outcome: str, step: Callable[[], str]) -> str:
         self._check_consumer(key)
@@ -138,86 +138,6 @@ class IcebergTableSink:
                 close()
 
     # -- steps -----------------------------------------------------------------------------------
-
-    def _write(self, key: ChunkKey, rows: pa.Table) -> str:
-        summary = chunk_summary(self.consumer, [(key.name, rows.num_rows)])
-
-        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
-            table = self._evolve(table, rows.schema)
-            conformed = conform(rows, table.schema().as_arrow())
-            return table, lambda transaction: transaction.append(conformed, snapshot_properties=summary)
-
-        chunks = [(key.name, rows.num_rows)]
-        return self._append_once(chunks, self._held(rows.schema), appended, replayed=lambda i: None)[0]
-
-    def stager(self, schema: pa.Schema) -> IcebergStager | None:
-        """What the Spark tasks need to write this batch's data files; None for a partitioned table.
-
-        Creates or evolves the table for `schema` (the batch's change rows) first, on the driver,
-        so every task writes against the same, final table schema.
-        """
-        table = self._guarded(
-            "the table cannot be prepared", "the change rows do not fit the table", lambda: self._prepared(schema)
-        )
-        if not table.spec().is_unpartitioned():
-            return None
-        # the tasks need the layout (schema, location, properties), not the history
-        layout = table.metadata.model_copy(
-            update={"snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}, "current_snapshot_id": None}
-        )
-        return IcebergStager(layout.model_dump_json(), fileio_items(table.io.properties.items()))
-
-    def _prepared(self, schema: pa.Schema) -> Table:
-        return self._evolve(self._refreshed(schema), schema)
-
-    def commit_staged(self, key: ChunkKey, staged: str) -> str:
-        """Append the data file a Spark task wrote for `key` as the chunk's snapshot (once)."""
-        return self._chunk_step(key, "committed", lambda: self._commit_staged([(key, staged)])[0])
-
-    def commit_staged_group(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
-        """Append the data files Spark tasks wrote for several chunks as one snapshot; each chunk once.
-
-        One snapshot per group instead of one per chunk: fewer commits (each one a manifest, a
-        manifest list, a metadata file and a catalog update) and a sink history that does not grow
-        with the number of small source files. The chunks of the group that the table already holds
-        (a replay) are skipped; the rest are appended together.
-        """
-        if not staged:
-            return []
-        for key, _ in staged:
-            self._check_consumer(key)
-        names = f"chunks {staged[0][0].name} to {staged[-1][0].name}"
-        return self._guarded(
-            f"{names} not committed", f"{names} do not fit the table", lambda: self._commit_staged(staged)
-        )
-
-    def _commit_staged(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
-        table = self._held(None)
-        paths: list[str] = []
-        data_files: list[DataFile] = []
-        for key, token in staged:
-            path, written = staged_file(token)
-            if not staged_name(path).startswith(file_prefix(key)):
-                raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {path} is not chunk {key.name}")
-            paths.append(path)
-            data_files.append(written or parquet_file_to_data_file(table.io, table.metadata, path))
-        chunks = [(key.name, int(f.record_count)) for (key, _), f in zip(staged, data_files, strict=True)]
-
-        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
-            summary = chunk_summary(self.consumer, [chunks[i] for i in pending])
-
-            def fast_append(transaction: Transaction) -> None:
-                with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
-                    for i in pending:
-                        append.append_data_file(data_files[i])
-
-            return table, fast_append
-
-        def replayed(i: int) -> None:  # a replay of a committed chunk: its new file is not needed
-            with contextlib.suppress(OSError):
-                table.io.delete(paths[i])
-
-        return self._append_once(chunks, table, appended, replayed)
 
     def _append_once(
         self,
@@ -335,13 +255,17 @@ class IcebergTableSink:
         namespace = tuple(self.identifier.split(".")[:-1])
         try:
             self.catalog.create_namespace_if_not_exists(namespace)
-            return self.catalog.create_table_if_not_exists(self.identifier, schema=sink_schema(schema))
+            return self.catalog.create_table_if_not_exists(self.identifier, schema=self._table_schema(schema))
         except TRANSIENT_ERRORS as exc:
             raise SinkError(f"iceberg sink table {self._where()} cannot be created: {error_text(exc)}") from exc
         except REJECTED_ERRORS as exc:
             raise SinkRejectedError(
                 f"iceberg sink table {self._where()} cannot be created from the change rows' schema: {error_text(exc)}"
             ) from exc
+
+    def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
+        """The schema a missing table is created with, for change rows of `schema`: all of them, optional."""
+        return sink_schema(schema)
 
     def _evolve(self, table: Table, schema: pa.Schema) -> Table:
         """Follow the source's schema changes by field id; commits nothing when nothing changes."""
@@ -352,6 +276,94 @@ class IcebergTableSink:
     def _where(self) -> str:
         return f"{self.catalog_name}/{self.identifier}"
 
+
+class IcebergTableSink(IcebergTarget):
+    """Appends each chunk as one snapshot of `identifier` in catalog `catalog_name`."""
+
+    exactly_once: bool = True
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str:
+        return self._chunk_step(key, "written", lambda: self._write(key, rows))
+
+    def _write(self, key: ChunkKey, rows: pa.Table) -> str:
+        summary = chunk_summary(self.consumer, [(key.name, rows.num_rows)])
+
+        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
+            table = self._evolve(table, rows.schema)
+            conformed = conform(rows, table.schema().as_arrow())
+            return table, lambda transaction: transaction.append(conformed, snapshot_properties=summary)
+
+        chunks = [(key.name, rows.num_rows)]
+        return self._append_once(chunks, self._held(rows.schema), appended, replayed=lambda i: None)[0]
+
+    def stager(self, schema: pa.Schema) -> IcebergStager | None:
+        """What the Spark tasks need to write this batch's data files; None for a partitioned table.
+
+        Creates or evolves the table for `schema` (the batch's change rows) first, on the driver,
+        so every task writes against the same, final table schema.
+        """
+        table = self._guarded(
+            "the table cannot be prepared", "the change rows do not fit the table", lambda: self._prepared(schema)
+        )
+        if not table.spec().is_unpartitioned():
+            return None
+        # the tasks need the layout (schema, location, properties), not the history
+        layout = table.metadata.model_copy(
+            update={"snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}, "current_snapshot_id": None}
+        )
+        return IcebergStager(layout.model_dump_json(), fileio_items(table.io.properties.items()))
+
+    def _prepared(self, schema: pa.Schema) -> Table:
+        return self._evolve(self._refreshed(schema), schema)
+
+    def commit_staged(self, key: ChunkKey, staged: str) -> str:
+        """Append the data file a Spark task wrote for `key` as the chunk's snapshot (once)."""
+        return self._chunk_step(key, "committed", lambda: self._commit_staged([(key, staged)])[0])
+
+    def commit_staged_group(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
+        """Append the data files Spark tasks wrote for several chunks as one snapshot; each chunk once.
+
+        One snapshot per group instead of one per chunk: fewer commits (each one a manifest, a
+        manifest list, a metadata file and a catalog update) and a sink history that does not grow
+        with the number of small source files. The chunks of the group that the table already holds
+        (a replay) are skipped; the rest are appended together.
+        """
+        if not staged:
+            return []
+        for key, _ in staged:
+            self._check_consumer(key)
+        names = f"chunks {staged[0][0].name} to {staged[-1][0].name}"
+        return self._guarded(
+            f"{names} not committed", f"{names} do not fit the table", lambda: self._commit_staged(staged)
+        )
+
+    def _commit_staged(self, staged: Sequence[tuple[ChunkKey, str]]) -> list[str]:
+        table = self._held(None)
+        paths: list[str] = []
+        data_files: list[DataFile] = []
+        for key, token in staged:
+            path, written = staged_file(token)
+            if not staged_name(path).startswith(file_prefix(key)):
+                raise SinkRejectedError(f"iceberg sink {self._where()}: staged file {path} is not chunk {key.name}")
+            paths.append(path)
+            data_files.append(written or parquet_file_to_data_file(table.io, table.metadata, path))
+        chunks = [(key.name, int(f.record_count)) for (key, _), f in zip(staged, data_files, strict=True)]
+
+        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
+            summary = chunk_summary(self.consumer, [chunks[i] for i in pending])
+
+            def fast_append(transaction: Transaction) -> None:
+                with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    for i in pending:
+                        append.append_data_file(data_files[i])
+
+            return table, fast_append
+
+        def replayed(i: int) -> None:  # a replay of a committed chunk: its new file is not needed
+            with contextlib.suppress(OSError):
+                table.io.delete(paths[i])
+
+        return self._append_once(chunks, table, appended, replayed)
 
 def _open_catalog(name: str) -> Catalog:
     """The sink's catalog, opened as the source's is; an unreachable one fails the sink stage (retried)."""

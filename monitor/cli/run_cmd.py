@@ -35,7 +35,10 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catalog", help="pyiceberg catalog name")
     parser.add_argument("--table", help="NAMESPACE.TABLE to follow")
     parser.add_argument("--state", help="checkpoint store: sqlite:///path.db or postgresql://...")
-    parser.add_argument("--sink", help="parquet:///dir, iceberg://CATALOG/NS.TABLE, jsonl:///f, -")
+    parser.add_argument(
+        "--sink",
+        help="parquet:///dir, iceberg://CATALOG/NS.TABLE[?mode=mirror], postgresql://...?table=S.T, jsonl:///f, -",
+    )
     parser.add_argument("--consumer", default=None, help="consumer id (default: CATALOG.NS.TABLE)")
     parser.add_argument(
         "--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601 | tag:NAME"

@@ -15,6 +15,13 @@ import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
+from tests.support.mirror_workload import (
+    ROW_ID_STEPS,
+    create_keyed_table,
+    create_keyless_v3_table,
+    equality_delete_step,
+    keyed_steps,
+)
 from tests.support.pg_mirror import mirror_url, query, row_set, target_table
 from tests.support.workloads import COW, MOR, table_properties
 
@@ -63,46 +70,14 @@ def test_mirror_equals_java_after_every_run(
     partitioned: bool,
 ) -> None:
     catalog.set_env(monkeypatch)
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, mode).items())
-    part = " PARTITIONED BY (p)" if partitioned else ""
-    catalog.sql(
-        f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, p int, v string, d double) USING iceberg{part} "
-        f"TBLPROPERTIES ({props})"
-    )
-    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    create_keyed_table(catalog, mode, partitioned)
     config = _config(catalog, tmp_path, pg_schema)
-    rows = ", ".join(f"({i}L, {i % 2}, 'v{i}', {i}.5D)" for i in range(1, 21))
-    steps = [
-        [f"INSERT INTO {{cat}}.ns.t VALUES {rows}"],
-        ["UPDATE {cat}.ns.t SET v = concat(v, 'u') WHERE id IN (2, 3, 8)", "DELETE FROM {cat}.ns.t WHERE id IN (4, 9)"],
-        [
-            "MERGE INTO {cat}.ns.t t USING (SELECT * FROM VALUES (1L, 'm', 0), (5L, 'm', 1), (30L, 'new', 1) "
-            "AS s(id, v, op)) s ON t.id = s.id "
-            "WHEN MATCHED AND s.op = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET t.v = s.v, t.d = t.d + 1D "
-            "WHEN NOT MATCHED THEN INSERT (id, p, v, d) VALUES (s.id, 0, s.v, 0D)",
-            "UPDATE {cat}.ns.t SET id = id + 100 WHERE id IN (6, 11)",  # the key changes
-        ],
-        [
-            "DELETE FROM {cat}.ns.t WHERE id = 7",  # deleted and re-inserted in one batch
-            "INSERT INTO {cat}.ns.t VALUES (7L, 1, 'seven again', 7.0D)",
-            "UPDATE {cat}.ns.t SET p = 1 - p, v = 'moved' WHERE id = 10",  # another partition, same key
-            "UPDATE {cat}.ns.t SET v = v WHERE id = 12",  # changes nothing: carry-overs only
-        ],
-        ["DELETE FROM {cat}.ns.t WHERE id > 100", "INSERT INTO {cat}.ns.t VALUES (106L, 0, 'back', NULL)"],
-        ["CALL {cat}.system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))"],
-        [
-            "INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE p = 0 AND id < 15"
-            if partitioned
-            else "INSERT OVERWRITE {cat}.ns.t SELECT id, p, concat(v, '-ow'), d FROM {cat}.ns.t WHERE id < 15"
-        ],
-    ]
-    for statements in steps:
+    for statements in keyed_steps(partitioned):
         for statement in statements:
             catalog.sql(statement)
         _run_and_check(catalog, config, spark, pg_schema)
-    if mode == MOR:  # equality deletes (as Flink writes them), committed through the Java API
-        catalog.write_equality_deletes("t", "SELECT 2L AS id UNION ALL SELECT 13L AS id")
-        catalog.sql("INSERT INTO {cat}.ns.t VALUES (2L, 0, 'two again', 2.0D)")
+    if mode == MOR:
+        equality_delete_step(catalog)
         _run_and_check(catalog, config, spark, pg_schema)
 
 
@@ -110,15 +85,9 @@ def test_v3_table_without_a_key_is_mirrored_by_row_id(
     catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
 ) -> None:
     catalog.set_env(monkeypatch)
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(3, MOR).items())
-    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
+    create_keyless_v3_table(catalog)
     config = _config(catalog, tmp_path, pg_schema)
-    steps = [
-        ["INSERT INTO {cat}.ns.t VALUES (1L, 'a'), (2L, 'b'), (2L, 'b'), (3L, 'c')"],  # a duplicate row: no key
-        ["UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2", "DELETE FROM {cat}.ns.t WHERE id = 3"],
-        ["UPDATE {cat}.ns.t SET id = 10 WHERE id = 1", "INSERT INTO {cat}.ns.t VALUES (3L, 'c again')"],
-    ]
-    for statements in steps:
+    for statements in ROW_ID_STEPS:
         for statement in statements:
             catalog.sql(statement)
         with Pipeline(config, spark=spark) as pipeline:

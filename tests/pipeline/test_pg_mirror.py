@@ -19,7 +19,8 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
-from tests.support.pg_mirror import ledger, mirror_url, query, row_set, target_table
+from tests.support.mirror_checks import assert_target_equals_source, mirror_config
+from tests.support.pg_mirror import ledger, mirror_url, query, target_table
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -42,16 +43,7 @@ def _append(cat: LocalCatalog, ids: list[int], tag: str) -> None:
 
 
 def _config(cat: LocalCatalog, tmp_path: Path, pg_schema: str, **overrides: Any) -> PipelineConfig:
-    values: dict[str, Any] = {
-        "catalog": cat.name,
-        "table": "ns.t",
-        "state_url": f"sqlite:///{tmp_path / 'state.db'}",
-        "sink_url": mirror_url(pg_schema),
-        "consumer": "mirror",
-        "chunk_rows": 7,
-    }
-    values.update(overrides)
-    return PipelineConfig(**values)
+    return mirror_config(cat.name, tmp_path, mirror_url(pg_schema), **overrides)
 
 
 def _run(config: PipelineConfig, spark: Any, store: Any = None) -> None:
@@ -61,15 +53,7 @@ def _run(config: PipelineConfig, spark: Any, store: Any = None) -> None:
 
 def assert_mirrors(cat: LocalCatalog, config: PipelineConfig, pg_schema: str, columns: tuple[str, ...] = ("id", "v")):
     """The target holds exactly the source's rows at the consumer's cursor."""
-    with open_store(config.state_url) as store:
-        checkpoint = store.load(config.consumer_id)
-    assert checkpoint is not None and checkpoint.inflight is None
-    cursor = checkpoint.cursor.snapshot_id
-    source = cat.load("ns.t").scan(snapshot_id=cursor).to_arrow()
-    target, expected = row_set(target_table(pg_schema), columns), row_set(source, columns)
-    assert target == expected, f"at snapshot {cursor}: target-only {set(target) - set(expected)}, " + (
-        f"source-only {set(expected) - set(target)}"
-    )
+    assert_target_equals_source(cat, config, target_table(pg_schema), columns)
 
 
 def test_mirror_follows_appends_deletes_upserts_and_overwrites(

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.pg_mirror.merge import local_merge
+from icetail.sinks.keyed_merge import local_merge
 
 INS, D, UB, UA = "INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER"
 
@@ -120,7 +120,7 @@ def test_a_null_key_is_refused() -> None:
 
 def test_the_mirror_reads_the_readers_column_names() -> None:
     from icetail.reader import metadata_columns, row_lineage
-    from icetail.sinks.pg_mirror import columns
+    from icetail.sinks import change_columns as columns
 
     assert columns.METADATA_COLUMNS == metadata_columns.METADATA_COLUMNS
     assert (columns.CHANGE_TYPE, columns.CHANGE_ORDINAL) == (

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetail.sinks.pg_mirror.columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP
-from icetail.sinks.pg_mirror.merge import DELETE, FRESH, local_merge, same_key_as_previous
+from icetail.sinks.change_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP
+from icetail.sinks.keyed_merge import DELETE, FRESH, local_merge, same_key_as_previous
 from icetail.sinks.pg_mirror.types import Column
 
 VALID_FROM_SNAPSHOT_ID = "_valid_from_snapshot_id"

@@ -19,10 +19,10 @@ import pyarrow as pa
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, message_line
 from icetail.kernel.secrets import redact_text
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.keyed_merge import local_merge
 from icetail.sinks.pg_mirror.apply import Applied, apply_group, apply_mirror, ensure_ledger
 from icetail.sinks.pg_mirror.apply_history import apply_history
 from icetail.sinks.pg_mirror.history import HISTORY_COLUMNS, history_key, version_changes
-from icetail.sinks.pg_mirror.merge import local_merge
 from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing, schema_exists
 from icetail.sinks.pg_mirror.types import Column, data_columns, field_id
 from icetail.sinks.pg_mirror.url import MirrorTarget, parse_mirror_url

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.pg_mirror.columns import (
+from icetail.sinks.change_columns import (
     LAST_UPDATED_SEQUENCE_NUMBER,
     METADATA_COLUMNS,
     ROW_ID,

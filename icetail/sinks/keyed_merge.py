@@ -1,5 +1,7 @@
 """The local merge: a chunk's change rows folded to one net change per key, in commit order.
 
+Shared by the mirrors (PostgreSQL: pg_mirror/, Iceberg: iceberg_mirror*.py).
+
 Why: applying rows one by one (or "all updates, then all deletes") is where JDBC upsert sinks
 lose or resurrect rows. Here the rows of a key are ordered by commit (`_change_ordinal`, the
 snapshot's place in the stream), then within one snapshot deletes (DELETE, UPDATE_BEFORE) before
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.pg_mirror.columns import CHANGE_ORDINAL, CHANGE_TYPE
+from icetail.sinks.change_columns import CHANGE_ORDINAL, CHANGE_TYPE
 
 INSERTING = ("INSERT", "UPDATE_AFTER")
 DELETE, FRESH, UPSERT = "D", "I", "U"  # the net ops

@@ -1,4 +1,4 @@
-"""The change rows' column names the mirror reads (sinks may not import the reader; a test checks
+"""The change rows' column names the mirrors read (sinks may not import the reader; a test checks
 these equal reader/metadata_columns.py and reader/row_lineage.py)."""
 
 from __future__ import annotations

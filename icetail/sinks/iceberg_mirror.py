@@ -1,0 +1,133 @@
+"""The Iceberg mirror: `iceberg://CATALOG/NS.TABLE?mode=mirror` keeps an Iceberg table equal to the
+followed table by key, exactly once.
+
+The rows come to the driver, as for the PostgreSQL mirror: the pipeline hands over a group of
+chunks (`GroupWriteSink`, bounded by --sink-commit-rows/--sink-commit-interval), the group is
+folded to one net change per key (`keyed_merge.local_merge`: commit order, key changes as a
+delete of the old key) and applied as ONE overwrite snapshot (`iceberg_mirror_apply`) whose
+summary names the group's chunks, as the changelog sink's appends do (`iceberg_ledger`). The
+commit is made on the metadata the sink holds and lands only if the table has not moved
+(`iceberg_commit`); a replayed group (applied, offsets not committed) is found in the ledger and
+left out, whole or in part, however the replay is grouped (`IcebergTarget._append_once`). Another
+writer's commit makes ours fail as a whole: reloaded, looked up again and redone (SinkError when
+the retries run out, so the pipeline retries).
+
+The target is created at `bind` when missing (`iceberg_mirror_schema`: the source's data columns,
+the key as identifier fields) and otherwise checked, before any row and before every group: a
+target (or a source schema change) that does not match is refused in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table, Transaction
+
+from icetail.kernel.errors import ConfigError
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.iceberg_ledger import chunk_summary
+from icetail.sinks.iceberg_mirror_apply import GroupRewrite, plan_rewrite
+from icetail.sinks.iceberg_mirror_schema import check_target, target_schema
+from icetail.sinks.iceberg_sink import IcebergTarget
+from icetail.sinks.keyed_merge import local_merge
+
+log = logging.getLogger("icetail.sinks.iceberg_mirror")
+
+
+class IcebergMirrorSink(IcebergTarget):
+    """Keeps NS.TABLE of catalog `catalog_name` equal to the followed table by key; see docs/sinks.md."""
+
+    exactly_once: bool = True
+
+    def __init__(self, catalog_name: str, identifier: str, *, consumer: str) -> None:
+        super().__init__(catalog_name, identifier, consumer=consumer)
+        self._key: tuple[str, ...] = ()
+        self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
+        self.duplicates = 0  # inserts of a key the target already held, since open (last writer wins)
+        self.last: GroupRewrite | None = None  # the last group's commit: files read, replaced, rows
+
+    def bind(self, key: tuple[str, ...], schema: pa.Schema) -> None:
+        """Create the target for change rows of `schema` keyed by `key`, or check the existing one."""
+        if not key:
+            raise ConfigError(f"iceberg mirror {self._where()} needs a key: give --identifier-columns")
+        self._key = tuple(key)
+        self._guarded(
+            "the target cannot be prepared", "the target does not fit the source", lambda: self._checked(schema)
+        )
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        """One chunk in one commit (a reconciled snapshot, a --net batch, or no grouping)."""
+        return self.write_group([(key, rows)])[0]
+
+    def write_group(self, chunks: Sequence[tuple[ChunkKey, pa.Table]]) -> list[str | None]:
+        """Chunks of one batch, in delivery order, applied as one snapshot (chunks applied before left
+        out); returns after the commit, so the pipeline may commit their offsets. A token each: the
+        id of the snapshot that holds the chunk."""
+        if not self._key:
+            raise ConfigError(f"iceberg mirror {self._where()} was not bound to a key (Pipeline binds it at open)")
+        for key, _ in chunks:
+            self._check_consumer(key)
+        names = chunks[0][0].name if len(chunks) == 1 else f"chunks {chunks[0][0].name} to {chunks[-1][0].name}"
+        tokens: list[str | None] = list(
+            self._guarded(f"{names} not applied", f"{names} do not fit the target", lambda: self._apply(chunks))
+        )
+        return tokens
+
+    def _checked(self, schema: pa.Schema) -> Table:
+        """The target as committed now, created when missing; refused when it does not match `schema`."""
+        table = self._refreshed(schema)
+        check_target(table.schema(), schema, self._key, self._where())
+        return table
+
+    def _apply(self, chunks: Sequence[tuple[ChunkKey, pa.Table]]) -> list[str]:
+        schema = chunks[0][1].schema
+        table = self._held(schema)
+        check_target(table.schema(), schema, self._key, self._where())  # a source schema change is refused
+        counts = [(key.name, rows.num_rows) for key, rows in chunks]
+        applied: list[int] = []
+
+        def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
+            # applied chunks form whole earlier groups: what is left is a suffix, still in commit order
+            rows = pa.concat_tables([chunks[i][1].cast(schema) for i in pending])
+            rewrite = plan_rewrite(table, local_merge(rows, self._key), self._key)
+            self.last = rewrite
+            applied[:] = pending
+            return table, rewrite.stage(chunk_summary(self.consumer, [counts[i] for i in pending]))
+
+        tokens = self._append_once(counts, table, appended, replayed=lambda i: None)
+        if applied and self.last is not None:
+            last = self.last
+            log.debug(
+                "%s: %d chunk(s) applied in snapshot %s: %d file(s) read, %d replaced, %d row(s) deleted, %d upserted",
+                self._where(),
+                len(applied),
+                tokens[applied[0]],
+                last.files_read,
+                len(last.replaced),
+                last.rows_deleted,
+                last.rows_upserted,
+            )
+        self._report(chunks, len(chunks) - len(applied))
+        return tokens
+
+    def _report(self, chunks: Sequence[tuple[ChunkKey, pa.Table]], skipped: int) -> None:
+        first = chunks[0][0].name if len(chunks) == 1 else f"{chunks[0][0].name}..{chunks[-1][0].name}"
+        if skipped:
+            self.replayed += skipped
+            log.info("%d chunk(s) of %s already applied to %s: skipped (a replay)", skipped, first, self._where())
+        if skipped < len(chunks) and self.last is not None and self.last.duplicates:
+            self.duplicates += self.last.duplicates
+            log.warning(
+                "chunk(s) %s: %d insert(s) of a key the target already held (the source holds a key twice, or the "
+                "target held rows before): last writer wins; %d since start",
+                first,
+                self.last.duplicates,
+                self.duplicates,
+            )
+
+    def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
+        return target_schema(schema, self._key)
+

@@ -1,0 +1,160 @@
+"""A group's net changes as ONE overwrite snapshot of the Iceberg mirror: the data files that hold
+an affected key rewritten without its rows, the net upserts appended.
+
+Which files: the affected keys (every key of the group's net changes: a deleted key and an upserted
+one both lose their old row) become a filter, `In(key, ...)` (for a composite key, an `And` of one
+`In` per column: a superset, exact rows are matched below). pyiceberg's scan planning prunes by it:
+partitions (a target bucketed by the key keeps a group's keys in few partitions) and each file's
+column bounds. pyiceberg's metrics evaluators give up on an `In` of more than 200 values
+(`IN_PREDICATE_LIMIT`: every file "might match"), so the values go in slices of 200 joined by `Or`.
+Each file that can hold a key is read (its position deletes applied), and only if it holds one is
+it replaced by a file without those rows (none when nothing is left); the others are kept as they
+are. The rows are matched by an Arrow semi-join on the key columns.
+
+Why not position deletes or deletion vectors: pyiceberg (0.12) writes neither (its own delete
+rewrites files, and warns that merge-on-read is not supported), so copy-on-write of the touched
+files is the one way a pyiceberg commit can remove rows; docs/sinks.md says what that costs.
+
+Everything lands in one `overwrite` snapshot whose summary names the group's chunks (the
+ledger's `chunk_summary`): the commit is the group, whole or not at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, Or
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table, Transaction
+
+from icetail.sinks.iceberg_schema import conform
+from icetail.sinks.keyed_merge import DELETE, FRESH, NetChanges
+
+IN_LIMIT = 200  # pyiceberg's IN_PREDICATE_LIMIT: metrics are not evaluated for a longer IN
+_ROW = "__icetail_row"
+
+
+@dataclass(frozen=True)
+class GroupRewrite:
+    """What one group's commit changes in the target, prepared (files written) but not committed."""
+
+    predicate: BooleanExpression  # where the affected keys can be: the files' and manifests' pruning filter
+    replaced: tuple[tuple[DataFile, tuple[DataFile, ...]], ...]  # a file holding an affected key -> its rewrite
+    added: tuple[DataFile, ...]  # the net upserts
+    files_read: int  # files the pruning left, read to find the keys' rows
+    rows_deleted: int  # rows of the target removed (old rows of affected keys)
+    rows_upserted: int
+    duplicates: int  # rows of keys the group inserts fresh that the target held already
+
+    def stage(self, summary: dict[str, str]) -> Callable[[Transaction], None]:
+        """The transaction step: one overwrite snapshot carrying `summary`."""
+
+        def overwrite(transaction: Transaction) -> None:
+            with transaction.update_snapshot(snapshot_properties=summary).overwrite() as snapshot:
+                snapshot.delete_by_predicate(self.predicate)  # the manifests that may list a replaced file
+                for old, new in self.replaced:
+                    snapshot.delete_data_file(old)
+                    for data_file in new:
+                        snapshot.append_data_file(data_file)
+                for data_file in self.added:
+                    snapshot.append_data_file(data_file)
+
+        return overwrite
+
+
+def key_predicate(keys: pa.Table, table: Table) -> BooleanExpression:
+    """Where rows of `keys` can be, as a filter pyiceberg prunes by; AlwaysTrue if it cannot bind it."""
+    parts: list[BooleanExpression] = []
+    for name in keys.column_names:
+        values = sorted(set(keys.column(name).to_pylist()), key=repr)
+        slices = [_in(name, values[i : i + IN_LIMIT]) for i in range(0, len(values), IN_LIMIT)]
+        parts.append(functools.reduce(_or, slices))
+    predicate = functools.reduce(_and, parts)
+    try:
+        bind(table.schema(), predicate, case_sensitive=True)
+    except Exception:  # noqa: BLE001 - a key type pyiceberg cannot make literals of: no pruning, still exact
+        return AlwaysTrue()
+    return predicate
+
+
+def _in(name: str, values: list[object]) -> BooleanExpression:
+    return In(name, values)  # type: ignore[call-arg,arg-type]  # pydantic's signature hides __new__'s
+
+
+def _or(left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
+    return Or(left, right)
+
+
+def _and(left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
+    return And(left, right)
+
+
+def plan_rewrite(table: Table, net: NetChanges, key: Sequence[str]) -> GroupRewrite:
+    """Read the files that can hold an affected key, write their rewrites and the upserts (uncommitted)."""
+    schema = table.schema()
+    arrow = schema.as_arrow()
+    keys = net.rows.select(list(key))
+    fresh = keys.filter(pc.equal(net.ops, FRESH))
+    predicate = key_predicate(keys, table)
+    commit_uuid = uuid.uuid4()
+    counter = itertools.count(0)
+    replaced: list[tuple[DataFile, tuple[DataFile, ...]]] = []
+    files_read = rows_deleted = duplicates = 0
+    if table.current_snapshot() is not None:
+        scan = ArrowScan(table.metadata, table.io, projected_schema=schema, row_filter=AlwaysTrue())
+        for task in table.scan(row_filter=predicate).plan_files():
+            files_read += 1
+            rows = scan.to_table([task])
+            hit = matches(rows, keys, key)
+            found = int(hit.sum())
+            if not found:
+                continue
+            rows_deleted += found
+            if fresh.num_rows:
+                duplicates += int(matches(rows.filter(pa.array(hit)), fresh, key).sum())
+            kept = rows.filter(pa.array(~hit))
+            written = (
+                tuple(_dataframe_to_data_files(table.metadata, kept, table.io, commit_uuid, counter))
+                if kept.num_rows
+                else ()
+            )
+            replaced.append((task.file, written))
+    upserts = conform(net.rows.filter(pc.not_equal(net.ops, DELETE)), arrow)
+    added = (
+        tuple(_dataframe_to_data_files(table.metadata, upserts, table.io, commit_uuid, counter))
+        if upserts.num_rows
+        else ()
+    )
+    return GroupRewrite(
+        predicate, tuple(replaced), added, files_read, rows_deleted, upserts.num_rows, duplicates + net.duplicates
+    )
+
+
+def matches(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """For each row of `rows`: whether its key is one of `keys` (a semi-join on the key columns)."""
+    n = rows.num_rows
+    if not n or not keys.num_rows:
+        return np.zeros(n, dtype=bool)
+    left = {f"k{i}": _plain(rows.column(name)) for i, name in enumerate(key)}
+    right = {f"k{i}": _plain(keys.column(name)).cast(left[f"k{i}"].type) for i, name in enumerate(key)}
+    left[_ROW] = pa.array(np.arange(n))
+    names = [f"k{i}" for i in range(len(key))]
+    joined = pa.table(left).join(pa.table(right), keys=names, join_type="left semi")
+    hit = np.zeros(n, dtype=bool)
+    hit[joined.column(_ROW).to_numpy()] = True
+    return hit
+
+
+def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """`column` as one array a join takes (an extension type, such as uuid, by its storage)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return array.storage if isinstance(array.type, pa.BaseExtensionType) else array

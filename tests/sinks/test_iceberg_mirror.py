@@ -1,0 +1,237 @@
+"""The Iceberg mirror sink against a real pyiceberg SQL catalog on SQLite: net changes by key, one
+snapshot per group, replays skipped, pruning to the files that hold a key, refusals, conflicts.
+The pipeline's side (Spark reading a real source) is in tests/pipeline/test_iceberg_mirror.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from icetail.kernel.errors import SinkRejectedError
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
+from icetail.sinks.iceberg_mirror import IcebergMirrorSink
+from icetail.sinks.iceberg_sink import IcebergTableSink
+from icetail.sinks.keyed import GroupWriteSink, KeyedSink
+from tests.sinks import CATALOG
+
+URL = f"iceberg://{CATALOG}/tgt.m?mode=mirror"
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("v", pa.large_string()),
+        pa.field("_change_type", pa.string(), nullable=False),
+        pa.field("_change_ordinal", pa.int32(), nullable=False),
+        pa.field("_commit_snapshot_id", pa.int64(), nullable=False),
+        pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+def _rows(changes: list[tuple[str, int, str | None, int]]) -> pa.Table:
+    """(change type, id, v, ordinal) per row."""
+    columns: dict[str, list[Any]] = {
+        "id": [c[1] for c in changes],
+        "v": [c[2] for c in changes],
+        "_change_type": [c[0] for c in changes],
+        "_change_ordinal": [c[3] for c in changes],
+        "_commit_snapshot_id": [c[3] for c in changes],
+        "_commit_timestamp": [0] * len(changes),
+    }
+    return pa.table({f.name: pa.array(columns[f.name], f.type) for f in SCHEMA}, schema=SCHEMA)
+
+
+def _key(batch: str, index: int) -> ChunkKey:
+    return ChunkKey("c1", batch, index, f"s{index}", 0)
+
+
+def _open(key: tuple[str, ...] = ("id",), schema: pa.Schema = SCHEMA) -> IcebergMirrorSink:
+    sink = open_sink(URL, consumer="c1")
+    assert isinstance(sink, IcebergMirrorSink)
+    sink.bind(key, schema)
+    return sink
+
+
+def _target(catalog: SqlCatalog) -> dict[int, str | None]:
+    rows = catalog.load_table("tgt.m").scan().to_arrow()
+    ids, values = rows.column("id").to_pylist(), rows.column("v").to_pylist()
+    assert len(set(ids)) == len(ids), f"a key twice in the target: {sorted(ids)}"
+    return dict(zip(ids, values, strict=True))
+
+
+def test_the_url_picks_the_mirror_and_keeps_the_changelog_forms(sql_catalog: SqlCatalog) -> None:
+    assert parse_sink_url(URL).mode == "mirror"
+    assert parse_sink_url(f"iceberg://{CATALOG}/tgt.m").mode is None
+    assert normalize_sink_url(f"ICEBERG://{CATALOG}/tgt.m?mode=mirror") == URL
+    assert normalize_sink_url(f"iceberg://{CATALOG}/tgt.m") == f"iceberg://{CATALOG}/tgt.m"
+    changelog = open_sink(f"iceberg://{CATALOG}/tgt.c", consumer="c1")
+    assert isinstance(changelog, IcebergTableSink) and not isinstance(changelog, KeyedSink)
+    mirror = open_sink(URL, consumer="c1")
+    assert isinstance(mirror, KeyedSink) and isinstance(mirror, GroupWriteSink)
+    assert not hasattr(mirror, "stager"), "the mirror is written from the driver, never staged"
+    with pytest.raises(Exception, match=r"\?mode=mirror"):
+        parse_sink_url(f"iceberg://{CATALOG}/tgt.m?mode=history")
+
+
+def test_changes_are_applied_by_key_in_commit_order_one_snapshot_per_group(sql_catalog: SqlCatalog) -> None:
+    sink = _open()
+    table = sql_catalog.load_table("tgt.m")
+    assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["id"]
+    sink.write_group([(_key("b1", 0), _rows([("INSERT", i, f"a{i}", 1) for i in range(10)]))])
+    assert _target(sql_catalog) == {i: f"a{i}" for i in range(10)}
+    group = [
+        # an update, a key change (3 -> 30), a delete, a key deleted and re-inserted in one group
+        (_key("b2", 0), _rows([("UPDATE_BEFORE", 1, "a1", 2), ("UPDATE_AFTER", 1, "u1", 2)])),
+        (_key("b2", 1), _rows([("UPDATE_BEFORE", 3, "a3", 3), ("UPDATE_AFTER", 30, "k30", 3)])),
+        (_key("b2", 2), _rows([("DELETE", 4, "a4", 4), ("DELETE", 5, "a5", 4)])),
+        (_key("b2", 3), _rows([("INSERT", 5, "back5", 5), ("DELETE", 6, "a6", 5)])),
+        # later in the stream, yet first in the chunk: commit order decides, not row order
+        (_key("b2", 4), _rows([("INSERT", 6, "back6", 7), ("DELETE", 6, "gone", 6), ("INSERT", 6, "mid", 6)])),
+    ]
+    before = len(sql_catalog.load_table("tgt.m").snapshots())
+    tokens = sink.write_group(group)
+    table = sql_catalog.load_table("tgt.m")
+    assert len(table.snapshots()) == before + 1 and len(set(tokens)) == 1
+    assert table.current_snapshot() is not None and str(table.current_snapshot().snapshot_id) == tokens[0]
+    expected = {i: f"a{i}" for i in range(10)} | {1: "u1", 30: "k30", 5: "back5", 6: "back6"}
+    for gone in (3, 4):
+        del expected[gone]
+    assert _target(sql_catalog) == expected
+    sink.close()
+
+
+def test_a_replayed_group_is_skipped_whole_or_in_part(sql_catalog: SqlCatalog) -> None:
+    sink = _open()
+    group = [(_key("b1", i), _rows([("INSERT", i * 10 + j, "x", 1) for j in range(3)])) for i in range(3)]
+    first = sink.write_group(group)
+    snapshots = len(sql_catalog.load_table("tgt.m").snapshots())
+    sink.close()
+    again = _open()  # a new run after a crash: same chunks, cut differently
+    assert again.write_group(group[:2]) == first[:2]
+    assert again.write_group(group) == first
+    assert len(sql_catalog.load_table("tgt.m").snapshots()) == snapshots and again.replayed == 5
+    assert _target(sql_catalog) == {i * 10 + j: "x" for i in range(3) for j in range(3)}
+    # a group that is partly new: the applied chunks left out, the rest applied once
+    more = [*group, (_key("b1", 3), _rows([("UPDATE_BEFORE", 0, "x", 2), ("UPDATE_AFTER", 0, "y", 2)]))]
+    tokens = again.write_group(more)
+    assert tokens[:3] == first and tokens[3] != first[0]
+    assert _target(sql_catalog)[0] == "y" and len(sql_catalog.load_table("tgt.m").snapshots()) == snapshots + 1
+
+
+def test_only_files_that_can_hold_an_affected_key_are_read_and_rewritten(sql_catalog: SqlCatalog) -> None:
+    sink = _open()
+    for f in range(10):  # ten files of disjoint key ranges
+        sink.write_group([(_key("b1", f), _rows([("INSERT", f * 100 + j, "a", 1) for j in range(50)]))])
+    sink.write_group([(_key("b2", 0), _rows([("UPDATE_BEFORE", 305, "a", 2), ("UPDATE_AFTER", 305, "b", 2)]))])
+    assert sink.last is not None and sink.last.files_read == 1 and len(sink.last.replaced) == 1
+    assert sink.last.rows_deleted == 1 and sink.last.rows_upserted == 1
+    # more keys than pyiceberg evaluates in one IN (200): still pruned, to the two files they are in
+    keys = [700 + j for j in range(50)] + [900 + j for j in range(50)] + list(range(5000, 5200))
+    sink.write_group([(_key("b3", 0), _rows([("DELETE", k, "a", 3) for k in keys]))])
+    assert sink.last.files_read == 2 and [len(new) for _, new in sink.last.replaced] == [0, 0]
+    target = _target(sql_catalog)
+    assert len(target) == 400 and target[305] == "b" and 700 not in target
+
+
+def test_an_existing_target_that_does_not_match_is_refused_in_one_line(sql_catalog: SqlCatalog) -> None:
+    sql_catalog.create_namespace("tgt")
+    sql_catalog.create_table(
+        "tgt.m",
+        Schema(
+            NestedField(1, "id", StringType(), required=True),
+            NestedField(2, "v", StringType(), required=False),
+            identifier_field_ids=[1],
+        ),
+    )
+    with pytest.raises(SinkRejectedError) as info:
+        _open()
+    assert "column id is string, the source's is long" in str(info.value) and "\n" not in str(info.value)
+    sql_catalog.drop_table("tgt.m")
+    sql_catalog.create_table(
+        "tgt.m", Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()))
+    )
+    with pytest.raises(SinkRejectedError, match="identifier fields are none, the mirror's key is id"):
+        _open()
+    sql_catalog.drop_table("tgt.m")
+    sql_catalog.create_table(  # a matching table is adopted as it is
+        "tgt.m",
+        Schema(
+            NestedField(7, "id", LongType(), required=True), NestedField(8, "v", StringType()), identifier_field_ids=[7]
+        ),
+    )
+    sink = _open()
+    sink.write(_key("b1", 0), _rows([("INSERT", 1, "a", 1)]))
+    assert _target(sql_catalog) == {1: "a"}
+
+
+def test_another_writers_commit_is_retried_on_the_new_table(sql_catalog: SqlCatalog) -> None:
+    sink = _open()
+    sink.write(_key("b1", 0), _rows([("INSERT", i, "a", 1) for i in range(5)]))
+    other = sql_catalog.load_table("tgt.m")  # commits behind the sink's held metadata
+    other.append(pa.table({"id": pa.array([100], pa.int64()), "v": ["other"]}, schema=other.schema().as_arrow()))
+    sink.write(_key("b2", 0), _rows([("UPDATE_BEFORE", 2, "a", 2), ("UPDATE_AFTER", 2, "b", 2)]))
+    assert _target(sql_catalog) == {0: "a", 1: "a", 2: "b", 3: "a", 4: "a", 100: "other"}
+
+
+def test_a_composite_key(sql_catalog: SqlCatalog) -> None:
+    schema = pa.schema([pa.field("k2", pa.large_string(), nullable=False), *SCHEMA])
+    sink = _open(("id", "k2"), schema)
+
+    def rows(changes: list[tuple[str, int, str, str, int]]) -> pa.Table:
+        base = _rows([(t, i, v, o) for t, i, _, v, o in changes])
+        return base.add_column(0, schema.field("k2"), pa.array([c[2] for c in changes], pa.large_string()))
+
+    inserts = [("INSERT", 1, "x", "a", 1), ("INSERT", 1, "y", "b", 1), ("INSERT", 2, "x", "c", 1)]
+    sink.write(_key("b1", 0), rows(inserts))
+    sink.write(_key("b2", 0), rows([("UPDATE_BEFORE", 1, "x", "a", 2), ("UPDATE_AFTER", 1, "y", "z", 2)]))
+    got = sql_catalog.load_table("tgt.m").scan().to_arrow()
+    assert sorted(zip(got["id"].to_pylist(), got["k2"].to_pylist(), got["v"].to_pylist(), strict=True)) == [
+        (1, "y", "z"),
+        (2, "x", "c"),
+    ]
+
+
+def test_a_partitioned_target_reads_only_the_partitions_of_the_keys(sql_catalog: SqlCatalog) -> None:
+    """Keyed by (region, id), partitioned by region: an id is in every partition, a key in one.
+    (A bucket(N, key) target is written alike, with pyiceberg-core installed; this venv has none.)"""
+    sql_catalog.create_namespace("tgt")
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="region"))
+    keyed = Schema(
+        NestedField(1, "region", StringType(), required=True),
+        NestedField(2, "id", LongType(), required=True),
+        NestedField(3, "v", StringType()),
+        identifier_field_ids=[1, 2],
+    )
+    sql_catalog.create_table("tgt.m", keyed, partition_spec=spec)
+    schema = pa.schema([pa.field("region", pa.large_string(), nullable=False), *SCHEMA])
+    sink = _open(("region", "id"), schema)
+    regions = ["eu", "us", "ap", "af"]
+
+    def rows(changes: list[tuple[str, str, int, str, int]]) -> pa.Table:
+        base = _rows([(t, i, v, o) for t, _, i, v, o in changes])
+        return base.add_column(0, schema.field("region"), pa.array([c[1] for c in changes], pa.large_string()))
+
+    sink.write(_key("b1", 0), rows([("INSERT", r, i, "a", 1) for r in regions for i in range(250)]))
+    assert len(sql_catalog.load_table("tgt.m").inspect.files()) == 4
+    sink.write(_key("b2", 0), rows([("UPDATE_BEFORE", "eu", 5, "a", 2), ("UPDATE_AFTER", "eu", 5, "b", 2)]))
+    assert sink.last is not None and sink.last.files_read == 1 and len(sink.last.replaced) == 1
+    got = sql_catalog.load_table("tgt.m").scan().to_arrow()
+    changed = sorted(zip(got["region"].to_pylist(), got["id"].to_pylist(), got["v"].to_pylist(), strict=True))
+    assert len(changed) == 1000 and [r for r in changed if r[2] != "a"] == [("eu", 5, "b")]
+
+
+def test_a_source_schema_change_is_refused_before_anything_is_committed(sql_catalog: SqlCatalog) -> None:
+    sink = _open()
+    sink.write(_key("b1", 0), _rows([("INSERT", 1, "a", 1)]))
+    snapshots = len(sql_catalog.load_table("tgt.m").snapshots())
+    wider = _rows([("INSERT", 2, "b", 2)]).append_column("extra", pa.array([1], pa.int32()))
+    with pytest.raises(SinkRejectedError, match="has column\\(s\\) the source lacks|lacks column\\(s\\) extra"):
+        sink.write(_key("b2", 0), wider)
+    assert len(sql_catalog.load_table("tgt.m").snapshots()) == snapshots and _target(sql_catalog) == {1: "a"}
