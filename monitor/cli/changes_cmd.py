@@ -30,6 +30,7 @@ from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
 from icetail.reader.row_filter import checked_row_filter, parse_row_filter
 from icetail.reader.spark import BackgroundSession
+from icetail.sinks.debezium import FORMATS, EnvelopeSource, envelope_batches, envelope_schema
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,7 +150,12 @@ def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spa
     )
     try:
         schema = _output_schema(args, table, plan.schema_id)
-        rows = write_output(args.output, schema, project(batches, schema) if args.columns else batches)
+        if args.columns:
+            batches = project(batches, schema)
+        if args.output_format == "debezium":
+            source = EnvelopeSource(args.table, {c.snapshot_id: c.sequence_number for c in plan.commits})
+            batches, schema = envelope_batches(batches, source), envelope_schema(schema)
+        rows = write_output(args.output, schema, batches)
     finally:
         progress.close()
     if args.output != "-":
@@ -185,6 +191,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         type=column_list,
         default=None,
         help="a,b: only these data columns (top-level), then the changelog columns; rows are the same",
+    )
+    changes.add_argument(
+        "--format",
+        dest="output_format",
+        choices=FORMATS,
+        default="changelog",
+        help="changelog (default: one row per change, Iceberg's changelog columns) or debezium (one "
+        "before/after/op/source record per change; an update is one record)",
     )
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
     changes.add_argument(

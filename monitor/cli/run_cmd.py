@@ -24,6 +24,7 @@ from icetail.monitor.engine.startup import (
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.monitor.service.config import run_config
+from icetail.sinks.debezium import FORMATS
 from icetail.sinks.factory import normalize_sink_url
 from icetail.state.checkpoint import Checkpoint, HistoryEntry
 from icetail.state.store import CheckpointStore, open_store
@@ -80,6 +81,14 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--with-schema-id", action="store_true", default=None, help="add _schema_id (the row's schema id)"
+    )
+    parser.add_argument(
+        "--format",
+        dest="output_format",
+        choices=FORMATS,
+        default=None,
+        help="changelog (default: icetail's change rows) or debezium (one before/after/op/source envelope per "
+        "change) for the jsonl, stdout, parquet and callback sinks",
     )
     parser.add_argument(
         "--with-row-lineage",

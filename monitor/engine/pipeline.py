@@ -88,6 +88,7 @@ from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import BackgroundSession, SplitRequest, is_connect, run_splits
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
+from icetail.sinks.debezium import EnvelopeSink, check_format
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import CheckpointStore, open_store
@@ -123,8 +124,11 @@ class PipelineConfig:
     # a snapshot to reconcile with more estimated bytes is reconciled by Spark tasks in partitions of
     # about this size, a chunk each (monitor/engine/partitioned.py); 0: every snapshot whole, in the driver
     reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
+    # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
+    output_format: str = "changelog"
 
     def __post_init__(self) -> None:
+        check_format(self.output_format)
         if self.net and not self.carry_over_removal:
             raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
         parse_start(self.start)
@@ -398,6 +402,8 @@ class Pipeline:
             from icetail.sinks.factory import open_sink
 
             self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
+        if self.config.output_format == "debezium" and not isinstance(self._sink, EnvelopeSink):
+            self._sink = EnvelopeSink(self._sink, self.config.table)
         return self._sink
 
     # running ---------------------------------------------------------------------------
@@ -655,6 +661,8 @@ class Pipeline:
         splits = batch.splits
         if not splits:
             return True
+        if isinstance(self.sink, EnvelopeSink):
+            self.sink.prepare(batch.batch_id, _sequence_numbers(table, batch), full_start=_is_full_start(batch))
         schema_id = batch_schema_id(table, batch)
         splits = _with_commit_schema_ids(table, splits)
         identifiers = self._identifiers(table, schema_id)
@@ -1130,3 +1138,20 @@ def _holder_is_dead(owner: str) -> bool:
     if int(parts[1]) == os.getpid():
         return True  # our own pid with another token: a previous run of this container (pid 1)
     return not process_is_running(int(parts[1]))
+
+
+def _sequence_numbers(table: Table, batch: InflightBatch) -> dict[int, int]:
+    """The data sequence number of each commit of `batch` (the Debezium envelope's `source`)."""
+    return {s.task.commit.snapshot_id: s.task.commit.sequence_number for s in batch.splits}
+
+
+def _is_full_start(batch: InflightBatch) -> bool:
+    """Whether `batch` reads one snapshot whole (`--start full`, or a diff from nothing after lost
+    history): it starts before everything yet holds one commit that has a parent. From the batch
+    as stored, so a resumed batch says the same."""
+    commits = {s.task.commit for s in batch.splits}
+    return (
+        batch.from_snapshot_exclusive is None
+        and len(commits) == 1
+        and next(iter(commits)).parent_id is not None
+    )

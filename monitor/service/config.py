@@ -18,6 +18,7 @@ import yaml
 from icetail.kernel.errors import ConfigError, message_line
 from icetail.monitor.engine.pipeline import PipelineConfig
 from icetail.monitor.engine.verify import VERIFY_MODES
+from icetail.sinks.debezium import FORMATS
 from icetail.sinks.factory import parse_sink_url
 from icetail.state.urls import parse_store_url
 
@@ -42,6 +43,7 @@ PIPELINE_KEYS = {
     "with_schema_id": "with_schema_id",
     "with_row_lineage": "with_row_lineage",
     "reconcile_partition_bytes": "reconcile_partition_bytes",
+    "format": "output_format",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {
@@ -55,7 +57,7 @@ INT_KEYS = {
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval"}
 LIST_KEYS = {"identifier_columns"}
-CHOICE_KEYS = {"verify": VERIFY_MODES}
+CHOICE_KEYS = {"verify": VERIFY_MODES, "format": FORMATS}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
@@ -290,6 +292,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "with_schema_id": getattr(args, "with_schema_id", None),
         "with_row_lineage": getattr(args, "with_row_lineage", None),
         "reconcile_partition_bytes": getattr(args, "reconcile_partition_bytes", None),
+        "output_format": getattr(args, "output_format", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

@@ -153,3 +153,27 @@ def test_output_files_honour_the_umask(
             assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~umask), name
     finally:
         os.umask(previous)
+
+
+def test_changes_as_debezium_envelopes(small_table: SmallTable, spark: Any, tmp_path: Any, capsys: Any) -> None:
+    """`--format debezium`: one before/after/op/source record per change, to a file and to stdout."""
+    table = small_table.load()
+    target = tmp_path / "cdc.jsonl"
+    code, _, err = _run(
+        capsys, "changes", "--catalog", "core", "--table", "ns.t", "--format", "debezium", "--output", str(target)
+    )
+    assert code == 0, err
+    records = [json.loads(line) for line in target.read_text().splitlines()]
+    assert sorted((r["op"], (r["after"] or r["before"])["id"]) for r in records) == [
+        ("c", 1), ("c", 2), ("c", 3), ("c", 4), ("c", 5), ("d", 2)
+    ]  # fmt: skip
+    deleted = next(r for r in records if r["op"] == "d")
+    assert deleted["before"] == {"id": 2, "v": "b"} and deleted["after"] is None
+    snapshot = table.snapshot_by_id(deleted["source"]["snapshot_id"])
+    assert deleted["source"]["sequence_number"] == snapshot.sequence_number
+    assert deleted["source"]["table"] == "t" and deleted["source"]["db"] == "ns"
+    code, out, err = _run(
+        capsys, "changes", "--catalog", "core", "--table", "ns.t", "--format", "debezium", "--output", "-"
+    )
+    assert code == 0, err
+    assert [json.loads(line) for line in out.splitlines()] == records
