@@ -31,5 +31,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve.add_argument("--metrics-port", type=int, default=None, help="default 9464; /metrics /healthz /readyz")
     serve.add_argument("--max-failures", type=int, default=None, help="consecutive failures before exiting (5)")
     serve.add_argument("--shutdown-timeout", default=None, help="bound on a graceful stop (30s)")
-    serve.add_argument("--log-level", default=None)
+    serve.add_argument("--log-level", default=None, help="DEBUG | INFO (default) | WARNING | ERROR | CRITICAL")
     serve.set_defaults(func=cmd_serve)
