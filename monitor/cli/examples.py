@@ -63,7 +63,7 @@ examples:
   # deliver again from the table's first snapshot
   icetail reset --state sqlite:///state.db --consumer prod.db.orders --to earliest
 
-  # skip to a snapshot and deliver to a new sink from there on
+  # move the cursor to snapshot 123 (the next run delivers what follows it), into a new sink
   icetail reset --state sqlite:///state.db --consumer prod.db.orders --to snapshot:123 \\
       --sink parquet:///data/orders-v2
 
