@@ -7,7 +7,7 @@ delivers them; then a DELETE of 100 rows (one file gets position deletes), an UP
 row and an INSERT of 100 rows, and `expire_snapshots(retain_last => 1)`. The consumer's next run
 is the repair batch. Printed: the repair's planning (manifests read, seconds), the data files and
 bytes it read against the whole table's, and the same consumer's alternative,
-`--on-missing-cursor full` (every live file read again). docs/performance.md has the figures.
+`--on-missing-cursor full` (every live file read again). bench/RESULTS.md has the figures.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ the range), so only rows inserted in the range (updated rows) keep their carry-o
 the fold is keyed by it (`NetChanges(row_lineage=True)`).
 Printed: raw change rows, seconds to fold and to build the result (with the ids as key), the
 most rows `NetChanges` held, the net rows, and for scale the per-snapshot `reconcile_snapshot`
-of the same rows. docs/performance.md has the figures.
+of the same rows. bench/RESULTS.md has the figures.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Driver-side cost of `reconcile_snapshot`: content carry-over only, identifier columns, row lineage.
 
 One snapshot that rewrites N rows copy-on-write with 10% of them updated (N DELETEs, N INSERTs,
-row ids kept). `python -m bench.reconcile_cost [N]`; figures in docs/performance.md.
+row ids kept). `python -m bench.reconcile_cost [N]`; figures in bench/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The benchmark runner at its tiny size, so it cannot rot: it runs and prints ratios.
 
 No timing is asserted (a shared 2-core machine makes any bound flaky); the numbers that matter
-come from `python -m bench.run --scale small|default`, recorded in docs/performance.md.
+come from `python -m bench.run --scale small|default`, recorded in bench/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
 """The bench cases, one module each (`bench.run --cases`), the standalone cases `delivered` and
-`cold`, and `fastdaemon`, the experiment that sized the fixes in docs/performance.md."""
+`cold`, and `fastdaemon`, the experiment that sized the fixes in bench/RESULTS.md."""

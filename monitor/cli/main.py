@@ -15,6 +15,7 @@ from icetail._version import installed_version
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
+from icetail.monitor.cli.examples import add_examples
 from icetail.monitor.cli.flags import SuggestingParser
 
 COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(subparsers)
+    add_examples(subparsers)
     return parser
 
 

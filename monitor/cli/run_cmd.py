@@ -45,7 +45,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         "--start", default=None, help="earliest | latest | full | snapshot:ID | timestamp:ISO8601 | tag:NAME"
     )
     parser.add_argument("--branch", default=None, help="follow this branch instead of main (e.g. a WAP audit branch)")
-    parser.add_argument("--max-snapshots-per-batch", type=int, default=None)
+    parser.add_argument(
+        "--max-snapshots-per-batch", type=int, default=None, help="at most N snapshots per batch (default: all pending)"
+    )
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
     parser.add_argument(
         "--sink-commit-rows",
@@ -67,9 +69,20 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         help="a snapshot to reconcile bigger than this (estimated parquet bytes) is reconciled by Spark tasks in "
         "partitions of about this size (default 8 MiB; 0: whole, in the driver)",
     )
-    parser.add_argument("--identifier-columns", type=column_list, default=None)
-    parser.add_argument("--keep-carry-over", action="store_true", default=None)
-    parser.add_argument("--on-missing-cursor", choices=MISSING_CURSOR_POLICIES, default=None)
+    parser.add_argument(
+        "--identifier-columns", type=column_list, default=None, help="a,b: pair DELETE/INSERT into updates"
+    )
+    parser.add_argument(
+        "--keep-carry-over", action="store_true", default=None, help="keep identical DELETE/INSERT pairs"
+    )
+    parser.add_argument(
+        "--on-missing-cursor",
+        choices=MISSING_CURSOR_POLICIES,
+        default=None,
+        help="the cursor snapshot expired or is not an ancestor of the head: fail (default; diff under "
+        "--protect-cursor) | earliest | latest | full (the head's rows as INSERTs) | diff (the difference as one "
+        "batch); see docs/delivery.md",
+    )
     parser.add_argument("--protect-cursor", action="store_true", default=None, help="keep tag icetail-<consumer>")
     parser.add_argument(
         "--net", action="store_true", default=None, help="deliver each batch's net changes (docs/semantics.md)"
@@ -322,13 +335,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--until-caught-up", action="store_true", help="run batches until caught up (the default)")
     run.set_defaults(func=cmd_run)
     status = subparsers.add_parser("status", help="cursor, lag and in-flight progress of consumers")
-    status.add_argument("--state", required=True)
-    status.add_argument("--consumer", default=None)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--state", required=True, help="checkpoint store: sqlite:///path.db or postgresql://...")
+    status.add_argument("--consumer", default=None, help="only this consumer (default: all in the store)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
     reset = subparsers.add_parser("reset", help="move a consumer's cursor (refused while a run holds it)")
-    reset.add_argument("--state", required=True)
-    reset.add_argument("--consumer", required=True)
+    reset.add_argument("--state", required=True, help="checkpoint store: sqlite:///path.db or postgresql://...")
+    reset.add_argument("--consumer", required=True, help="the consumer id (icetail status lists them)")
     reset.add_argument("--to", default=None, help="earliest | latest | snapshot:ID | timestamp:ISO8601 | tag:NAME")
     reset.add_argument(
         "--sink", default=None, help="deliver to this sink from now on (the cursor stays unless --to is given)"
