@@ -15,7 +15,7 @@ DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
 help:
 	@echo "make demo         - set up .venv (icetail and its runtime dependencies) and run the demo pipeline"
 	@echo "make demo-spark4  - the demo, plus .venv-spark4 (pyspark 4) for the Spark data source example"
-	@echo "make test         - the whole suite on both Spark lines (test-spark35, then test-spark4)"
+	@echo "make test         - the whole suite on both Spark lines at once (test-spark35 and test-spark4)"
 	@echo "make test-spark35 - every test but the Spark 4 only ones (marker spark4), with the Java reference, on pyspark 3.5"
 	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
 	@echo "make lint         - ruff and mypy"
@@ -61,7 +61,20 @@ demo: $(DEMO_STAMP)
 
 demo-spark4: demo $(DEMO_STAMP4)
 
-test: test-spark35 test-spark4
+# Both lines at once: a line spends most of its time waiting on JVM starts, child processes and
+# services, so the two overlap well on two cores (tests/conftest.py: `once` tests run on one line).
+# Each line writes its own log, printed whole once both are done; either failing fails the target.
+test: $(STAMP) $(STAMP4) system-deps
+	@rm -rf .test-logs && mkdir -p .test-logs
+	@echo "running the Spark 3.5 and Spark 4 lines at once (logs in .test-logs/)"
+	@( $(BIN)/pytest -q -p no:cacheprovider -m "not spark4" --basetemp=/tmp/icetail-tests-spark35 \
+		> .test-logs/spark35.log 2>&1; echo $$? > .test-logs/spark35.rc ) & \
+	( $(BIN4)/pytest -q -p no:cacheprovider -m "not java" --basetemp=/tmp/icetail-tests-spark4 \
+		> .test-logs/spark4.log 2>&1; echo $$? > .test-logs/spark4.rc ) & \
+	wait
+	@echo "===== Spark 3.5 line (make test-spark35) ====="; cat .test-logs/spark35.log
+	@echo "===== Spark 4 line (make test-spark4) ====="; cat .test-logs/spark4.log
+	@test "$$(cat .test-logs/spark35.rc)" = 0 && test "$$(cat .test-logs/spark4.rc)" = 0
 
 # Tests marked spark4 need Spark 4: the Python data source API, a Spark Connect server from pip.
 test-spark35: $(STAMP) system-deps

@@ -9,6 +9,11 @@
 
 Tests that use `catalog` get the `java` marker automatically.
 
+Tests marked `once` (long process-level tests: SIGKILL crash loops, services, object stores,
+whose behaviour does not depend on the Spark line) run on one line only, the Spark 4 line that
+`pip install icetail` resolves: `make test` runs both lines, and running them twice would only
+double the suite's longest tests. On the 3.5 line they are deselected (unless they need Java).
+
 On Spark 4 (the pyspark `pip install icetail` resolves) the Java reference cannot load: its
 runtime jar exists for Spark 3.5 (Scala 2.12) only. There `spark` is icetail's own session and
 `catalog` skips, saying so; the same tests run against Java on the Spark 3.5 line (`make test`
@@ -50,3 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _JAVA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.java)
+    if JAVA_REFERENCE_RUNS:  # the Spark 3.5 line: `once` tests run on the Spark 4 line instead
+        once = [i for i in items if i.get_closest_marker("once") and not i.get_closest_marker("java")]
+        if once:
+            config.hook.pytest_deselected(items=once)
+            items[:] = [i for i in items if i not in once]

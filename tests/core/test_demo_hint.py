@@ -7,7 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import child_env, run_icetail
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 
 def test_the_follow_hint_runs_in_a_new_shell(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
 from icetail.monitor.engine.api import read_changes
@@ -23,6 +24,8 @@ from tests.support.crash import assert_exactly_once_under_kills, kill_schedule
 from tests.support.processes import child_env, icetail_command
 from tests.support.sinks import make_sink
 from tests.support.tables import build_mixed_table, make_rows
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))

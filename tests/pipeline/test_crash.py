@@ -41,6 +41,8 @@ from tests.support.sinks import make_sink
 from tests.support.stores import view_state
 from tests.support.tables import build_mixed_table, data_file_layout
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))
 SOURCE_TABLE = "ns.events"

@@ -152,6 +152,7 @@ def test_a_resumed_batch_keeps_the_mode_it_began_with(
     assert not diff_report(row_multiset(expected, schema), row_multiset(_sink_rows(tmp_path), schema))
 
 
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 def test_sigkill_net_batches_exactly_once(
     net_source: NetSource, tmp_path: Path, state_url_factory: Any, record_property: Any
 ) -> None:

@@ -41,6 +41,8 @@ from tests.support.sinks import CrashingSink, SimulatedCrash
 from tests.support.stores import expire_dead_lease
 from tests.support.tables import BASE_SCHEMA, make_rows
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 TABLE = "ns.cow"
 FILES, ROWS_PER_FILE = 6, 2_000
 PARTITION_BYTES = 2_000  # against ~12 KB files: about 40 partitions

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyiceberg.expressions import In
 
 from tests.pipeline.test_pg_mirror import ARROW, SCHEMA
@@ -14,6 +15,8 @@ from tests.support.catalogs import new_catalog
 from tests.support.pg_mirror import row_set, target_table
 from tests.support.processes import child_env, run_icetail
 from tests.support.stores import PG_URL
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 PASSWORD = "hunter2-never-printed"
 

@@ -26,6 +26,8 @@ from tests.support.processes import child_env, icetail_command
 from tests.support.stores import view_state
 from tests.support.tables import build_mixed_table
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261125"))
 IDENT = "ns.events"
 COLUMNS = ("id", "name", "amount", "note")

@@ -200,6 +200,7 @@ def test_restart_with_another_chunk_size_cuts_the_batch_as_before(
     assert not diff_report(expected, got), diff_report(expected, got)
 
 
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 def test_restart_after_sigkill_of_a_real_run(
     big_source: BigSource, tmp_path: Path, spark: Any, use_catalogs: Any
 ) -> None:

@@ -36,6 +36,8 @@ from tests.support.processes import child_env, icetail_command
 from tests.support.sinks import make_sink
 from tests.support.stores import view_state
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))
 

@@ -691,6 +691,7 @@ def test_on_missing_cursor_full_delivers_the_current_snapshot(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 def test_second_run_of_a_consumer_refuses_while_the_first_holds_the_lease(env: Env, tmp_path: Path) -> None:
     """The first run holds after its first chunk until the hold file is removed (a test seam), so
     the second run, reset and status certainly meet it in progress, however fast the machine."""
@@ -763,6 +764,7 @@ def _wait_for_lease(state: str, consumer: str, proc: subprocess.Popen[Any], *, t
     raise AssertionError("the first run never took its lease")
 
 
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 def test_a_killed_runs_lease_is_taken_over_at_once_on_the_same_host(env: Env, tmp_path: Path) -> None:
     """The holder `host:pid:token` is gone (SIGKILL): the next run takes over instead of waiting 120 s."""
     state = f"sqlite:///{tmp_path}/state.db"

@@ -343,6 +343,7 @@ class _UnderSourceNames:
         return rows.rename_columns([names.get(schema.find_field(n).field_id, n) for n in rows.column_names])
 
 
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["parquet", "iceberg"])
 def test_sigkill_across_schema_changes_delivers_every_change_exactly_once(
     evolving: Any, spark: Any, tmp_path: Path, kind: str

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 import yaml
 
 from icetail.monitor.engine.api import read_changes
@@ -29,6 +30,8 @@ from tests.support.serve import (
     sink_rows,
     wait_until,
 )
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 STARTUP_SECONDS = 120.0

@@ -54,6 +54,8 @@ from tests.support.serve import (
     wait_until,
 )
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 TABLE = f"{NAMESPACE}.events"
 CONSUMER = f"{CATALOG_NAME}.{TABLE}"  # the default consumer id: CATALOG.NS.TABLE

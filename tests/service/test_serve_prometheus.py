@@ -29,6 +29,8 @@ from tests.support.serve import (
     wait_until,
 )
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 PROMETHEUS = os.environ.get("PROMETHEUS_BIN", "/usr/bin/prometheus")
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 TABLE = f"{NAMESPACE}.clicks"

@@ -21,6 +21,8 @@ from tests.support.processes import child_env
 from tests.support.serve import CATALOG_NAME, NAMESPACE, Child, Serve, Warehouse, free_port, wait_until
 from tests.support.summaries import doctor_summary
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 TABLE = f"{NAMESPACE}.orders"
 CONSUMER = "orders-tail"
 SERIES = f'table="{TABLE}",consumer="{CONSUMER}"'

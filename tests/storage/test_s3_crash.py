@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pytest
 from pyarrow import fs
 
 from icetail.monitor.engine.api import read_changes
@@ -27,6 +28,8 @@ from tests.support.crash import assert_exactly_once_under_kills, kill_schedule
 from tests.support.processes import child_env, icetail_command
 from tests.support.s3 import MotoServer, S3Catalog
 from tests.support.tables import build_mixed_table
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261122"))
 KILLS = int(os.environ.get("ICETAIL_CRASH_KILLS", "4"))

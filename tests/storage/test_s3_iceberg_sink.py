@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyarrow import fs
 
 from icetail.monitor.cli.main import main as cli_main
@@ -87,6 +88,7 @@ class S3IcebergSinkSpec:
         return (table.metadata_location, tuple(s.snapshot_id for s in table.metadata.snapshots))
 
 
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 def test_sigkill_into_an_iceberg_table_on_s3_delivers_every_change_exactly_once(
     s3_catalog: S3Catalog, moto: MotoServer, spark: Any, tmp_path: Path, record_property: Any
 ) -> None:

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from icetail.kernel.secrets import REDACTED, redact_value, redacted_items
 from icetail.monitor.engine.api import read_context
 from icetail.sinks.iceberg_sink import IcebergStager
 from tests.support.processes import child_env, icetail_lines, run_icetail
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 IDENT = "ns.t"
 
