@@ -10,7 +10,7 @@ STAMP4 := $(VENV4)/.icetail-installed
 DEMO_STAMP := $(VENV)/.icetail-demo-installed
 DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
 
-.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps
+.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke
 
 help:
 	@echo "make demo         - set up .venv (icetail and its runtime dependencies) and run the demo pipeline"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-spark35 - every test but the Spark 4 only ones (marker spark4), with the Java reference, on pyspark 3.5"
 	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
 	@echo "make lint         - ruff and mypy"
+	@echo "make wheel-smoke  - build the sdist and the wheel, install the wheel in a fresh venv, run icetail demo"
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +84,18 @@ test-spark35: $(STAMP) system-deps
 # The Java reference (iceberg-spark-runtime-3.5) cannot load on Spark 4: its tests run on 3.5 only.
 test-spark4: $(STAMP4) system-deps
 	$(BIN4)/pytest -q -m "not java"
+
+# What a user gets: the sdist and the wheel built from a clean tree, the wheel installed alone in a
+# fresh venv (the same pins; no checkout on the path), `icetail --version` and `icetail demo` run there.
+wheel-smoke:
+	rm -rf dist .wheel-smoke
+	$(PYTHON) -m venv .wheel-smoke
+	.wheel-smoke/bin/pip install -q --upgrade pip build
+	.wheel-smoke/bin/python -m build -q --outdir dist . > /dev/null
+	.wheel-smoke/bin/pip install -q -c requirements-dev.txt dist/icetail-*.whl
+	cd "$$(mktemp -d)" && $(CURDIR)/.wheel-smoke/bin/icetail --version \
+		&& $(CURDIR)/.wheel-smoke/bin/icetail demo > demo.log 2>&1 || { tail -40 demo.log; exit 1; }
+	@echo "wheel smoke test passed: $$(ls dist)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
