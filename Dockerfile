@@ -38,11 +38,12 @@ RUN groupadd --system --gid 10001 icetail \
 
 WORKDIR /opt/icetail
 
-# Dependencies first, from pyproject.toml alone, so a source change does not reinstall them.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; deps = p['dependencies'] + p['optional-dependencies']['postgres']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps) + '\n')" \
- && pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt
+# Dependencies first, every one pinned (requirements-image.txt: pyproject's runtime dependencies
+# and the postgres extra, resolved on the Spark 4 line), so a source change does not reinstall
+# them and two builds of one commit install the same versions.
+COPY pyproject.toml requirements-image.txt ./
+RUN pip install --no-deps -r requirements-image.txt \
+ && pip check
 
 # Then the packages themselves. README.md is optional: a glob may match nothing as long as
 # another source of the same COPY exists.

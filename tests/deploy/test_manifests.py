@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 
 from icetail.monitor.service.http_server import MonitorServer
@@ -294,13 +295,35 @@ def test_dockerfile_matches_the_deployment(objects: dict[tuple[str, str], dict[s
     assert re.fullmatch(r"\d+:\d+", df["USER"]), "numeric USER so runAsNonRoot can check it"
     assert json.loads(df["VOLUME"]) == ["/tmp", "/var/lib/icetail"]
     assert "JAVA_HOME=" in text and "SPARK_LOCAL_IP=127.0.0.1" in text
-    # dependencies are installed from pyproject.toml alone, before the sources are copied
-    assert text.index("COPY pyproject.toml ./") < text.index("pip install -r") < text.index("COPY monitor")
+    # dependencies are installed pinned, before the sources are copied
+    locked = "pip install --no-deps -r requirements-image.txt"
+    assert text.index("COPY pyproject.toml requirements-image.txt ./") < text.index(locked) < text.index("COPY monitor")
     assert text.index("COPY monitor") < text.index("pip install --no-deps .")
     assert text.index("COPY icetail") < text.index("pip install --no-deps .")  # the package the folders link into
-    assert "['optional-dependencies']['postgres']" in text  # the image serves PostgreSQL state stores
     scripts = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^icetail = "icetail\.monitor\.cli\.main:\w+"', scripts, re.M)
+
+
+def test_the_image_lock_pins_every_runtime_dependency_within_pyproject() -> None:
+    """requirements-image.txt pins (==) every dependency of pyproject and of its postgres extra (the
+    image serves PostgreSQL state stores), each to a version pyproject accepts."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = [line.strip() for line in (ROOT / "requirements-image.txt").read_text().splitlines()]
+    pins = {}
+    for line in lines:
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"{line!r} is not pinned with =="
+            pins[canonicalize_name(name)] = version
+    for raw in project["dependencies"] + project["optional-dependencies"]["postgres"]:
+        requirement = Requirement(raw)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement.name} is not in requirements-image.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} vs {raw}"
+    assert {"sqlalchemy", "psycopg-binary", "py4j"} <= set(pins)  # what the extras bring
 
 
 def test_dockerfile_healthcheck_probes_healthz() -> None:
@@ -328,6 +351,7 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
 
     for needed in (
         "pyproject.toml",
+        "requirements-image.txt",
         "README.md",
         "icetail/__init__.py",
         "state/__init__.py",
