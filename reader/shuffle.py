@@ -30,7 +30,14 @@ import pyarrow as pa
 
 from icetail.reader.context import ReadContext
 from icetail.reader.shuffle_tasks import output_task, read_task, settle_task
-from icetail.reader.spark import SplitRequest, TaskErrorPayload, group_for_tasks, raise_task_error
+from icetail.reader.spark import (
+    SplitRequest,
+    TaskErrorPayload,
+    current_scheduler_pool,
+    group_for_tasks,
+    raise_task_error,
+    use_scheduler_pool,
+)
 from icetail.reader.split_reader import Chunk
 from icetail.reader.stable_hash import PARTITION_HASH_VERSION
 from icetail.sinks.base import ChunkStager, SplitSlot
@@ -103,6 +110,7 @@ def shuffled_outputs(
     cancelled and the outputs end early.
     """
     sc = spark.sparkContext
+    pool_name = current_scheduler_pool()  # the job runs on a thread of its own: read the pool here
     parallelism = int(sc.defaultParallelism)
     wave = max(1, spec.outputs if stager is not None else (wave_outputs or 2 * parallelism))
     group = f"icetail-shuffle-{uuid.uuid4().hex[:12]}"
@@ -122,6 +130,7 @@ def shuffled_outputs(
 
         def run(indexes: list[int]) -> list[ShuffleOutput]:
             sc.setJobGroup(group, "icetail shuffled reconciliation", interruptOnCancel=True)  # per thread
+            use_scheduler_pool(sc, pool_name)
             return list(sc.runJob(outputs, lambda part: part, indexes))
 
         for start in range(spec.first_output, spec.outputs, wave):

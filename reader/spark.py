@@ -11,6 +11,7 @@ driver streams while the job runs. Local mode by default; any master via standar
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import pickle
 import shutil
@@ -53,6 +54,35 @@ DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
 }
+
+
+# The Spark scheduler pool of the jobs a thread submits (`serve` gives each followed table its
+# own): under `spark.scheduler.mode=FAIR` a big table's waves then share the cores with the small
+# tables' instead of queueing them behind every task (Spark's FIFO). The jobs are submitted from
+# icetail's own worker threads, which do not inherit the caller's Spark local properties, so the
+# pool travels as a context variable read where the job is built.
+_SCHEDULER_POOL: contextvars.ContextVar[str | None] = contextvars.ContextVar("icetail_scheduler_pool", default=None)
+SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
+
+
+@contextlib.contextmanager
+def scheduler_pool(name: str | None) -> Iterator[None]:
+    """Spark jobs icetail submits in this context go to pool `name` (None: Spark's default pool)."""
+    token = _SCHEDULER_POOL.set(name)
+    try:
+        yield
+    finally:
+        _SCHEDULER_POOL.reset(token)
+
+
+def current_scheduler_pool() -> str | None:
+    return _SCHEDULER_POOL.get()
+
+
+def use_scheduler_pool(sc: Any, pool: str | None) -> None:
+    """Put the jobs this thread submits next into `pool` (a Spark local property, per thread)."""
+    if pool is not None:
+        sc.setLocalProperty(SCHEDULER_POOL_PROPERTY, pool)
 
 
 def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> Any:
@@ -325,6 +355,7 @@ def run_splits(
     parallelism = _parallelism(spark)
     group = f"icetail-{uuid.uuid4().hex[:12]}"
     connect = is_connect(spark)
+    pool_name = current_scheduler_pool()  # read here: the wave threads below do not see the context
     # tasks on this host hand their rows over in files the driver maps, not through the JVM
     handoff = _new_handoff_dir() if not connect and _executors_share_driver_host(spark.sparkContext) else None
     if wave_bytes is None:
@@ -343,6 +374,7 @@ def run_splits(
             else:
                 sc = spark.sparkContext
                 sc.setJobGroup(group, "icetail change read", interruptOnCancel=True)
+                use_scheduler_pool(sc, pool_name)
                 rdd = sc.parallelize(groups, numSlices=len(groups))
                 if handoff is None:
                     job = rdd.mapPartitions(lambda part: _run_partition(context, part, chunk_rows, stager, None))

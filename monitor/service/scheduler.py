@@ -40,6 +40,7 @@ from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
+from icetail.reader.spark import scheduler_pool
 from icetail.state.checkpoint import Cursor
 
 log = logging.getLogger("icetail.serve")
@@ -150,8 +151,10 @@ class Service:
             from icetail.reader.spark import BackgroundSession
 
             # the JVM and the Python workers start while the first ticks open stores and plan;
-            # a pipeline waits for the session only when its first batch reads
-            self._spark = self._own_session = BackgroundSession("icetail-serve")
+            # a pipeline waits for the session only when its first batch reads. Several tables
+            # share the cores fairly: each table's jobs go to a pool of its own (`_tick`)
+            conf = {"spark.scheduler.mode": "FAIR"} if len(self._jobs) > 1 else None
+            self._spark = self._own_session = BackgroundSession("icetail-serve", conf)
         for pipeline_config in self.config.pipelines:
             self._scheduler.add_job(
                 self._tick,
@@ -225,7 +228,8 @@ class Service:
                 pipeline.open()
                 job.pipeline = pipeline
             self._update_lag(config, job)  # before: lag is visible while a long batch runs
-            job.pipeline.run()
+            with scheduler_pool(config.consumer_id):  # a FAIR pool per table (a no-op under FIFO)
+                job.pipeline.run()
             self._update_lag(config, job)
             self.metrics.record_success(config.table, config.consumer_id)
             if job.stopped:
