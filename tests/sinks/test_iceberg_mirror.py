@@ -227,11 +227,62 @@ def test_a_partitioned_target_reads_only_the_partitions_of_the_keys(sql_catalog:
     assert len(changed) == 1000 and [r for r in changed if r[2] != "a"] == [("eu", 5, "b")]
 
 
-def test_a_source_schema_change_is_refused_before_anything_is_committed(sql_catalog: SqlCatalog) -> None:
-    sink = _open()
-    sink.write(_key("b1", 0), _rows([("INSERT", 1, "a", 1)]))
-    snapshots = len(sql_catalog.load_table("tgt.m").snapshots())
-    wider = _rows([("INSERT", 2, "b", 2)]).append_column("extra", pa.array([1], pa.int32()))
-    with pytest.raises(SinkRejectedError, match="has column\\(s\\) the source lacks|lacks column\\(s\\) extra"):
-        sink.write(_key("b2", 0), wider)
-    assert len(sql_catalog.load_table("tgt.m").snapshots()) == snapshots and _target(sql_catalog) == {1: "a"}
+def _with_ids(columns: list[tuple[str, pa.DataType, int]]) -> pa.Schema:
+    """A change-row schema whose data columns carry source field ids (name, type, id), then icetail's."""
+    data = [pa.field(n, t, nullable=n != "id", metadata={b"PARQUET:field_id": str(i).encode()}) for n, t, i in columns]
+    return pa.schema([*data, *[f for f in SCHEMA if f.name.startswith("_")]])
+
+
+def _evolved_rows(schema: pa.Schema, changes: list[tuple[str, int, dict[str, Any], int]]) -> pa.Table:
+    """(change type, key, other data columns by name, ordinal) per row, in `schema` (its key column first)."""
+    columns: dict[str, list[Any]] = {f.name: [] for f in schema}
+    for change_type, key, values, ordinal in changes:
+        for f in schema:
+            fixed = {schema.names[0]: key, "_change_type": change_type, "_change_ordinal": ordinal}
+            fixed |= {"_commit_snapshot_id": ordinal, "_commit_timestamp": 0}
+            columns[f.name].append(fixed[f.name] if f.name in fixed else values.get(f.name))
+    return pa.table({f.name: pa.array(columns[f.name], f.type) for f in schema}, schema=schema)
+
+
+def test_the_target_follows_the_source_schema_by_field_id(sql_catalog: SqlCatalog) -> None:
+    """Added, renamed (the key too), widened, dropped: by source field id, before the group's commit,
+    and a replay of the group changes nothing; a column added under a dropped one's name is new."""
+    v1 = _with_ids([("id", pa.int64(), 1), ("n", pa.int32(), 2), ("v", pa.large_string(), 3)])
+    sink = _open(schema=v1)
+    sink.write(_key("b1", 0), _evolved_rows(v1, [("INSERT", i, {"n": i, "v": f"a{i}"}, 1) for i in range(4)]))
+    v2 = _with_ids([("id", pa.int64(), 1), ("n", pa.int32(), 2), ("w", pa.large_string(), 3), ("e", pa.int64(), 4)])
+    group = [(_key("b2", 0), _evolved_rows(v2, [("INSERT", 9, {"n": 9, "w": "new", "e": 90}, 2)]))]
+    sink.write_group(group)
+    v3 = _with_ids([("key", pa.int64(), 1), ("n", pa.int64(), 2), ("e", pa.int64(), 4), ("v", pa.large_string(), 5)])
+    rows = _evolved_rows(
+        v3,
+        [
+            ("INSERT", 10, {"n": 6_000_000_000, "v": "nv"}, 3),
+            ("UPDATE_BEFORE", 1, {"n": 1, "e": None}, 3),
+            ("UPDATE_AFTER", 1, {"n": 5_000_000_000, "e": 1}, 3),
+        ],
+    )
+    sink.write_group([(_key("b3", 0), rows)])
+    table = sql_catalog.load_table("tgt.m")
+    assert [(f.name, str(f.field_type)) for f in table.schema().fields] == [
+        ("key", "long"),
+        ("n", "long"),
+        ("e", "long"),
+        ("v", "string"),
+    ]
+    assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["key"]
+    got = table.scan().to_arrow()
+    assert sorted(zip(*(got[c].to_pylist() for c in ("key", "n", "e", "v")), strict=True)) == [
+        (0, 0, None, None),
+        (1, 5_000_000_000, 1, None),
+        (2, 2, None, None),
+        (3, 3, None, None),
+        (9, 9, 90, None),
+        (10, 6_000_000_000, None, "nv"),
+    ], "the dropped w's values are gone; the new v (source field 5) is not the old v"
+    schemas, snapshots = len(table.schemas()), len(table.snapshots())
+    sink.close()
+    again = _open(("key",), v3)  # a new run replays group b2 (of schema v2): skipped, nothing changes
+    assert again.write_group(group) == [str(table.snapshots()[1].snapshot_id)]
+    table = sql_catalog.load_table("tgt.m")
+    assert (len(table.schemas()), len(table.snapshots())) == (schemas, snapshots) and again.replayed == 1
