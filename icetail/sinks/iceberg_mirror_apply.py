@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, Or
+from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, BooleanExpression, In, Or
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
@@ -104,12 +104,14 @@ def plan_rewrite(table: Table, net: NetChanges, key: Sequence[str]) -> GroupRewr
     arrow = schema.as_arrow()
     keys = net.rows.select(list(key))
     fresh = keys.filter(pc.equal(net.ops, FRESH))
-    predicate = key_predicate(keys, table)
+    # an empty target (a first load) has no file to prune: the filter (~20 us a key) is not built
+    empty = table.current_snapshot() is None
+    predicate = AlwaysFalse() if empty else key_predicate(keys, table)
     commit_uuid = uuid.uuid4()
     counter = itertools.count(0)
     replaced: list[tuple[DataFile, tuple[DataFile, ...]]] = []
     files_read = rows_deleted = duplicates = 0
-    if table.current_snapshot() is not None:
+    if not empty:
         scan = ArrowScan(table.metadata, table.io, projected_schema=schema, row_filter=AlwaysTrue())
         for task in table.scan(row_filter=predicate).plan_files():
             files_read += 1
