@@ -13,8 +13,9 @@ SQLite in `--workdir`, on local disk. Two cases:
   whole key range ("spread"), each applied by `IcebergMirrorSink.write` (one overwrite commit).
   Printed per (F, K, layout): files read and rewritten, rows rewritten, seconds (median),
   changes/s and rows rewritten/s. Goal: for clustered keys the seconds do not grow with F.
-* inserts: N INSERT change rows applied by the mirror into an empty target, against a raw
-  pyiceberg `Table.append` of the same rows into an empty table (ratio = raw / mirror).
+* inserts: N INSERT change rows (one group) applied by the mirror into an empty target and into
+  one holding 50 files of other keys, against a raw pyiceberg `Table.append` of the same rows into
+  the same table (ratio = raw / mirror).
 
 Columns as bench/generate.py's (bench/pg_mirror.py's rows): id bigint (key), ts timestamptz,
 k int, amount double, name string, category string, flag boolean, day date.
@@ -70,7 +71,8 @@ def open_bench_catalog(workdir: Path) -> SqlCatalog:
 
 
 def build_target(catalog: SqlCatalog, name: str, files: int, file_rows: int) -> Table:
-    """The mirror's target holding `files` data files of `file_rows` sequential keys each, in one commit."""
+    """The mirror's target holding `files` data files of `file_rows` sequential keys each, in one commit
+    (none for 0 files)."""
     table = catalog.create_table(
         name, schema=target_schema(change_rows(data_rows(np.arange(1), 0), "INSERT").schema, ("id",))
     )
@@ -80,6 +82,8 @@ def build_target(catalog: SqlCatalog, name: str, files: int, file_rows: int) -> 
     for f in range(files):
         rows = data_rows(np.arange(f * file_rows, (f + 1) * file_rows), f).cast(arrow)
         written.extend(_dataframe_to_data_files(table.metadata, rows, table.io, commit_uuid, counter))
+    if not written:
+        return table
     with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
         for data_file in written:
             append.append_data_file(data_file)
@@ -138,27 +142,35 @@ def touched_case(workdir: Path, files: list[int], file_rows: int, keys: list[int
         sink.close()
 
 
-def inserts_case(workdir: Path, n: int, rounds: int) -> None:
-    data = data_rows(np.arange(n), 1)
-    changes = change_rows(data, "INSERT")
-    mine, raw = [], []
-    for r in range(rounds):
-        catalog = open_bench_catalog(workdir)
-        sink = IcebergMirrorSink(CATALOG, f"b.m{r}", consumer="bench")
-        sink.bind(("id",), changes.schema)
-        mine.append(apply(sink, changes).seconds)
-        sink.close()
-        table = catalog.create_table(f"b.r{r}", schema=target_schema(changes.schema, ("id",)))
-        rows = data.cast(table.schema().as_arrow())
-        started = time.perf_counter()
-        table.append(rows)
-        raw.append(time.perf_counter() - started)
-    m, b = statistics.median(mine), statistics.median(raw)
-    print(
-        f"inserts: {n:,} INSERT changes into an empty target: mirror {m:.2f}s ({n / m:,.0f} rows/s; "
-        f"min {min(mine):.2f} max {max(mine):.2f}), raw pyiceberg append {b:.2f}s ({n / b:,.0f} rows/s; "
-        f"min {min(raw):.2f} max {max(raw):.2f}); ratio {b / m:.2f}x"
-    )
+def inserts_case(workdir: Path, n: int, rounds: int, held_files: int, file_rows: int) -> None:
+    """N inserts by the mirror against a raw append, into an empty target and into one holding
+    `held_files` files of other keys (the mirror then prunes by the new keys, to find duplicates)."""
+    for held in (0, held_files):
+        base = held * file_rows
+        data = data_rows(np.arange(base, base + n), 1)
+        changes = change_rows(data, "INSERT")
+        mine, raw, read = [], [], []
+        for _ in range(rounds):
+            catalog = open_bench_catalog(workdir)
+            build_target(catalog, "b.m", held, file_rows)
+            sink = IcebergMirrorSink(CATALOG, "b.m", consumer="bench")
+            sink.bind(("id",), changes.schema)
+            applied = apply(sink, changes)
+            mine.append(applied.seconds)
+            read.append(applied.files_read)
+            sink.close()
+            table = build_target(catalog, "b.r", held, file_rows)
+            rows = data.cast(table.schema().as_arrow())
+            started = time.perf_counter()
+            table.append(rows)
+            raw.append(time.perf_counter() - started)
+        m, b = statistics.median(mine), statistics.median(raw)
+        where = f"a target of {held} files x {file_rows:,} rows" if held else "an empty target"
+        print(
+            f"inserts: {n:,} INSERT changes into {where}: mirror {m:.2f}s ({n / m:,.0f} rows/s; "
+            f"min {min(mine):.2f} max {max(mine):.2f}), raw pyiceberg append {b:.2f}s ({n / b:,.0f} rows/s; "
+            f"min {min(raw):.2f} max {max(raw):.2f}); ratio {b / m:.2f}x; files the mirror read: {max(read)}"
+        )
 
 
 def main() -> None:
@@ -177,7 +189,7 @@ def main() -> None:
         keys = [int(v) for v in args.keys.split(",")]
         touched_case(args.workdir, files, args.file_rows, keys, args.rounds)
     if "inserts" in cases:
-        inserts_case(args.workdir, args.inserts, args.rounds)
+        inserts_case(args.workdir, args.inserts, args.rounds, 50, args.file_rows)
 
 
 if __name__ == "__main__":

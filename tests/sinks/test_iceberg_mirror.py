@@ -140,6 +140,23 @@ def test_only_files_that_can_hold_an_affected_key_are_read_and_rewritten(sql_cat
     assert len(target) == 400 and target[305] == "b" and 700 not in target
 
 
+def test_a_group_of_many_keys_is_pruned_by_ranges(sql_catalog: SqlCatalog) -> None:
+    """Over RANGE_OVER keys the filter is ranges of sorted keys (an IN's literals cost ~20 us each), in
+    a balanced tree (a chain of 500 `Or`s overflowed pyiceberg's visitors: every file was read)."""
+    sink = _open()
+    for f in range(10):
+        sink.write_group([(_key("b1", f), _rows([("INSERT", f * 1000 + j, "a", 1) for j in range(500)]))])
+    changes = [("DELETE", 3000 + j, "a", 2) for j in range(500)]
+    changes += [
+        (t, 7000 + j, v, 2) for j in range(0, 500, 2) for t, v in (("UPDATE_BEFORE", "a"), ("UPDATE_AFTER", "b"))
+    ]
+    changes += [("INSERT", 100_000 + j, "n", 2) for j in range(100_000)]
+    sink.write_group([(_key("b2", 0), _rows(changes))])
+    assert sink.last is not None and sink.last.files_read == 2 and len(sink.last.replaced) == 2
+    target = _target(sql_catalog)
+    assert len(target) == 4500 + 100_000 and 3000 not in target and target[7000] == "b" and target[7001] == "a"
+
+
 def test_an_existing_target_that_does_not_match_is_refused_in_one_line(sql_catalog: SqlCatalog) -> None:
     sql_catalog.create_namespace("tgt")
     sql_catalog.create_table(
