@@ -40,7 +40,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
 
-from bench.pg_mirror import change_rows, data_rows
+from bench.pg_mirror import change_rows, data_rows, report
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.iceberg_mirror import IcebergMirrorSink
 from icetail.sinks.iceberg_mirror_schema import target_schema
@@ -164,13 +164,9 @@ def inserts_case(workdir: Path, n: int, rounds: int, held_files: int, file_rows:
             started = time.perf_counter()
             table.append(rows)
             raw.append(time.perf_counter() - started)
-        m, b = statistics.median(mine), statistics.median(raw)
         where = f"a target of {held} files x {file_rows:,} rows" if held else "an empty target"
-        print(
-            f"inserts: {n:,} INSERT changes into {where}: mirror {m:.2f}s ({n / m:,.0f} rows/s; "
-            f"min {min(mine):.2f} max {max(mine):.2f}), raw pyiceberg append {b:.2f}s ({n / b:,.0f} rows/s; "
-            f"min {min(raw):.2f} max {max(raw):.2f}); ratio {b / m:.2f}x; files the mirror read: {max(read)}"
-        )
+        report(f"inserts: {n:,} INSERT changes into {where}", n, mine, raw, "raw pyiceberg append", None)
+        print(f"  (files the mirror read: {max(read)})")
 
 
 def main() -> None:

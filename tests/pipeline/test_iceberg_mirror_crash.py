@@ -23,8 +23,9 @@ import pyarrow as pa
 
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
+from tests.support.mirror_checks import equal_between_batches, mirror_run_command
 from tests.support.pg_mirror import row_set
-from tests.support.processes import child_env, icetail_command
+from tests.support.processes import child_env
 from tests.support.sinks import SinkSpec
 from tests.support.stores import view_state
 from tests.support.tables import build_mixed_table
@@ -135,19 +136,7 @@ def test_sigkill_leaves_the_iceberg_mirror_exact(tmp_path: Path, record_property
     sink = MirrorTarget(spec, tmp_path / "state.db")
     consumer = "mirror"
     env = child_env([cat, target], tmp_path / "spark")
-    cmd = [
-        *icetail_command(),
-        "run",
-        "--catalog", cat.name,
-        "--table", IDENT,
-        "--state", state_url,
-        "--sink", sink.url,
-        "--consumer", consumer,
-        "--identifier-columns", "id",
-        "--until-caught-up",
-        "--max-snapshots-per-batch", "2",
-        "--chunk-rows", "100",
-    ]  # fmt: skip
+    cmd = mirror_run_command(cat.name, IDENT, state_url, sink.url, consumer)
     checked_between_batches = []
     replay_windows = []  # kills that left chunks of the batch in flight committed in the target
 
@@ -159,30 +148,18 @@ def test_sigkill_leaves_the_iceberg_mirror_exact(tmp_path: Path, record_property
         assert not twice, f"chunks committed twice: {twice}; {attempt.line()}"
         ids = rows.column("id").to_pylist() if rows is not None else []
         assert len(ids) == len(set(ids)), f"a key twice in the target; {attempt.line()}"
-        if state.exists and state.inflight_batch is None and state.cursor is not None:
-            got = row_set(_with_note(rows), COLUMNS) if rows is not None else []
-            assert got == _source_at(cat, state.cursor), f"target differs from the source at {state.cursor}"
+        if equal_between_batches(cat, IDENT, COLUMNS, state, rows):
             checked_between_batches.append(attempt.index)
         elif state.inflight_batch is not None and any(f"-{state.inflight_batch}-" in c for c in chunks):
             replay_windows.append(attempt.index)
 
-    report = crash_loop(
-        cmd,
-        env,
-        state_url=state_url,
-        consumer=consumer,
-        sink=sink,  # type: ignore[arg-type]
-        schedule=_schedule(random.Random(SEED)),
-        logs=tmp_path / "logs",
-        check=check,
-    )
+    loop = {"state_url": state_url, "consumer": consumer, "sink": sink, "logs": tmp_path / "logs", "check": check}
+    report = crash_loop(cmd, env, schedule=_schedule(random.Random(SEED)), **loop)  # type: ignore[arg-type]
     summary = f"seed {SEED}; {sink.holds} state lock(s) held; kills after chunks of the batch in flight were "
-    summary += f"committed: {replay_windows}\n"
-    summary += report.summary()
+    summary += f"committed: {replay_windows}\n{report.summary()}"
     record_property("crash_runs", summary)
     print(summary)
-    final = report.attempts[-1]
-    assert not final.killed and final.returncode == 0, summary
+    assert not report.attempts[-1].killed and report.attempts[-1].returncode == 0, summary
     assert report.kills >= 3 and checked_between_batches and replay_windows, summary
     state = view_state(state_url, consumer)
     assert state.cursor == table.metadata.current_snapshot_id and state.inflight_batch is None, state
