@@ -51,7 +51,8 @@ from icetail.sinks.iceberg_schema import conform
 from icetail.sinks.keyed_merge import DELETE, FRESH, NetChanges
 
 IN_LIMIT = 200  # pyiceberg's IN_PREDICATE_LIMIT: metrics are not evaluated for a longer IN
-RANGE_OVER = 2_000  # distinct values of a key column over which slices are ranges, not INs
+RANGE_OVER = 2_000  # distinct values of a key column over which the filter is ranges, not INs
+MAX_RANGES = 64  # ranges of such a filter
 RANGED = (int, str, datetime.date, datetime.datetime, decimal.Decimal)  # the key types ranges are made of
 _ROW = "__icetail_row"
 
@@ -100,8 +101,8 @@ def _column_filter(name: str, values: set[object]) -> BooleanExpression:
     hundreds of `Or`s overflows the recursion of pyiceberg's visitors: no pruning at all). Over
     RANGE_OVER values, ranges instead (`_ranges`): pyiceberg makes a literal of every IN value (~20
     us each: 2 s for 100,000 keys), a range needs two; ranges prune by bounds and identity
-    partitions too, a little less exactly (the rows are matched exactly anyway), but not by bucket
-    partitions."""
+    partitions too, less exactly (a range may span files without a key; the rows are matched
+    exactly anyway), but not by bucket partitions."""
     ordered: list[Any] = sorted(values, key=repr)
     if len(ordered) > RANGE_OVER and all(type(v) in RANGED for v in ordered):  # ordered as Iceberg orders them
         ordered.sort()
@@ -111,15 +112,19 @@ def _column_filter(name: str, values: set[object]) -> BooleanExpression:
 
 
 def _ranges(ordered: list[Any]) -> list[tuple[Any, Any]]:
-    """One range per IN_LIMIT values: integers split at their largest gaps (the tightest cover, so
-    that a range does not span the files between two clusters of keys), others in slices."""
-    count = -(-len(ordered) // IN_LIMIT)
-    if count > 1 and all(type(v) is int for v in ordered) and -(2**63) <= ordered[0] and ordered[-1] < 2**63:
+    """At most MAX_RANGES ranges covering the values: integers split at their largest gaps (the
+    tightest cover: a range does not span the files between two clusters of keys; a run of
+    consecutive keys is one range), other types in equal slices. Binding and evaluating the filter
+    costs per range (pyiceberg binds it once per manifest and file evaluator)."""
+    if all(type(v) is int for v in ordered) and -(2**63) <= ordered[0] and ordered[-1] < 2**63:
         gaps = np.diff(np.array(ordered, dtype=np.int64))
-        cuts = [0, *sorted(int(i) + 1 for i in np.argpartition(gaps, -(count - 1))[-(count - 1) :]), len(ordered)]
+        count = min(MAX_RANGES, 1 + int(np.count_nonzero(gaps > 1)))
+        cuts = sorted(int(i) + 1 for i in np.argpartition(gaps, -(count - 1))[-(count - 1) :]) if count > 1 else []
+        bounds = [0, *cuts, len(ordered)]
     else:
-        cuts = [*range(0, len(ordered), IN_LIMIT), len(ordered)]
-    return [(ordered[a], ordered[b - 1]) for a, b in itertools.pairwise(cuts)]
+        step = -(-len(ordered) // MAX_RANGES)
+        bounds = [*range(0, len(ordered), step), len(ordered)]
+    return [(ordered[a], ordered[b - 1]) for a, b in itertools.pairwise(bounds)]
 
 
 def _balanced(
