@@ -17,6 +17,10 @@ SQLite in `--workdir`, on local disk. Two cases:
   one holding 50 files of other keys, against a raw pyiceberg `Table.append` of the same rows into
   the same table (ratio = raw / mirror).
 
+* manifests: `--groups` groups of one key update into a 20-file target, with pyiceberg's
+  `commit.manifest-merge.enabled` off and on: the manifests left and the seconds per group, first
+  and last tenth (each group's overwrite adds a manifest; pyiceberg merges only on merge appends).
+
 Columns as bench/generate.py's (bench/pg_mirror.py's rows): id bigint (key), ts timestamptz,
 k int, amount double, name string, category string, flag boolean, day date.
 """
@@ -142,6 +146,32 @@ def touched_case(workdir: Path, files: list[int], file_rows: int, keys: list[int
         sink.close()
 
 
+def manifests_case(workdir: Path, groups: int, file_rows: int) -> None:
+    """`groups` one-key groups into a 20-file target, with pyiceberg's manifest-merge properties off
+    and on: manifests and seconds per group as the manifests pile up."""
+    print(f"manifests: {groups} groups of 1 key update into a target of 20 files x {file_rows:,} rows")
+    rng = np.random.default_rng(11)
+    for merge in (False, True):
+        catalog = open_bench_catalog(workdir)
+        table = build_target(catalog, "b.t", 20, file_rows)
+        if merge:
+            with table.transaction() as tx:
+                tx.set_properties({"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "10"})
+        sink = IcebergMirrorSink(CATALOG, "b.t", consumer="bench")
+        sink.bind(("id",), update_group(np.arange(1), 0).schema)
+        seconds = [apply(sink, update_group(rng.integers(0, 20 * file_rows, 1), g)).seconds for g in range(groups)]
+        table = catalog.load_table("b.t")
+        manifests = len(table.current_snapshot().manifests(table.io))  # type: ignore[union-attr]
+        tenth = max(1, groups // 10)
+        first, last = statistics.median(seconds[:tenth]), statistics.median(seconds[-tenth:])
+        print(
+            f"  merge properties {'on' if merge else 'off'}: {manifests} manifests after {groups} groups; "
+            f"median seconds per group: first {tenth} {first:.3f}, last {tenth} {last:.3f} "
+            f"(+{(last - first) / max(1, manifests - 2) * 1000:.2f} ms per manifest)"
+        )
+        sink.close()
+
+
 def inserts_case(workdir: Path, n: int, rounds: int, held_files: int, file_rows: int) -> None:
     """N inserts by the mirror against a raw append, into an empty target and into one holding
     `held_files` files of other keys (the mirror then prunes by the new keys, to find duplicates)."""
@@ -177,7 +207,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--inserts", type=int, default=100_000)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "icetail-bench-mirror")
-    parser.add_argument("--cases", default="touched,inserts")
+    parser.add_argument("--groups", type=int, default=200)
+    parser.add_argument("--cases", default="touched,inserts,manifests")
     args = parser.parse_args()
     cases = set(args.cases.split(","))
     if "touched" in cases:
@@ -186,6 +217,8 @@ def main() -> None:
         touched_case(args.workdir, files, args.file_rows, keys, args.rounds)
     if "inserts" in cases:
         inserts_case(args.workdir, args.inserts, args.rounds, 50, args.file_rows)
+    if "manifests" in cases:
+        manifests_case(args.workdir, args.groups, args.file_rows)
 
 
 if __name__ == "__main__":

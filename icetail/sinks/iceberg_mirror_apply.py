@@ -47,6 +47,7 @@ from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
+from icetail.sinks.iceberg_mirror_manifests import carry_live_only
 from icetail.sinks.iceberg_schema import conform
 from icetail.sinks.keyed_merge import DELETE, FRESH, NetChanges
 
@@ -74,6 +75,7 @@ class GroupRewrite:
 
         def overwrite(transaction: Transaction) -> None:
             with transaction.update_snapshot(snapshot_properties=summary).overwrite() as snapshot:
+                carry_live_only(snapshot)  # manifests without a live file are not carried on
                 snapshot.delete_by_predicate(self.predicate)  # the manifests that may list a replaced file
                 for old, new in self.replaced:
                     snapshot.delete_data_file(old)

@@ -157,6 +157,36 @@ def test_a_group_of_many_keys_is_pruned_by_ranges(sql_catalog: SqlCatalog) -> No
     assert len(target) == 4500 + 100_000 and 3000 not in target and target[7000] == "b" and target[7001] == "a"
 
 
+@pytest.mark.parametrize("merge", [False, True], ids=["carried", "merged"])
+def test_manifests_do_not_pile_up_with_the_groups(sql_catalog: SqlCatalog, merge: bool) -> None:
+    """pyiceberg's overwrite carries every manifest on, even one left with only DELETED entries: the
+    mirror leaves those out (one live manifest a group), and with the target's manifest-merge
+    properties merges the rest; the rows stay exact and each snapshot keeps its own deletes."""
+    sink = _open()
+    for f in range(4):
+        sink.write_group([(_key("b1", f), _rows([("INSERT", f * 100 + j, "a", 1) for j in range(50)]))])
+    if merge:
+        with sql_catalog.load_table("tgt.m").transaction() as tx:
+            tx.set_properties({"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "3"})
+        sink.close()
+        sink = _open()
+    for g in range(20):
+        k = (g % 4) * 100 + g
+        sink.write_group(
+            [(_key("b2", g), _rows([("UPDATE_BEFORE", k, "a", 2 + g), ("UPDATE_AFTER", k, f"u{g}", 2 + g)]))]
+        )
+    table = sql_catalog.load_table("tgt.m")
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    manifests = snapshot.manifests(table.io)
+    assert all(m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == snapshot.snapshot_id
+               for m in manifests), "a manifest of only earlier deletes was carried on"  # fmt: skip
+    assert any(m.deleted_files_count for m in manifests), "the snapshot's own deletes are in its manifests"
+    assert len(manifests) <= (6 if merge else 4 + 20 + 1), len(manifests)
+    target = _target(sql_catalog)
+    assert len(target) == 200 and all(target[(g % 4) * 100 + g] == f"u{g}" for g in range(20))
+
+
 def test_an_existing_target_that_does_not_match_is_refused_in_one_line(sql_catalog: SqlCatalog) -> None:
     sql_catalog.create_namespace("tgt")
     sql_catalog.create_table(
