@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table, TableProperties, Transaction
 
 from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import ChunkKey
@@ -171,3 +171,7 @@ class IcebergMirrorSink(IcebergTarget):
 
     def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
         return target_schema(schema, self._key)
+
+    def _table_properties(self) -> dict[str, str]:
+        """A target the mirror creates merges its manifests (iceberg_mirror_manifests: else one more a group)."""
+        return {TableProperties.MANIFEST_MERGE_ENABLED: "true"}

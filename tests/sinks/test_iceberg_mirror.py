@@ -84,6 +84,7 @@ def test_changes_are_applied_by_key_in_commit_order_one_snapshot_per_group(sql_c
     sink = _open()
     table = sql_catalog.load_table("tgt.m")
     assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["id"]
+    assert table.properties["commit.manifest-merge.enabled"] == "true", "a target the mirror creates merges"
     sink.write_group([(_key("b1", 0), _rows([("INSERT", i, f"a{i}", 1) for i in range(10)]))])
     assert _target(sql_catalog) == {i: f"a{i}" for i in range(10)}
     group = [
@@ -165,11 +166,12 @@ def test_manifests_do_not_pile_up_with_the_groups(sql_catalog: SqlCatalog, merge
     sink = _open()
     for f in range(4):
         sink.write_group([(_key("b1", f), _rows([("INSERT", f * 100 + j, "a", 1) for j in range(50)]))])
-    if merge:
-        with sql_catalog.load_table("tgt.m").transaction() as tx:
-            tx.set_properties({"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "3"})
-        sink.close()
-        sink = _open()
+    with sql_catalog.load_table("tgt.m").transaction() as tx:  # the mirror created it with merges on
+        tx.set_properties(
+            {"commit.manifest-merge.enabled": str(merge).lower(), "commit.manifest.min-count-to-merge": "3"}
+        )
+    sink.close()
+    sink = _open()
     for g in range(20):
         k = (g % 4) * 100 + g
         sink.write_group(
