@@ -11,9 +11,10 @@ snapshot (an incremental reader of the target sees its deletes).
 
 The added manifests are live and still one a group: pyiceberg merges manifests only in a merge
 append. With the target's `commit.manifest-merge.enabled=true` (set on a target the mirror
-creates) the mirror merges them as a merge append would (pyiceberg's own merge manager, with the table's `commit.manifest.min-count-to-merge`
-and `commit.manifest.target-size-bytes`): a merged manifest keeps this snapshot's added and deleted
-entries as they are and the rest as EXISTING, and drops earlier DELETED entries.
+creates) the mirror merges them as a merge append would (pyiceberg's own merge manager, with the
+table's `commit.manifest.min-count-to-merge` and `commit.manifest.target-size-bytes`): a merged
+manifest keeps this snapshot's added and deleted entries as they are and the rest as EXISTING, and
+drops earlier DELETED entries.
 
 Both hook into the producer pyiceberg hands the transaction step (its `_existing_manifests` and
 `_process_manifests`, the extension points its merge append uses), pinned by the tests in
