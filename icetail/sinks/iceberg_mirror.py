@@ -12,9 +12,9 @@ left out, whole or in part, however the replay is grouped (`IcebergTarget._appen
 writer's commit makes ours fail as a whole: reloaded, looked up again and redone (SinkError when
 the retries run out, so the pipeline retries).
 
-The target is created at `bind` when missing (`iceberg_mirror_schema`: the source's data columns,
-the key as identifier fields); an existing one not followed into before is adopted when it matches
-by name, else refused in one line. The target follows the source's schema by field id, as the
+The target is created by the first group when missing (`iceberg_mirror_schema`: the group's data
+columns, the key as identifier fields); an existing one not followed into before is adopted at
+`bind` when it matches by name, else refused in one line. The target follows the source's schema by field id, as the
 changelog sink's table does (`iceberg_evolution`): before the commit of the first group of a new
 schema, in its own commit on the same held metadata, columns are added, renamed, widened and
 (unlike the changelog sink) dropped. A replay finds the schema changed already: nothing to do.
@@ -85,10 +85,15 @@ class IcebergMirrorSink(IcebergTarget):
         )
         return tokens
 
-    def _checked(self, schema: pa.Schema) -> Table:
-        """The target as committed now, created when missing; one not followed into before is adopted
-        when it matches `schema` by name (its field-id map recorded), else refused."""
-        table = self._refreshed(schema)
+    def _checked(self, schema: pa.Schema) -> Table | None:
+        """The target as committed now; one not followed into before is adopted when it matches `schema`
+        by name (its field-id map recorded), else refused. A missing one is left to the first group,
+        created from its rows' schema: a consumer that starts before a source schema change then
+        sees the target go through the source's schemas in order, not back from the current one."""
+        table = self._reloaded() if self._table is not None else self._load()
+        if table is None:
+            return None
+        self._table = table
         if SOURCE_FIELD_IDS not in table.properties:
             check_target(table.schema(), schema, self._key, self._where())
             return self._evolve(table, schema)
@@ -170,7 +175,7 @@ class IcebergMirrorSink(IcebergTarget):
             )
 
     def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
-        return target_schema(schema, self._key)
+        return target_schema(schema, self._key_names(schema))
 
     def _table_properties(self) -> dict[str, str]:
         """A target the mirror creates merges its manifests (iceberg_mirror_manifests: else one more a group)."""

@@ -99,8 +99,8 @@ def test_iceberg_mirror_follows_schema_evolution_batch_by_batch(
     catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Java evolves the table between writes (ADD, RENAME, ALTER TYPE int -> bigint, DROP); each batch
-    ends before a schema change, and after each the target, read by Java, has the source's columns,
-    types and rows."""
+    ends before a schema change, and after each the target has the source's schema at that snapshot
+    (names and types: the target is created from the first batch's schema) and, read by Java, its rows."""
     catalog.set_env(monkeypatch)
     mirror_workload.create_evolving_table(catalog)
     batches = 0
@@ -110,6 +110,10 @@ def test_iceberg_mirror_follows_schema_evolution_batch_by_batch(
             java = catalog.snapshot_rows("t", outcome.to_snapshot_inclusive).table
             target = catalog.snapshot_rows(TARGET, catalog.current_snapshot_id(TARGET)).table
             assert target.column_names == java.column_names, outcome
+            source = catalog.load_table("ns.t")
+            at = source.schemas()[source.snapshot_by_id(outcome.to_snapshot_inclusive).schema_id]
+            types = [(f.name, str(f.field_type)) for f in catalog.load_table(TARGET).schema().fields]
+            assert types == [(f.name, str(f.field_type)) for f in at.fields], "the target has the source's schema"
             columns = tuple(java.column_names)
             assert row_set(target, columns) == row_set(java, columns), f"after batch to {outcome.to_snapshot_inclusive}"
     assert batches == 5  # one per schema

@@ -82,10 +82,11 @@ def test_the_url_picks_the_mirror_and_keeps_the_changelog_forms(sql_catalog: Sql
 
 def test_changes_are_applied_by_key_in_commit_order_one_snapshot_per_group(sql_catalog: SqlCatalog) -> None:
     sink = _open()
+    assert not sql_catalog.table_exists("tgt.m"), "created by the first group, from its rows' schema"
+    sink.write_group([(_key("b1", 0), _rows([("INSERT", i, f"a{i}", 1) for i in range(10)]))])
     table = sql_catalog.load_table("tgt.m")
     assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["id"]
     assert table.properties["commit.manifest-merge.enabled"] == "true", "a target the mirror creates merges"
-    sink.write_group([(_key("b1", 0), _rows([("INSERT", i, f"a{i}", 1) for i in range(10)]))])
     assert _target(sql_catalog) == {i: f"a{i}" for i in range(10)}
     group = [
         # an update, a key change (3 -> 30), a delete, a key deleted and re-inserted in one group
