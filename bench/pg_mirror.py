@@ -159,12 +159,12 @@ def timed(rounds: int, prepare: Callable[[], None], run: Callable[[], None]) -> 
     return seconds
 
 
-def report(label: str, rows: int, mine: list[float], base: list[float], base_label: str, goal: float) -> None:
+def report(label: str, rows: int, mine: list[float], base: list[float], base_label: str, goal: float | None) -> None:
     m, b = statistics.median(mine), statistics.median(base)
     print(
         f"{label}: mirror {m:.2f}s ({rows / m:,.0f} changes/s; min {min(mine):.2f} max {max(mine):.2f}), "
         f"{base_label} {b:.2f}s ({rows / b:,.0f} rows/s; min {min(base):.2f} max {max(base):.2f}); "
-        f"ratio {b / m:.2f}x (goal >= {goal}x)"
+        f"ratio {b / m:.2f}x" + (f" (goal >= {goal}x)" if goal is not None else "")
     )
 
 

@@ -11,7 +11,9 @@ Kafka Connect Iceberg sink do):
   earlier rows keep their values under the new name);
 * a widened type (int -> long, float -> double, decimal precision) is widened;
 * a dropped source field stays in the sink as an optional column, null in later rows: the
-  sink keeps every value it was ever given, as Iceberg keeps dropped columns in old schemas.
+  sink keeps every value it was ever given, as Iceberg keeps dropped columns in old schemas;
+  a mirror (`drop_missing`), whose table must equal the source, drops it instead (a column
+  added again under a dropped one's name is then a new column, not a clash).
 
 Columns without a field id (icetail's `_change_type`, ..., `_schema_id`, or rows of a caller
 that carry no ids) are matched by name. A sink table without the property (created by an
@@ -52,22 +54,30 @@ class _Changes:
     renames: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     widenings: list[tuple[tuple[str, ...], IcebergType]] = field(default_factory=list)
     mapped: dict[int, int] = field(default_factory=dict)  # source id -> sink id of fields matched
+    drop: bool = False  # drop the sink fields whose source field is gone (a mirror)
+    drops: list[tuple[str, ...]] = field(default_factory=list)
+    gone: set[int] = field(default_factory=set)  # source ids of the dropped fields
 
     def __bool__(self) -> bool:
-        return bool(self.adds or self.renames or self.widenings)
+        return bool(self.adds or self.renames or self.widenings or self.drops)
 
 
-def evolve_by_field_id(table: Table, rows: pa.Schema, where: str) -> Table:
-    """Evolve `table` so that it holds rows of `rows` (schema and id map in one commit); the table after."""
+def evolve_by_field_id(table: Table, rows: pa.Schema, where: str, *, drop_missing: bool = False) -> Table:
+    """Evolve `table` so that it holds rows of `rows` (schema and id map in one commit); the table after.
+
+    `drop_missing`: a sink field whose source field the rows lack is dropped (the mirror), not kept.
+    """
     known = _known_ids(table)
-    changes = _Changes()
+    changes = _Changes(drop=drop_missing)
     _match(rows, table.schema().as_struct(), (), known, changes, where)
-    mapping = {**known, **changes.mapped}
+    mapping = {s: t for s, t in {**known, **changes.mapped}.items() if s not in changes.gone}
     if not changes and mapping == known and SOURCE_FIELD_IDS in table.properties:
         return table
     with table.transaction() as tx:
         if changes:
             with tx.update_schema() as update:
+                for path in changes.drops:  # first: an added column may take a dropped one's name
+                    update.delete_column(path)
                 for path, new_name in changes.renames:
                     update.rename_column(path, new_name)
                 for path, widened in changes.widenings:
@@ -100,6 +110,7 @@ def _match(
     """Match `incoming`'s fields to the fields of the sink struct at `path`, recording what must change."""
     by_id = {f.field_id: f for f in sink.fields}
     by_name = {f.name: f for f in sink.fields}
+    leaving = _leaving(incoming, sink, known) if changes.drop else {}
     for arrow_field in incoming:
         source_id = source_field_id(arrow_field)
         target: NestedField | None = None
@@ -109,7 +120,7 @@ def _match(
             target = by_name.get(arrow_field.name)
         if target is None:
             clash = by_name.get(arrow_field.name)
-            if clash is not None:
+            if clash is not None and clash.field_id not in leaving:
                 raise SinkRejectedError(
                     f"iceberg sink {where}: column {'.'.join((*path, arrow_field.name))} of the sink table holds "
                     f"another source column (a column dropped and added again under its name?); rename the sink "
@@ -122,6 +133,20 @@ def _match(
         if target.name != arrow_field.name:
             changes.renames.append((path + (target.name,), arrow_field.name))
         _match_type(arrow_field, target, path + (target.name,), known, changes, where)
+    for sink_id, source_id in leaving.items():
+        changes.drops.append(path + (by_id[sink_id].name,))
+        changes.gone.add(source_id)
+
+
+def _leaving(incoming: pa.Schema | pa.StructType, sink: StructType, known: dict[int, int]) -> dict[int, int]:
+    """The sink fields of this struct whose source field the rows lack: sink id -> source id."""
+    present = {source_field_id(f) for f in incoming}
+    source_of = {sink_id: source_id for source_id, sink_id in known.items()}
+    return {
+        f.field_id: source_of[f.field_id]
+        for f in sink.fields
+        if f.field_id in source_of and source_of[f.field_id] not in present
+    }
 
 
 def _match_type(
@@ -144,11 +169,12 @@ def _match_type(
             _match_type(arrow_type.item_field, sink_type.value_field, (*path, "value"), known, changes, where)
     elif sink_type.is_primitive:
         new_type = _iceberg_type(arrow_field)
-        if new_type != sink_type and not _promotes(new_type, sink_type):  # narrower rows are cast up on write
+        if new_type != sink_type and not promotes(new_type, sink_type):  # narrower rows are cast up on write
             changes.widenings.append((path, new_type))  # pyiceberg refuses what is not a promotion
 
 
-def _promotes(narrow: IcebergType, wide: IcebergType) -> bool:
+def promotes(narrow: IcebergType, wide: IcebergType) -> bool:
+    """Whether a column of type `wide` holds values of `narrow` by Iceberg's promotion (int in long, ...)."""
     try:
         promote(narrow, wide)
     except ResolveError:
@@ -191,4 +217,4 @@ def _missing(name: str) -> NestedField:
     raise SinkRejectedError(f"iceberg sink: added column {name} is missing after the schema change")
 
 
-__all__ = ["SOURCE_FIELD_IDS", "evolve_by_field_id", "source_field_id"]
+__all__ = ["SOURCE_FIELD_IDS", "evolve_by_field_id", "promotes", "source_field_id"]

@@ -12,25 +12,31 @@ left out, whole or in part, however the replay is grouped (`IcebergTarget._appen
 writer's commit makes ours fail as a whole: reloaded, looked up again and redone (SinkError when
 the retries run out, so the pipeline retries).
 
-The target is created at `bind` when missing (`iceberg_mirror_schema`: the source's data columns,
-the key as identifier fields) and otherwise checked, before any row and before every group: a
-target (or a source schema change) that does not match is refused in one line.
+The target is created by the first group when missing (`iceberg_mirror_schema`: the group's data
+columns, the key as identifier fields); an existing one not followed into before is adopted at
+`bind` when it matches by name, else refused in one line. The target follows the source's schema by field id, as the
+changelog sink's table does (`iceberg_evolution`): before the commit of the first group of a new
+schema, in its own commit on the same held metadata, columns are added, renamed, widened and
+(unlike the changelog sink) dropped. A replay finds the schema changed already: nothing to do.
+The key is followed by field id too: a renamed key column is still the key.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table, TableProperties, Transaction
 
-from icetail.kernel.errors import ConfigError
+from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS, evolve_by_field_id, source_field_id
 from icetail.sinks.iceberg_ledger import chunk_summary
 from icetail.sinks.iceberg_mirror_apply import GroupRewrite, plan_rewrite
-from icetail.sinks.iceberg_mirror_schema import check_target, target_schema
+from icetail.sinks.iceberg_mirror_schema import check_target, source_columns, target_schema
 from icetail.sinks.iceberg_sink import IcebergTarget
 from icetail.sinks.keyed_merge import local_merge
 
@@ -45,6 +51,7 @@ class IcebergMirrorSink(IcebergTarget):
     def __init__(self, catalog_name: str, identifier: str, *, consumer: str) -> None:
         super().__init__(catalog_name, identifier, consumer=consumer)
         self._key: tuple[str, ...] = ()
+        self._key_ids: tuple[int | None, ...] = ()  # the key's source field ids: names change, ids do not
         self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
         self.duplicates = 0  # inserts of a key the target already held, since open (last writer wins)
         self.last: GroupRewrite | None = None  # the last group's commit: files read, replaced, rows
@@ -54,6 +61,8 @@ class IcebergMirrorSink(IcebergTarget):
         if not key:
             raise ConfigError(f"iceberg mirror {self._where()} needs a key: give --identifier-columns")
         self._key = tuple(key)
+        fields = {f.name: f for f in schema}
+        self._key_ids = tuple(source_field_id(fields[k]) if k in fields else None for k in key)
         self._guarded(
             "the target cannot be prepared", "the target does not fit the source", lambda: self._checked(schema)
         )
@@ -76,23 +85,60 @@ class IcebergMirrorSink(IcebergTarget):
         )
         return tokens
 
-    def _checked(self, schema: pa.Schema) -> Table:
-        """The target as committed now, created when missing; refused when it does not match `schema`."""
-        table = self._refreshed(schema)
-        check_target(table.schema(), schema, self._key, self._where())
+    def _checked(self, schema: pa.Schema) -> Table | None:
+        """The target as committed now; one not followed into before is adopted when it matches `schema`
+        by name (its field-id map recorded), else refused. A missing one is left to the first group,
+        created from its rows' schema: a consumer that starts before a source schema change then
+        sees the target go through the source's schemas in order, not back from the current one."""
+        table = self._reloaded() if self._table is not None else self._load()
+        if table is None:
+            return None
+        self._table = table
+        if SOURCE_FIELD_IDS not in table.properties:
+            check_target(table.schema(), schema, self._key, self._where())
+            return self._evolve(table, schema)
+        identifiers = sorted(table.schema().identifier_field_ids)
+        known = json.loads(table.properties[SOURCE_FIELD_IDS])
+        by_name = {f.name: f.field_id for f in table.schema().fields}
+        wanted = [
+            known.get(str(i)) if i is not None else by_name.get(k)
+            for i, k in zip(self._key_ids, self._key, strict=True)
+        ]
+        if sorted(w if w is not None else -1 for w in wanted) != identifiers:
+            shown = ", ".join(str(table.schema().find_column_name(i)) for i in identifiers) or "none"
+            raise SinkRejectedError(
+                f"iceberg mirror target {self._where()} is keyed by {shown}, not by the mirror's key "
+                f"{', '.join(self._key)}; give the key with --identifier-columns, or mirror into another table"
+            )
         return table
+
+    def _evolve(self, table: Table, schema: pa.Schema) -> Table:
+        """Follow the source's schema by field id, dropped columns dropped; commits nothing when equal."""
+        key = self._key_names(schema)
+        table = evolve_by_field_id(table, source_columns(schema, key), self._where(), drop_missing=True)
+        self._table = table
+        check_target(table.schema(), schema, key, self._where())
+        return table
+
+    def _key_names(self, schema: pa.Schema) -> tuple[str, ...]:
+        """The key's columns in `schema`, found by source field id (a renamed key column is still the key)."""
+        by_id = {source_field_id(f): f.name for f in schema}
+        return tuple(
+            by_id.get(i, name) if i is not None else name for i, name in zip(self._key_ids, self._key, strict=True)
+        )
 
     def _apply(self, chunks: Sequence[tuple[ChunkKey, pa.Table]]) -> list[str]:
         schema = chunks[0][1].schema
+        key = self._key_names(schema)
         table = self._held(schema)
-        check_target(table.schema(), schema, self._key, self._where())  # a source schema change is refused
         counts = [(key.name, rows.num_rows) for key, rows in chunks]
         applied: list[int] = []
 
         def appended(table: Table, pending: list[int]) -> tuple[Table, Callable[[Transaction], None]]:
             # applied chunks form whole earlier groups: what is left is a suffix, still in commit order
+            table = self._evolve(table, schema)  # a source schema change, before the group's commit
             rows = pa.concat_tables([chunks[i][1].cast(schema) for i in pending])
-            rewrite = plan_rewrite(table, local_merge(rows, self._key), self._key)
+            rewrite = plan_rewrite(table, local_merge(rows, key), key)
             self.last = rewrite
             applied[:] = pending
             return table, rewrite.stage(chunk_summary(self.consumer, [counts[i] for i in pending]))
@@ -129,5 +175,8 @@ class IcebergMirrorSink(IcebergTarget):
             )
 
     def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
-        return target_schema(schema, self._key)
+        return target_schema(schema, self._key_names(schema))
 
+    def _table_properties(self) -> dict[str, str]:
+        """A target the mirror creates merges its manifests (iceberg_mirror_manifests: else one more a group)."""
+        return {TableProperties.MANIFEST_MERGE_ENABLED: "true"}

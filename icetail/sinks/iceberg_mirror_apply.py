@@ -21,25 +21,40 @@ ledger's `chunk_summary`): the commit is the group, whole or not at all.
 
 from __future__ import annotations
 
-import functools
+import datetime
+import decimal
 import itertools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, Or
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    LessThanOrEqual,
+    Or,
+)
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
+from icetail.sinks.iceberg_mirror_manifests import carry_live_only
 from icetail.sinks.iceberg_schema import conform
 from icetail.sinks.keyed_merge import DELETE, FRESH, NetChanges
 
 IN_LIMIT = 200  # pyiceberg's IN_PREDICATE_LIMIT: metrics are not evaluated for a longer IN
+RANGE_OVER = 2_000  # distinct values of a key column over which the filter is ranges, not INs
+MAX_RANGES = 64  # ranges of such a filter
+RANGED = (int, str, datetime.date, datetime.datetime, decimal.Decimal)  # the key types ranges are made of
 _ROW = "__icetail_row"
 
 
@@ -60,6 +75,7 @@ class GroupRewrite:
 
         def overwrite(transaction: Transaction) -> None:
             with transaction.update_snapshot(snapshot_properties=summary).overwrite() as snapshot:
+                carry_live_only(snapshot)  # manifests without a live file are not carried on
                 snapshot.delete_by_predicate(self.predicate)  # the manifests that may list a replaced file
                 for old, new in self.replaced:
                     snapshot.delete_data_file(old)
@@ -73,17 +89,57 @@ class GroupRewrite:
 
 def key_predicate(keys: pa.Table, table: Table) -> BooleanExpression:
     """Where rows of `keys` can be, as a filter pyiceberg prunes by; AlwaysTrue if it cannot bind it."""
-    parts: list[BooleanExpression] = []
-    for name in keys.column_names:
-        values = sorted(set(keys.column(name).to_pylist()), key=repr)
-        slices = [_in(name, values[i : i + IN_LIMIT]) for i in range(0, len(values), IN_LIMIT)]
-        parts.append(functools.reduce(_or, slices))
-    predicate = functools.reduce(_and, parts)
+    parts = [_column_filter(name, set(keys.column(name).to_pylist())) for name in keys.column_names]
+    predicate = _balanced(parts, _and)
     try:
         bind(table.schema(), predicate, case_sensitive=True)
     except Exception:  # noqa: BLE001 - a key type pyiceberg cannot make literals of: no pruning, still exact
         return AlwaysTrue()
     return predicate
+
+
+def _column_filter(name: str, values: set[object]) -> BooleanExpression:
+    """One key column's values as INs of IN_LIMIT values, `Or`-ed in a balanced tree (a chain of
+    hundreds of `Or`s overflows the recursion of pyiceberg's visitors: no pruning at all). Over
+    RANGE_OVER values, ranges instead (`_ranges`): pyiceberg makes a literal of every IN value (~20
+    us each: 2 s for 100,000 keys), a range needs two; ranges prune by bounds and identity
+    partitions too, less exactly (a range may span files without a key; the rows are matched
+    exactly anyway), but not by bucket partitions."""
+    ordered: list[Any] = sorted(values, key=repr)
+    if len(ordered) > RANGE_OVER and all(type(v) in RANGED for v in ordered):  # ordered as Iceberg orders them
+        ordered.sort()
+        return _balanced([_between(name, low, high) for low, high in _ranges(ordered)], _or)
+    slices = [ordered[i : i + IN_LIMIT] for i in range(0, len(ordered), IN_LIMIT)]
+    return _balanced([_in(name, s) for s in slices], _or)
+
+
+def _ranges(ordered: list[Any]) -> list[tuple[Any, Any]]:
+    """At most MAX_RANGES ranges covering the values: integers split at their largest gaps (the
+    tightest cover: a range does not span the files between two clusters of keys; a run of
+    consecutive keys is one range), other types in equal slices. Binding and evaluating the filter
+    costs per range (pyiceberg binds it once per manifest and file evaluator)."""
+    if all(type(v) is int for v in ordered) and -(2**63) <= ordered[0] and ordered[-1] < 2**63:
+        gaps = np.diff(np.array(ordered, dtype=np.int64))
+        count = min(MAX_RANGES, 1 + int(np.count_nonzero(gaps > 1)))
+        cuts = sorted(int(i) + 1 for i in np.argpartition(gaps, -(count - 1))[-(count - 1) :]) if count > 1 else []
+        bounds = [0, *cuts, len(ordered)]
+    else:
+        step = -(-len(ordered) // MAX_RANGES)
+        bounds = [*range(0, len(ordered), step), len(ordered)]
+    return [(ordered[a], ordered[b - 1]) for a, b in itertools.pairwise(bounds)]
+
+
+def _balanced(
+    parts: list[BooleanExpression], join: Callable[[BooleanExpression, BooleanExpression], BooleanExpression]
+) -> BooleanExpression:
+    if len(parts) == 1:
+        return parts[0]
+    middle = len(parts) // 2
+    return join(_balanced(parts[:middle], join), _balanced(parts[middle:], join))
+
+
+def _between(name: str, low: object, high: object) -> BooleanExpression:
+    return And(GreaterThanOrEqual(name, low), LessThanOrEqual(name, high))  # type: ignore[call-arg,arg-type]
 
 
 def _in(name: str, values: list[object]) -> BooleanExpression:
@@ -104,12 +160,14 @@ def plan_rewrite(table: Table, net: NetChanges, key: Sequence[str]) -> GroupRewr
     arrow = schema.as_arrow()
     keys = net.rows.select(list(key))
     fresh = keys.filter(pc.equal(net.ops, FRESH))
-    predicate = key_predicate(keys, table)
+    # an empty target (a first load) has no file to prune: the filter (~20 us a key) is not built
+    empty = table.current_snapshot() is None
+    predicate = AlwaysFalse() if empty else key_predicate(keys, table)
     commit_uuid = uuid.uuid4()
     counter = itertools.count(0)
     replaced: list[tuple[DataFile, tuple[DataFile, ...]]] = []
     files_read = rows_deleted = duplicates = 0
-    if table.current_snapshot() is not None:
+    if not empty:
         scan = ArrowScan(table.metadata, table.io, projected_schema=schema, row_filter=AlwaysTrue())
         for task in table.scan(row_filter=predicate).plan_files():
             files_read += 1

@@ -6,8 +6,12 @@ Iceberg keeps it. Identifier fields must be required, so the key columns are; th
 optional. icetail's metadata columns (`_change_type`, ...) are not data and are left out; `_row_id`
 is a column only when it is the key (a format-v3 source without identifier fields).
 
-An existing target is checked, not changed: same column names, same types (nested types by kind:
-struct, list, map), the key as identifier fields. The first difference is refused in one line.
+A target icetail has not followed the source into yet (no `icetail.source-field-ids` property) is
+adopted only when it matches by name: same column names, same types (nested types by kind:
+struct, list, map; a wider type than the source's is fine, rows are cast up), the key as
+identifier fields; the first difference is refused in one line. From then on the target follows
+the source's schema changes by field id (`iceberg_evolution`, dropping what the source drops) and
+is checked again after each change.
 """
 
 from __future__ import annotations
@@ -19,14 +23,20 @@ from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.change_columns import LAST_UPDATED_SEQUENCE_NUMBER, METADATA_COLUMNS, ROW_ID, SCHEMA_ID
+from icetail.sinks.iceberg_evolution import promotes
 from icetail.sinks.iceberg_schema import sink_schema
 
 NOT_DATA = frozenset({*METADATA_COLUMNS, SCHEMA_ID, LAST_UPDATED_SEQUENCE_NUMBER})
 
 
+def source_columns(changes: pa.Schema, key: tuple[str, ...]) -> pa.Schema:
+    """The change rows' data columns (plus `_row_id` when it is the key), source field ids kept."""
+    return pa.schema([f for f in changes if f.name not in NOT_DATA and (f.name != ROW_ID or ROW_ID in key)])
+
+
 def data_schema(changes: pa.Schema, key: tuple[str, ...]) -> pa.Schema:
     """The change rows' data columns (plus `_row_id` when it is the key), as the target's Arrow schema."""
-    fields = [f for f in changes if f.name not in NOT_DATA and (f.name != ROW_ID or ROW_ID in key)]
+    fields = list(source_columns(changes, key))
     missing = [k for k in key if k not in {f.name for f in fields}]
     if missing:
         raise SinkRejectedError(f"mirror key column(s) {', '.join(missing)} are not columns of the source")
@@ -56,7 +66,9 @@ def check_target(existing: Schema, changes: pa.Schema, key: tuple[str, ...], whe
         )
         raise SinkRejectedError(f"iceberg mirror target {where} does not match the source: it {what}")
     for name, field in want.items():
-        if _shape(have[name].field_type) != _shape(field.field_type):
+        if _shape(have[name].field_type) != _shape(field.field_type) and not promotes(
+            field.field_type, have[name].field_type
+        ):
             raise SinkRejectedError(
                 f"iceberg mirror target {where} does not match the source: column {name} is "
                 f"{_shape(have[name].field_type)}, the source's is {_shape(field.field_type)}"

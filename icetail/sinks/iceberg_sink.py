@@ -255,7 +255,9 @@ class IcebergTarget:
         namespace = tuple(self.identifier.split(".")[:-1])
         try:
             self.catalog.create_namespace_if_not_exists(namespace)
-            return self.catalog.create_table_if_not_exists(self.identifier, schema=self._table_schema(schema))
+            return self.catalog.create_table_if_not_exists(
+                self.identifier, schema=self._table_schema(schema), properties=self._table_properties()
+            )
         except TRANSIENT_ERRORS as exc:
             raise SinkError(f"iceberg sink table {self._where()} cannot be created: {error_text(exc)}") from exc
         except REJECTED_ERRORS as exc:
@@ -266,6 +268,10 @@ class IcebergTarget:
     def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
         """The schema a missing table is created with, for change rows of `schema`: all of them, optional."""
         return sink_schema(schema)
+
+    def _table_properties(self) -> dict[str, str]:
+        """The properties a missing table is created with."""
+        return {}
 
     def _evolve(self, table: Table, schema: pa.Schema) -> Table:
         """Follow the source's schema changes by field id; commits nothing when nothing changes."""
@@ -364,6 +370,7 @@ class IcebergTableSink(IcebergTarget):
                 table.io.delete(paths[i])
 
         return self._append_once(chunks, table, appended, replayed)
+
 
 def _open_catalog(name: str) -> Catalog:
     """The sink's catalog, opened as the source's is; an unreachable one fails the sink stage (retried)."""

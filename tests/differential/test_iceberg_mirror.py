@@ -15,6 +15,7 @@ import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
+from tests.support import mirror_workload
 from tests.support.mirror_workload import (
     ROW_ID_STEPS,
     create_keyed_table,
@@ -92,3 +93,34 @@ def test_v3_table_without_a_key_is_mirrored_by_row_id(
         assert len(set(target.column("_row_id").to_pylist())) == target.num_rows
     schema = catalog.load_table(TARGET).schema()
     assert [schema.find_column_name(i) for i in schema.identifier_field_ids] == ["_row_id"]
+
+
+def test_iceberg_mirror_follows_schema_evolution_batch_by_batch(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Java evolves the table between writes (ADD, RENAME, ALTER TYPE int -> bigint, DROP); each batch
+    ends before a schema change, and after each the target has the source's schema at that snapshot
+    (names and types: the target is created from the first batch's schema) and, read by Java, its rows."""
+    catalog.set_env(monkeypatch)
+    mirror_workload.create_evolving_table(catalog)
+    batches = 0
+    with Pipeline(_config(catalog, tmp_path), spark=spark) as pipeline:
+        while (outcome := pipeline.run_batch()) is not None:
+            batches += 1
+            java = catalog.snapshot_rows("t", outcome.to_snapshot_inclusive).table
+            target = catalog.snapshot_rows(TARGET, catalog.current_snapshot_id(TARGET)).table
+            assert target.column_names == java.column_names, outcome
+            source = catalog.load_table("ns.t")
+            at = source.schemas()[source.snapshot_by_id(outcome.to_snapshot_inclusive).schema_id]
+            types = [(f.name, str(f.field_type)) for f in catalog.load_table(TARGET).schema().fields]
+            assert types == [(f.name, str(f.field_type)) for f in at.fields], "the target has the source's schema"
+            columns = tuple(java.column_names)
+            assert row_set(target, columns) == row_set(java, columns), f"after batch to {outcome.to_snapshot_inclusive}"
+    assert batches == 5  # one per schema
+    schema = catalog.load_table(TARGET).schema()
+    assert [(f.name, str(f.field_type)) for f in schema.fields] == [
+        ("id", "long"),
+        ("n", "long"),
+        ("w", "string"),
+        ("e", "long"),
+    ]

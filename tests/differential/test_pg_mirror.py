@@ -17,6 +17,7 @@ from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
 from tests.support.mirror_workload import (
     ROW_ID_STEPS,
+    create_evolving_table,
     create_keyed_table,
     create_keyless_v3_table,
     equality_delete_step,
@@ -154,25 +155,7 @@ def test_mirror_follows_schema_evolution_batch_by_batch(
     """Java evolves the table between writes (ADD, RENAME, ALTER TYPE int -> bigint, DROP); each batch
     ends before a schema change, and after each the target has the source's columns and rows."""
     catalog.set_env(monkeypatch)
-    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
-    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, n int, v string, x string) USING iceberg "
-                f"TBLPROPERTIES ({props})")  # fmt: skip
-    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
-    for statement in (
-        "INSERT INTO {cat}.ns.t VALUES (1L, 10, 'a', 'x1'), (2L, 20, 'b', 'x2')",
-        "ALTER TABLE {cat}.ns.t ADD COLUMN e bigint",
-        "INSERT INTO {cat}.ns.t VALUES (4L, 40, 'd', 'x4', 400L)",
-        "UPDATE {cat}.ns.t SET e = 100L WHERE id = 1",
-        "ALTER TABLE {cat}.ns.t RENAME COLUMN v TO w",
-        "INSERT INTO {cat}.ns.t VALUES (5L, 50, 'e', 'x5', 500L)",
-        "ALTER TABLE {cat}.ns.t ALTER COLUMN n TYPE bigint",
-        "INSERT INTO {cat}.ns.t VALUES (6L, 6000000000L, 'f', 'x6', 600L)",
-        "DELETE FROM {cat}.ns.t WHERE id = 2",
-        "ALTER TABLE {cat}.ns.t DROP COLUMN x",
-        "INSERT INTO {cat}.ns.t VALUES (7L, 70L, 'g', 700L)",
-        "UPDATE {cat}.ns.t SET w = 'gg' WHERE id = 7",
-    ):
-        catalog.sql(statement)
+    create_evolving_table(catalog)
     config = _config(catalog, tmp_path, pg_schema)
     batches = 0
     with Pipeline(config, spark=spark) as pipeline:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo, In
 from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
@@ -116,3 +116,61 @@ def test_a_mismatched_existing_target_is_refused_at_start(tmp_path: Path, spark:
     with pytest.raises(SinkRejectedError) as info:
         _run(_config(cat, tmp_path), spark)
     assert "lacks column(s) v" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_target_follows_the_source_schema_run_by_run(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:
+    """The source gains a column, renames one, widens int to long and drops one between runs (the
+    last run spans two changes: one batch per schema); after every run the target has the source's
+    columns and types, by field id, and its rows."""
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "n", IntegerType()),
+        NestedField(3, "v", StringType()),
+        NestedField(4, "x", StringType()),
+        identifier_field_ids=[1],
+    )
+    cat = _source(tmp_path, use_catalogs, schema)
+    config = _config(cat, tmp_path)
+
+    def append(rows: dict[str, list[Any]]) -> None:
+        table = cat.load("ns.t")
+        arrow = table.schema().as_arrow()
+        table.append(pa.table({f.name: pa.array(rows.get(f.name), f.type) for f in arrow}, schema=arrow))
+
+    def run_and_check() -> None:
+        _run(config, spark)
+        source, target = cat.load("ns.t").schema(), cat.load(TARGET).schema()
+        assert [(f.name, str(f.field_type)) for f in target.fields] == [
+            (f.name, str(f.field_type)) for f in source.fields
+        ]
+        got = cat.load(TARGET).scan().to_arrow()
+        assert len(set(got.column("id").to_pylist())) == got.num_rows, "a key twice in the target"
+        assert_target_equals_source(cat, config, got, [f.name for f in source.fields])
+
+    append({"id": [1, 2, 3], "n": [10, 20, 30], "v": ["a", "b", "c"], "x": ["x1", "x2", "x3"]})
+    run_and_check()
+    with cat.load("ns.t").update_schema() as update:
+        update.add_column("e", LongType())
+    append({"id": [4], "n": [40], "v": ["d"], "x": ["x4"], "e": [400]})
+    cat.load("ns.t").delete(EqualTo("id", 2))
+    run_and_check()
+    with cat.load("ns.t").update_schema() as update:
+        update.rename_column("v", "w")
+    append({"id": [5], "n": [50], "w": ["e"], "x": ["x5"], "e": [500]})
+    run_and_check()
+    with cat.load("ns.t").update_schema() as update:
+        update.update_column("n", LongType())
+    append({"id": [6], "n": [6_000_000_000], "w": ["f"], "x": ["x6"], "e": [600]})
+    cat.load("ns.t").delete(EqualTo("id", 3))
+    with cat.load("ns.t").update_schema() as update:
+        update.delete_column("x")
+    append({"id": [7], "n": [70], "w": ["g"], "e": [700]})
+    cat.load("ns.t").upsert(pa.table({"id": [1], "n": [11], "w": ["a2"], "e": [100]}, schema=_arrow(cat)))
+    run_and_check()
+    target = cat.load(TARGET)
+    assert [target.schema().find_column_name(i) for i in target.schema().identifier_field_ids] == ["id"]
+    assert len(target.schemas()) == 5, "one schema change per source change (the map recorded in the first)"
+
+
+def _arrow(cat: LocalCatalog) -> pa.Schema:
+    return cat.load("ns.t").schema().as_arrow()

@@ -21,8 +21,9 @@ import pytest
 
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
+from tests.support.mirror_checks import equal_between_batches, mirror_run_command
 from tests.support.pg_mirror import ledger, mirror_url, query, row_set, target_table
-from tests.support.processes import child_env, icetail_command
+from tests.support.processes import child_env
 from tests.support.stores import view_state
 from tests.support.tables import build_mixed_table
 
@@ -86,19 +87,7 @@ def test_sigkill_leaves_the_mirror_exact(
     target = MirrorSpec(pg_schema, mirror_url(pg_schema))
     consumer = f"mirror-{state_kind}"
     env = child_env([cat], tmp_path / "spark")
-    cmd = [
-        *icetail_command(),
-        "run",
-        "--catalog", cat.name,
-        "--table", IDENT,
-        "--state", state_url,
-        "--sink", target.url,
-        "--consumer", consumer,
-        "--identifier-columns", "id",
-        "--until-caught-up",
-        "--max-snapshots-per-batch", "2",
-        "--chunk-rows", "100",
-    ]  # fmt: skip
+    cmd = mirror_run_command(cat.name, IDENT, state_url, target.url, consumer)
     checked_between_batches = []
 
     def check(attempt: Attempt, rows: pa.Table | None) -> None:
@@ -106,9 +95,7 @@ def test_sigkill_leaves_the_mirror_exact(
         assert state is not None
         batches = {batch for _, batch in ledger(pg_schema)} if rows is not None else set()
         assert len(batches) <= 1, f"the ledger holds several batches: {batches}; {attempt.line()}"
-        if state.exists and state.inflight_batch is None and state.cursor is not None:
-            got = row_set(_with_note(rows), COLUMNS) if rows is not None else []
-            assert got == _source_at(cat, state.cursor), f"target differs from the source at {state.cursor}"
+        if equal_between_batches(cat, IDENT, COLUMNS, state, rows):
             checked_between_batches.append(attempt.index)
 
     report = crash_loop(

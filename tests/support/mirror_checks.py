@@ -39,3 +39,40 @@ def assert_target_equals_source(source: Any, config: PipelineConfig, target: pa.
     assert got == expected, f"at snapshot {cursor}: target-only {set(got) - set(expected)}, " + (
         f"source-only {set(expected) - set(got)}"
     )
+
+
+def equal_between_batches(source: Any, ident: str, columns: Sequence[str], state: Any, rows: pa.Table | None) -> bool:
+    """Between batches (`state`, a `stores.StateView`), the target's `rows` are exactly `source`'s `ident`
+    at the cursor (a column one side lacks reads as nulls); False, nothing checked, mid-batch."""
+    if not (state.exists and state.inflight_batch is None and state.cursor is not None):
+        return False
+    expected = _padded(source.load(ident).scan(snapshot_id=state.cursor).to_arrow(), columns)
+    got = row_set(_padded(rows, columns), columns) if rows is not None else []
+    assert got == row_set(expected, columns), f"target differs from the source at {state.cursor}"
+    return True
+
+
+def _padded(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+    for name in columns:
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows))
+    return rows
+
+
+def mirror_run_command(catalog: str, ident: str, state_url: str, sink_url: str, consumer: str) -> list[str]:
+    """`icetail run` into a mirror as the crash tests run it: keyed by id, to the end, small batches."""
+    from tests.support.processes import icetail_command
+
+    return [
+        *icetail_command(),
+        "run",
+        "--catalog", catalog,
+        "--table", ident,
+        "--state", state_url,
+        "--sink", sink_url,
+        "--consumer", consumer,
+        "--identifier-columns", "id",
+        "--until-caught-up",
+        "--max-snapshots-per-batch", "2",
+        "--chunk-rows", "100",
+    ]  # fmt: skip

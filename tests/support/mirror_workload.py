@@ -67,3 +67,31 @@ ROW_ID_STEPS = [
     ["UPDATE {cat}.ns.t SET v = 'B' WHERE id = 2", "DELETE FROM {cat}.ns.t WHERE id = 3"],
     ["UPDATE {cat}.ns.t SET id = 10 WHERE id = 1", "INSERT INTO {cat}.ns.t VALUES (3L, 'c again')"],
 ]
+
+
+def create_evolving_table(catalog: Any) -> None:
+    """ns.t (id bigint key, n int, v string, x string), merge-on-read, evolved by Java between writes
+    (EVOLUTION_STEPS): ADD, RENAME, ALTER TYPE int -> bigint, DROP; five schemas, so five batches
+    (a batch never spans a schema change)."""
+    props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
+    catalog.sql(f"CREATE TABLE {{cat}}.ns.t (id bigint NOT NULL, n int, v string, x string) USING iceberg "
+                f"TBLPROPERTIES ({props})")  # fmt: skip
+    catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
+    for statement in EVOLUTION_STEPS:
+        catalog.sql(statement)
+
+
+EVOLUTION_STEPS = (
+    "INSERT INTO {cat}.ns.t VALUES (1L, 10, 'a', 'x1'), (2L, 20, 'b', 'x2')",
+    "ALTER TABLE {cat}.ns.t ADD COLUMN e bigint",
+    "INSERT INTO {cat}.ns.t VALUES (4L, 40, 'd', 'x4', 400L)",
+    "UPDATE {cat}.ns.t SET e = 100L WHERE id = 1",
+    "ALTER TABLE {cat}.ns.t RENAME COLUMN v TO w",
+    "INSERT INTO {cat}.ns.t VALUES (5L, 50, 'e', 'x5', 500L)",
+    "ALTER TABLE {cat}.ns.t ALTER COLUMN n TYPE bigint",
+    "INSERT INTO {cat}.ns.t VALUES (6L, 6000000000L, 'f', 'x6', 600L)",
+    "DELETE FROM {cat}.ns.t WHERE id = 2",
+    "ALTER TABLE {cat}.ns.t DROP COLUMN x",
+    "INSERT INTO {cat}.ns.t VALUES (7L, 70L, 'g', 700L)",
+    "UPDATE {cat}.ns.t SET w = 'gg' WHERE id = 7",
+)
