@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
@@ -29,6 +30,8 @@ from tests.support.processes import child_env
 from tests.support.sinks import SinkSpec
 from tests.support.stores import view_state
 from tests.support.tables import build_mixed_table
+
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
 SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261126"))
 IDENT = "ns.events"
