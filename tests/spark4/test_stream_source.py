@@ -135,3 +135,21 @@ def test_without_admission_control_restart_is_exact(
 
 def _dump(root: Path) -> str:
     return "\n".join(p.read_text() for p in sorted((root / "checkpoint" / "offsets").iterdir()) if p.name.isdigit())
+
+
+def test_a_stream_starts_at_delta_s_starting_timestamp(
+    registered: Any, source_table: SourceTable, tmp_path: Path
+) -> None:
+    """readStream's `startingTimestamp` (Delta's name): the snapshots committed at or after it."""
+    import datetime
+    import time
+
+    for action in ("append", "append", "delete"):
+        source_table.commit(action)
+        time.sleep(0.01)
+    at = [s.timestamp_ms for s in source_table.load().metadata.snapshots]
+    start = datetime.datetime.fromtimestamp(at[1] / 1000, tz=datetime.timezone.utc).isoformat(timespec="milliseconds")
+    run_available_now(registered, source_table.options(startingTimestamp=start), tmp_path)
+    expected = icetail.read_changes(source_table.load(), spark=registered, from_timestamp_inclusive=at[1])
+    assert set(expected.column("_commit_snapshot_id").to_pylist()) == set(source_table.snapshot_ids[1:])
+    assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected)

@@ -48,6 +48,7 @@ STREAM_OPTIONS = (
     "table",
     "identifier-columns",
     "starting",
+    "startingtimestamp",  # Delta's name for a stream's start: the snapshots committed at or after it
     "max-snapshots-per-trigger",
     "branch",
     "with-schema-id",
@@ -216,6 +217,15 @@ def _boolean(values: Mapping[str, str], name: str, display: str | None = None) -
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     values = _lowered(options, STREAM_OPTIONS, "spark.readStream")
+    if "startingtimestamp" in values:
+        if "starting" in values:
+            raise ConfigError("options 'starting' and 'startingTimestamp' exclude each other; give one")
+        # inclusive, as Delta's: the cursor is the newest snapshot committed before it
+        ms = range_timestamp_ms(values, "from")
+        assert ms is not None
+        return StreamOptions(
+            _table_options(values), StartMode("timestamp", timestamp_ms=ms - 1), _max_snapshots(values)
+        )
     raw_start = values.get("starting", "earliest").strip()
     if raw_start == "full":
         raise ConfigError(f"option 'starting' {raw_start!r} is not one of: {', '.join(STREAM_STARTS)}")
@@ -223,16 +233,20 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         starting = parse_start(raw_start)
     except ConfigError:
         raise ConfigError(f"option 'starting' {raw_start!r} is not one of: {', '.join(STREAM_STARTS)}") from None
+    return StreamOptions(_table_options(values), starting, _max_snapshots(values))
+
+
+def _max_snapshots(values: Mapping[str, str]) -> int | None:
     limit = values.get("max-snapshots-per-trigger")
-    max_snapshots = None
-    if limit is not None:
-        try:
-            max_snapshots = int(limit)
-        except ValueError:
-            max_snapshots = 0
-        if max_snapshots < 1:
-            raise ConfigError(f"option 'max-snapshots-per-trigger' must be an integer >= 1, got {limit!r}")
-    return StreamOptions(_table_options(values), starting, max_snapshots)
+    if limit is None:
+        return None
+    try:
+        max_snapshots = int(limit)
+    except ValueError:
+        max_snapshots = 0
+    if max_snapshots < 1:
+        raise ConfigError(f"option 'max-snapshots-per-trigger' must be an integer >= 1, got {limit!r}")
+    return max_snapshots
 
 
 @dataclass(frozen=True)
