@@ -19,6 +19,7 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.kernel.secrets import fileio_items
+from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.ranges import Instant, RangeBounds, plan_resolved, resolve_range
 from icetail.monitor.engine.release import (
     Pairing,
@@ -321,6 +322,7 @@ def changes_batch_reader(
     with_schema_id: bool = False,
     with_row_lineage: bool = False,
     row_filter: str | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -332,6 +334,8 @@ def changes_batch_reader(
     TerminalError, before any row of that snapshot is returned); see docs/semantics.md.
     `row_filter`: only the changes of the rows this pyiceberg expression selects, as if the table
     held only those (docs/semantics.md, "Row filters"); files that cannot match are not read.
+    `columns`: only these top-level data columns, in that order, then the changelog columns; the
+    rows are the same (as `changes --columns`: carry-overs and updates are found on every column).
     """
     if row_filter is not None:
         parse_row_filter(row_filter, "row_filter")  # a syntax error before anything is read
@@ -362,6 +366,9 @@ def changes_batch_reader(
     schema = change_arrow_schema(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=with_row_lineage
     )
+    if columns is not None:  # checked against the range's schema before any row is read
+        schema = projected_schema(schema, columns, "columns")
+        batches = project(batches, schema)
     return pa.RecordBatchReader.from_batches(schema, batches)
 
 
@@ -391,5 +398,6 @@ read_changes = _read_whole(
     `with_schema_id`: add `_schema_id`, the schema id of each row's commit snapshot (docs/semantics.md).
     `with_row_lineage` (v3 tables): add `_row_id` and `_last_updated_sequence_number` after the data columns.
     `row_filter`: the changes of the rows a pyiceberg expression selects (`"region = 'eu'"`).
+    `columns`: only these data columns (then the changelog columns), as `changes --columns`.
     """,
 )

@@ -49,3 +49,17 @@ def test_an_unknown_column_is_one_line_before_spark(source: LocalCatalog, tmp_pa
     assert (code, len(lines)) == (2, 1), lines
     assert "--columns: no column 'nope' in the change rows; top-level data columns: id, v, n" in lines[0]
     assert counting_java(tmp_path).count() == 0
+
+
+def test_the_python_api_takes_the_same_projection(source: LocalCatalog, spark: object) -> None:
+    import icetail
+    from icetail.kernel.errors import ConfigError
+
+    table = source.catalog().load_table("ns.t")
+    whole = icetail.read_changes(table, identifier_columns=["id"], spark=spark)
+    projected = icetail.read_changes(table, identifier_columns=["id"], columns=["v"], spark=spark)
+    changelog = ["_change_type", "_change_ordinal", "_commit_snapshot_id", "_commit_timestamp"]
+    assert projected.column_names == ["v", *changelog]
+    assert projected.to_pylist() == whole.select(projected.column_names).to_pylist()  # the same rows
+    with pytest.raises(ConfigError, match="columns: no column 'nope'"):
+        icetail.read_changes(table, columns=["nope"])
