@@ -65,15 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     root = args.workdir or Path(tempfile.mkdtemp(prefix="icetail-chaos-"))
     results: list[TrialResult] = []
     started = time.monotonic()
+    out = args.out or Path("/tmp/icetail-bench") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    recorded = {k: str(v) for k, v in vars(args).items()}
     for spec in specs:
         result = run_trial(spec, config, root, keep=args.keep)
         results.append(result)
         print_trial(result, root)
+        write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
     rows = combine(results)
     print()
     print_table(rows)
-    out = args.out or Path("/tmp/icetail-bench") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    write_json(out, {k: str(v) for k, v in vars(args).items()}, results, rows)
     failed = [r for r in results if not r.ok]
     bad = sum(r.bad_lines for r in results)
     print(
