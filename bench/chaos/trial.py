@@ -88,6 +88,8 @@ def exit_problem(shot: FaultShot | None, fired: bool, returncode: int, lines: li
         return ""
     if shot is not None and shot.kind == "sigkill" and fired:
         return ""  # nothing can print under SIGKILL
+    if returncode < 0 and any(line.startswith(f"consumer {CONSUMER}: state ") for line in lines):
+        return ""  # the signal came after the run's closing lines (its work done), while Python exited
     if returncode < 0:
         return f"silent: died of signal {-returncode} without a line"
     if not lines:
