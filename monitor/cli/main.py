@@ -15,10 +15,7 @@ from collections.abc import Sequence
 from icetail._version import installed_version
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
-from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
 from icetail.monitor.cli.flags import SuggestingParser
-
-COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
 
 
 class Terminated(KeyboardInterrupt):
@@ -36,16 +33,24 @@ def _on_sigterm(signum: int, _frame: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # the commands are imported here, not with this module: they import pyspark (seconds), and
+    # `entry` installs the SIGTERM handler before, so a stop during start-up ends in one line too
+    from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
+
     parser = SuggestingParser(prog="icetail", description="tail -f for Apache Iceberg tables")
     parser.add_argument("--version", action="version", version=f"icetail {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
+    for module in (changes_cmd, run_cmd, serve_cmd, demo):
         module.register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except Terminated:
+        return _stopped()
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except IcetailError as exc:
@@ -58,14 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Terminated:
-        print("icetail: stopped by SIGTERM; the next run resumes a batch in flight", file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return _stopped()
     except KeyboardInterrupt:
         print("icetail: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 1
         print(f"icetail: unexpected error: {redact_text(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return 1
+
+
+def _stopped() -> int:
+    print("icetail: stopped by SIGTERM; the next run resumes a batch in flight", file=sys.stderr)
+    return 128 + signal.SIGTERM
 
 
 def entry() -> None:

@@ -766,6 +766,28 @@ def test_sigterm_mid_batch_ends_in_one_line_and_releases_the_lease(env: Env, tmp
     assert_sink_holds(sink, read_changes(env.shared))
 
 
+def test_sigterm_during_start_up_ends_in_one_line(env: Env, tmp_path: Path) -> None:
+    """SIGTERM while the command is still importing pyspark (its first seconds): one line, exit 143,
+    never a silent death (the handler is installed before the commands are imported)."""
+    args = run_args(f"sqlite:///{tmp_path}/state.db", tmp_path / "sink", "early")
+    run = subprocess.Popen(
+        [*icetail_command(), *args],
+        env=env.child,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(1.0)
+    run.send_signal(signal.SIGTERM)
+    try:
+        _, err = run.communicate(timeout=60)
+    finally:
+        kill_group(run)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert icetail_lines(err) == ["icetail: stopped by SIGTERM; the next run resumes a batch in flight"], err
+
+
 def _wait_for_file(path: Path, proc: subprocess.Popen[Any], *, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
