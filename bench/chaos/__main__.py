@@ -9,6 +9,7 @@ run stopped by a fault said so in one line, 1 if not, 2 when PostgreSQL is neede
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -52,8 +53,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # stopped by SIGTERM as by Ctrl-C: the trial's `finally` kills its run and drops its PostgreSQL schemas
+    signal.signal(signal.SIGTERM, _interrupt)
     specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, args.faults)
     if any(s.uses_postgresql for s in specs):
         from tests.support.stores import pg_unavailable
