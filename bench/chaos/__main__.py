@@ -104,7 +104,7 @@ def print_trial(r: TrialResult, root: Path) -> None:
         what = (
             f"{run.shot} ({run.note})" if run.fired else (f"{run.shot} not reached" if run.shot else "left to finish")
         )
-        flags = "".join(f" [{x}]" for x in (run.problem, "lease left" if run.lease_left else "") if x)
+        flags = "".join(f" [{x}]" for x in (run.stage, run.problem, "lease left" if run.lease_left else "") if x)
         print(
             f"  run {run.index}: {what}; exit {run.returncode} after {run.seconds:.1f}s: {run.last_line[:160]!r}{flags}"
         )

@@ -104,3 +104,37 @@ def write_json(path: Path, args: dict[str, Any], results: list[TrialResult], row
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, default=str))
+
+
+def markdown(doc: dict[str, Any], by: tuple[int, ...] = (0, 1, 2, 3)) -> str:
+    """A results file's combinations as a markdown table, grouped by the parts of the combination in
+    `by` (0 kind, 1 store, 2 sink, 3 fault): what docs/reliability.md shows."""
+    groups: dict[str, dict[str, float]] = {}
+    for c in doc["combinations"]:
+        parts = c["combo"].split()
+        key = " ".join(parts[i] for i in by)
+        g = groups.setdefault(key, {})
+        for name, value in c.items():
+            if name != "combo":
+                g[name] = g.get(name, 0) + value
+    names = ("trials", "faults", "runs", "recovered", "lost", "duplicated", "repeats", "bad_lines", "leases_left")
+    lines = [
+        "| "
+        + " x ".join(("kind", "store", "sink", "fault")[i] for i in by)
+        + " | "
+        + " | ".join(names)
+        + " | s/trial |",
+        "|---" * (len(names) + 2) + "|",
+    ]
+    for key in sorted(groups):
+        g = groups[key]
+        cells = [str(int(g[n])) for n in names] + [f"{g['seconds'] / g['trials']:.0f}"]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    results = json.loads(Path(sys.argv[1]).read_text())
+    for spec in sys.argv[2:] or ["0,1,2,3"]:
+        print(markdown(results, tuple(int(i) for i in spec.split(","))))
+        print()

@@ -48,6 +48,7 @@ class RunRecord:
     tail: tuple[str, ...]  # the last lines of stderr, for the record
     problem: str  # why this run's exit is a finding ('' when it is not)
     lease_left: bool  # the run stopped and left its lease held (a restart waits for the TTL)
+    stage: str = ""  # where the consumer was when the run ended (a fault mid-batch: "in flight ...")
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,10 @@ class TrialRunner:
         returncode = proc.returncode
         # not released by the harness: the next run must take over a dead holder's lease itself
         lease_left = returncode != 0 and self._lease_owner() is not None
+        try:
+            stage = view_state(self.store.direct_url, CONSUMER).stage
+        except Exception:  # noqa: BLE001 - no store yet
+            stage = "no store yet"
         return RunRecord(
             index=index,
             shot=str(shot) if shot else "",
@@ -205,6 +210,7 @@ class TrialRunner:
             tail=tuple(lines[-4:]),
             problem=exit_problem(shot, fired, returncode, lines),
             lease_left=lease_left,
+            stage=stage,
         )
 
     def _lease_owner(self) -> str | None:
