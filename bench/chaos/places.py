@@ -32,7 +32,7 @@ def pg_execute(statement: str) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True, connect_timeout=5) as conn:
-        cur = conn.execute(statement)  # type: ignore[arg-type]
+        cur = conn.execute(statement)
         return cur.fetchall() if cur.description else []
 
 
@@ -120,7 +120,7 @@ class Sink:
             import psycopg
 
             with psycopg.connect(PG_URL, autocommit=True, connect_timeout=5) as conn:
-                cur = conn.execute(f'SELECT * FROM "{self.schema}".t')  # type: ignore[arg-type]
+                cur = conn.execute(f'SELECT * FROM "{self.schema}".t')
                 names = [d.name for d in cur.description or ()]
                 rows = cur.fetchall()
         except Exception:  # noqa: BLE001 - no target yet

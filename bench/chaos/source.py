@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
@@ -90,7 +89,7 @@ class Writer:
 
     def delete(self) -> None:
         lo = self.rng.randrange(0, max(1, self.next_id - 50))
-        self.cat.load(IDENT).delete(And(GreaterThanOrEqual("id", lo), LessThan("id", lo + self.rng.randint(5, 60))))
+        self.cat.load(IDENT).delete(f"id >= {lo} and id < {lo + self.rng.randint(5, 60)}")
 
     def overwrite(self) -> None:
         """Rows of a range rewritten with new values (a delete snapshot and an append snapshot)."""
@@ -103,7 +102,7 @@ class Writer:
         keep = sorted(i for i in live if lo <= i < hi)
         self.version += 1
         rows: pa.Table = make_rows(table.schema().as_arrow(), keep, version=self.version)
-        table.overwrite(rows, overwrite_filter=And(GreaterThanOrEqual("id", lo), LessThan("id", hi)))
+        table.overwrite(rows, overwrite_filter=f"id >= {lo} and id < {hi}")
         return None
 
     def add_column(self) -> None:

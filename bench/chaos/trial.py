@@ -111,8 +111,8 @@ class TrialRunner:
         self.rng = random.Random(spec.seed)
         self.proxy: CuttableProxy | None = None
         if spec.uses_postgresql:
-            host, port = PG_URL.split("@", 1)[1].split("/", 1)[0].split(":")
-            self.proxy = CuttableProxy((host, int(port)))
+            host, pg_port = PG_URL.split("@", 1)[1].split("/", 1)[0].split(":")
+            self.proxy = CuttableProxy((host, int(pg_port)))
         port = self.proxy.port if self.proxy else None
         self.source = new_catalog(work / "source", "chaossrc")
         self.store: Store = new_store(spec.store, work, port)
