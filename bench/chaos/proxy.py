@@ -41,6 +41,11 @@ class CuttableProxy:
         self.dropped += dropped
         return dropped
 
+    def wait_up(self) -> None:
+        """Until the outage of the last cut is over: a run it did not hurt must not start inside it."""
+        while (left := self._down_until - time.monotonic()) > 0:
+            time.sleep(left)
+
     def close(self) -> None:
         self._closed = True
         _close(self._listener)

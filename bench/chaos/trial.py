@@ -168,6 +168,8 @@ class TrialRunner:
             self.sink.drop()
 
     def run_once(self, index: int, shot: FaultShot | None, env: dict[str, str]) -> RunRecord:
+        if self.proxy is not None:
+            self.proxy.wait_up()  # the previous run's cut may outlast it (seen with seed 27, trial 2)
         logs = self.work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         err_path = logs / f"run{index:02d}.err"
