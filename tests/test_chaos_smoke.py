@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from bench.chaos.places import Sink
 from bench.chaos.plan import TrialSpec
 from bench.chaos.source import IDENT
@@ -25,29 +27,29 @@ SPECS = [
 ]
 
 
-def _trial(spec: TrialSpec, root: Path) -> TrialResult:
-    result = run_trial(spec, CONFIG, root, keep=True)
-    runs = "\n".join(f"{r.shot or 'final'}: exit {r.returncode}: {r.tail}" for r in result.runs)
-    assert result.verdict is not None, f"{result.findings}\n{runs}"
-    assert result.caught_up, f"{result.findings}\n{runs}"
-    assert (result.verdict.lost, result.verdict.duplicated, result.verdict.foreign) == (0, 0, 0), result.verdict
-    assert result.verdict.expected > 0
-    assert result.bad_lines == 0, runs
-    assert result.ok, f"{result.findings}\n{runs}"
-    return result
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[TrialResult]]:
+    """Both trials, run once for the module; their work folders are kept for the second test."""
+    root = tmp_path_factory.mktemp("chaos")
+    return root, [run_trial(spec, CONFIG, root, keep=True) for spec in SPECS]
 
 
-def test_chaos_trials_deliver_exactly_once(tmp_path: Path) -> None:
-    results = [_trial(spec, tmp_path) for spec in SPECS]
-    for r in results:
-        print(r.spec.combo, [(run.shot, run.note, run.returncode, run.last_line[:60]) for run in r.runs])
+def test_chaos_trials_deliver_exactly_once(trials: tuple[Path, list[TrialResult]]) -> None:
+    _, results = trials
+    for result in results:
+        runs = "\n".join(f"{r.shot or 'final'}: exit {r.returncode} [{r.stage}]: {r.tail}" for r in result.runs)
+        assert result.verdict is not None and result.caught_up, f"{result.findings}\n{runs}"
+        assert (result.verdict.lost, result.verdict.duplicated, result.verdict.foreign) == (0, 0, 0), result.verdict
+        assert result.verdict.expected > 0
+        assert result.bad_lines == 0, runs
+        assert result.ok, f"{result.findings}\n{runs}"
     assert sum(len(r.runs) for r in results) >= 2 * len(SPECS)  # a hurt run, then a resumed one
     assert sum(r.faults for r in results) >= 1, "no fault landed: the runs all ended before it"
 
 
-def test_the_check_sees_a_lost_and_a_repeated_chunk(tmp_path: Path) -> None:
-    result = _trial(SPECS[0], tmp_path)
-    work = tmp_path / f"trial-{result.spec.index:03d}"
+def test_the_check_sees_a_lost_and_a_repeated_chunk(trials: tuple[Path, list[TrialResult]]) -> None:
+    root, results = trials
+    work = root / f"trial-{results[0].spec.index:03d}"
     sink = Sink("parquet", "", path=work / "sink")
     table = LocalCatalog("chaossrc", work / "source").load(IDENT)
     cursor = table.metadata.current_snapshot_id
