@@ -1,12 +1,13 @@
 """The `icetail` command: argument parsing and error reporting only.
 
 Exit status: 0 success, 2 bad input (one line on stderr naming the problem and the fix),
-1 unexpected or transient failure.
+1 unexpected or transient failure, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (one line each).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -14,25 +15,44 @@ from collections.abc import Sequence
 from icetail._version import installed_version
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
-from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
 from icetail.monitor.cli.examples import add_examples
 from icetail.monitor.cli.flags import SuggestingParser
 
-COMMAND_MODULES = [changes_cmd, run_cmd, serve_cmd, demo]
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a supervisor stopping the process), raised wherever the command is.
+
+    It unwinds as Ctrl-C does: a run's checkpoint is exact at every point (it survives SIGKILL),
+    and on the way out the lease is released, so the next run starts at once instead of waiting
+    for the lease to expire, and the command ends in one line instead of dying silently.
+    """
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the unwinding short
+    raise Terminated(signal.Signals(signum).name)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # the commands are imported here, not with this module: they import pyspark (seconds), and
+    # `entry` installs the SIGTERM handler before, so a stop during start-up ends in one line too
+    from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
+
     parser = SuggestingParser(prog="icetail", description="tail -f for Apache Iceberg tables")
     parser.add_argument("--version", action="version", version=f"icetail {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
+    for module in (changes_cmd, run_cmd, serve_cmd, demo):
         module.register(subparsers)
     add_examples(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except Terminated:
+        return _stopped()
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except IcetailError as exc:
@@ -44,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Terminated:
+        return _stopped()
     except KeyboardInterrupt:
         print("icetail: interrupted", file=sys.stderr)
         return 130
@@ -52,10 +74,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _stopped() -> int:
+    print("icetail: stopped by SIGTERM; the next run resumes a batch in flight", file=sys.stderr)
+    return 128 + signal.SIGTERM
+
+
 def entry() -> None:
     # pyspark 4 warns on every start under pandas >= 3, which icetail's read path does not use:
     # keep stderr to icetail's own one-line messages
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    # `serve` replaces this with its own graceful stop (icetail/monitor/service/scheduler.py)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     sys.exit(main())
 
 

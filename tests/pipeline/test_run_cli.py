@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import signal
 import sqlite3
 import subprocess
 import time
@@ -38,7 +39,7 @@ from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
 from tests.support.compare import diff_report, row_multiset
 from tests.support.crash import kill_group
-from tests.support.processes import child_env, icetail_command, run_icetail
+from tests.support.processes import child_env, icetail_command, icetail_lines, run_icetail
 from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
 from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
 from tests.support.tables import BASE_SCHEMA, make_rows
@@ -726,6 +727,66 @@ def test_second_run_of_a_consumer_refuses_while_the_first_holds_the_lease(env: E
     assert_one_line_error(reset, 1, "leased to")
     assert json.loads(status.stdout)[0]["lease_owner"] == owner
     assert_sink_holds(sink, read_changes(env.shared))
+
+
+def test_sigterm_mid_batch_ends_in_one_line_and_releases_the_lease(env: Env, tmp_path: Path) -> None:
+    """A supervisor's SIGTERM (to the driver only, as systemd or Kubernetes send it) mid-batch: the
+    run says so in one line, exits 143 and releases its lease, so the next run starts at once and
+    finishes the batch exactly. It used to die silently with its lease held (chaos harness,
+    issue 26)."""
+    state = f"sqlite:///{tmp_path}/state.db"
+    sink = tmp_path / "sink"
+    args = run_args(state, sink, "term", SHARED, "--chunk-rows", "3")
+    hold = tmp_path / "hold"
+    hold.touch()
+    run = subprocess.Popen(
+        [*icetail_command(), *args],
+        env={**env.child, HOLD_AFTER_CHUNK_ENV: str(hold)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_file(Path(f"{hold}.held"), run, timeout=120)  # mid-batch, lease held
+        assert f":{run.pid}:" in _lease_owner(state, "term")
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        hold.unlink(missing_ok=True)
+        kill_group(run)
+    lines = icetail_lines(err)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert lines == ["icetail: stopped by SIGTERM; the next run resumes a batch in flight"], err
+    with open_store(state, create=False) as store:
+        checkpoint = store.load("term")
+    assert checkpoint is not None and checkpoint.lease is None, checkpoint
+    assert checkpoint.inflight is not None, "the SIGTERM must have landed mid-batch"
+    again = run_icetail(args, env.child)
+    assert again.returncode == 0, again.stderr
+    assert_sink_holds(sink, read_changes(env.shared))
+
+
+def test_sigterm_during_start_up_ends_in_one_line(env: Env, tmp_path: Path) -> None:
+    """SIGTERM while the command is still importing pyspark (its first seconds): one line, exit 143,
+    never a silent death (the handler is installed before the commands are imported)."""
+    args = run_args(f"sqlite:///{tmp_path}/state.db", tmp_path / "sink", "early")
+    run = subprocess.Popen(
+        [*icetail_command(), *args],
+        env=env.child,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(1.0)
+    run.send_signal(signal.SIGTERM)
+    try:
+        _, err = run.communicate(timeout=60)
+    finally:
+        kill_group(run)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert icetail_lines(err) == ["icetail: stopped by SIGTERM; the next run resumes a batch in flight"], err
 
 
 def _wait_for_file(path: Path, proc: subprocess.Popen[Any], *, timeout: float) -> None:

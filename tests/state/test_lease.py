@@ -47,6 +47,32 @@ def test_expired_lease_can_be_taken_over(open_test_store: Callable[..., SqlCheck
         first.renew_lease("c", "run-1", 30)
 
 
+@pytest.mark.parametrize("offset_s", [600, -600], ids=["clock-ahead", "clock-behind"])
+def test_lease_expiry_does_not_depend_on_the_callers_clock(
+    open_test_store: Callable[..., SqlCheckpointStore], monkeypatch: pytest.MonkeyPatch, offset_s: int
+) -> None:
+    """A run on a host whose clock is ten minutes off neither steals a live lease nor keeps a dead
+    one: expiry is set and compared on the store's clock (PostgreSQL's `clock_timestamp()`, SQLite's
+    `julianday('now')`, read in the database), never on the caller's (issue 26)."""
+    first, skewed = open_test_store(), open_test_store()
+    first.ensure_consumer("c", "cat", "db.t", START)
+    first.acquire_lease("c", "run-1", 30)
+    real_time, real_time_ns = time.time, time.time_ns
+    monkeypatch.setattr(time, "time", lambda: real_time() + offset_s)
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + offset_s * 1_000_000_000)
+    with pytest.raises(StateBusyError, match="leased to run-1"):
+        skewed.acquire_lease("c", "run-2", 30)
+    cp = skewed.load("c")
+    assert cp is not None and cp.lease_is_live() and cp.lease is not None and cp.lease.owner == "run-1"
+    left_ms = cp.lease.expires_at_ms - cp.as_of_ms
+    assert 25_000 < left_ms <= 30_000, left_ms  # the skew does not show in the time left
+    first.acquire_lease("c", "run-1", 0.2)  # now a lease that dies at once
+    time.sleep(0.3)
+    skewed.acquire_lease("c", "run-2", 30)  # a dead lease is not kept alive by a clock behind
+    with pytest.raises(StateBusyError, match="run-1 lost its lease to run-2"):
+        first.renew_lease("c", "run-1", 30)
+
+
 def test_writes_are_fenced_by_the_lease(open_test_store: Callable[..., SqlCheckpointStore]) -> None:
     store, operator = open_test_store(), open_test_store()
     store.ensure_consumer("c", "cat", "db.t", START)

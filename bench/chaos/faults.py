@@ -1,0 +1,62 @@
+"""Faults a run meets, and when: a seeded delay after the run starts.
+
+`sigkill` kills the run's whole process group (driver, Spark JVM, Python workers): nothing can
+print. `sigterm` signals the driver only, as a supervisor (systemd, Kubernetes) stopping it
+does, then waits a grace period before killing what is left. `pg-cut` drops every PostgreSQL
+connection of the run (state store and/or mirror sink go through the proxy) and refuses new ones
+for a while, as a server restart would; the run is then left to fail or ride it out.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from bench.chaos.proxy import CuttableProxy
+from tests.support.crash import kill_group
+
+SIGTERM_GRACE = 20.0  # seconds a run gets to stop after SIGTERM (Kubernetes' default is 30)
+
+
+@dataclass(frozen=True)
+class FaultShot:
+    """One fault of one run: `kind` fired `delay` s after the run started; `down` s of outage (pg-cut)."""
+
+    kind: str
+    delay: float
+    down: float = 0.0
+
+    def __str__(self) -> str:
+        extra = f", down {self.down:.1f}s" if self.kind == "pg-cut" else ""
+        return f"{self.kind} at {self.delay:.1f}s{extra}"
+
+
+def draw(kind: str, rng: random.Random, horizon: float) -> FaultShot:
+    """A moment between the first import and about the end of a typical run (`horizon` s)."""
+    return FaultShot(kind, rng.uniform(0.3, horizon), rng.uniform(0.5, 3.0) if kind == "pg-cut" else 0.0)
+
+
+def fire(shot: FaultShot, proc: subprocess.Popen[Any], proxy: CuttableProxy | None) -> str:
+    """Inject `shot` into the running `proc`; a note of what happened."""
+    if shot.kind == "sigkill":
+        kill_group(proc)
+        return "killed"
+    if shot.kind == "sigterm":
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return "already gone"
+        try:
+            proc.wait(SIGTERM_GRACE)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            return f"ignored SIGTERM for {SIGTERM_GRACE:.0f}s, killed"
+        return "terminated"
+    if shot.kind == "pg-cut":
+        assert proxy is not None
+        return f"{proxy.cut(shot.down)} connections cut"
+    raise ValueError(shot.kind)

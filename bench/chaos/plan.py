@@ -1,0 +1,52 @@
+"""What a trial is: one table kind x store x sink x fault, and a seed for everything random in it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+KINDS = ("append-delete", "cow-overwrite", "schema-evolution")
+STORES = ("sqlite", "postgresql")
+SINKS = ("parquet", "jsonl", "iceberg", "pgmirror")
+FAULTS = ("sigkill", "sigterm", "pg-cut")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    index: int
+    kind: str
+    store: str
+    sink: str
+    fault: str
+    seed: int
+
+    @property
+    def combo(self) -> str:
+        return f"{self.kind} {self.store} {self.sink} {self.fault}"
+
+    @property
+    def uses_postgresql(self) -> bool:
+        return self.store == "postgresql" or self.sink == "pgmirror"
+
+
+def applicable(store: str, sink: str, fault: str) -> bool:
+    """A PostgreSQL cut needs something that talks to PostgreSQL."""
+    return fault != "pg-cut" or store == "postgresql" or sink == "pgmirror"
+
+
+def plan_trials(
+    trials: int,
+    seed: int,
+    kinds: tuple[str, ...],
+    stores: tuple[str, ...],
+    sinks: tuple[str, ...],
+    faults: tuple[str, ...],
+) -> list[TrialSpec]:
+    """Seeded choices; the combinations are visited round-robin in a shuffled order so that a short
+    run covers as many as it can instead of repeating a few."""
+    rng = random.Random(seed)
+    combos = [(k, st, si, f) for k in kinds for st in stores for si in sinks for f in faults if applicable(st, si, f)]
+    if not combos:
+        raise ValueError("no combination of the given kinds, stores, sinks and faults is applicable")
+    rng.shuffle(combos)
+    return [TrialSpec(i, *combos[i % len(combos)], seed=rng.randrange(2**31)) for i in range(trials)]

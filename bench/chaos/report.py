@@ -1,0 +1,140 @@
+"""The per-combination table, printed and written as JSON next to the bench results."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.chaos.trial import TrialResult
+
+
+@dataclass
+class ComboRow:
+    combo: str
+    trials: int = 0
+    faults: int = 0  # faults that fired (a run may finish before its fault's moment)
+    runs: int = 0
+    recovered: int = 0  # trials that caught up with the sink checked exact (at least once: complete)
+    lost: int = 0
+    duplicated: int = 0  # exactly-once sinks; jsonl repeats are in `repeats`
+    repeats: int = 0
+    bad_lines: int = 0
+    leases_left: int = 0
+    seconds: float = 0.0
+
+
+def combine(results: list[TrialResult]) -> list[ComboRow]:
+    rows: dict[str, ComboRow] = defaultdict(lambda: ComboRow(""))
+    for r in results:
+        row = rows[r.spec.combo]
+        row.combo = r.spec.combo
+        row.trials += 1
+        row.faults += r.faults
+        row.runs += len(r.runs)
+        row.recovered += int(r.ok)
+        row.bad_lines += r.bad_lines
+        row.leases_left += sum(
+            1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith("sigkill")
+        )
+        row.seconds += r.seconds
+        if r.verdict is not None:
+            row.lost += r.verdict.lost
+            if r.spec.sink == "jsonl":
+                row.repeats += r.verdict.duplicated
+            else:
+                row.duplicated += r.verdict.duplicated + r.verdict.foreign
+    return sorted(rows.values(), key=lambda x: x.combo)
+
+
+HEADER = (
+    f"{'kind store sink fault':48s} {'trials':>6s} {'faults':>6s} {'runs':>5s} {'recov':>5s} "
+    f"{'lost':>5s} {'dup':>5s} {'rep':>5s} {'badln':>5s} {'lease':>5s} {'s/trial':>7s}"
+)
+
+
+def print_table(rows: list[ComboRow]) -> None:
+    print(HEADER)
+    total = ComboRow("total")
+    for row in rows:
+        _print_row(row)
+        for name in ("trials", "faults", "runs", "recovered", "lost", "duplicated", "repeats", "bad_lines"):
+            setattr(total, name, getattr(total, name) + getattr(row, name))
+        total.leases_left += row.leases_left
+        total.seconds += row.seconds
+    _print_row(total)
+
+
+def _print_row(row: ComboRow) -> None:
+    per = row.seconds / row.trials if row.trials else 0.0
+    print(
+        f"{row.combo:48s} {row.trials:6d} {row.faults:6d} {row.runs:5d} {row.recovered:5d} {row.lost:5d} "
+        f"{row.duplicated:5d} {row.repeats:5d} {row.bad_lines:5d} {row.leases_left:5d} {per:7.1f}"
+    )
+
+
+def trial_json(r: TrialResult) -> dict[str, Any]:
+    return {
+        "spec": asdict(r.spec),
+        "ok": r.ok,
+        "caught_up": r.caught_up,
+        "seconds": round(r.seconds, 1),
+        "verdict": asdict(r.verdict) if r.verdict else None,
+        "runs": [asdict(run) | {"seconds": round(run.seconds, 2)} for run in r.runs],
+        "findings": list(r.findings),
+    }
+
+
+def write_json(path: Path, args: dict[str, Any], results: list[TrialResult], rows: list[ComboRow]) -> None:
+    from bench.report import machine
+
+    facts = machine()
+    facts["command"] = " ".join(["python", "-m", "bench.chaos", *sys.argv[1:]])
+    doc = {
+        "kind": "chaos",
+        "machine": facts,
+        "args": args,
+        "finished_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+        "combinations": [asdict(row) | {"seconds": round(row.seconds, 1)} for row in rows],
+        "trials": [trial_json(r) for r in results],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, default=str))
+
+
+def markdown(doc: dict[str, Any], by: tuple[int, ...] = (0, 1, 2, 3)) -> str:
+    """A results file's combinations as a markdown table, grouped by the parts of the combination in
+    `by` (0 kind, 1 store, 2 sink, 3 fault): what docs/reliability.md shows."""
+    groups: dict[str, dict[str, float]] = {}
+    for c in doc["combinations"]:
+        parts = c["combo"].split()
+        key = " ".join(parts[i] for i in by)
+        g = groups.setdefault(key, {})
+        for name, value in c.items():
+            if name != "combo":
+                g[name] = g.get(name, 0) + value
+    names = ("trials", "faults", "runs", "recovered", "lost", "duplicated", "repeats", "bad_lines", "leases_left")
+    lines = [
+        "| "
+        + " x ".join(("kind", "store", "sink", "fault")[i] for i in by)
+        + " | "
+        + " | ".join(names)
+        + " | s/trial |",
+        "|---" * (len(names) + 2) + "|",
+    ]
+    for key in sorted(groups):
+        g = groups[key]
+        cells = [str(int(g[n])) for n in names] + [f"{g['seconds'] / g['trials']:.0f}"]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    results = json.loads(Path(sys.argv[1]).read_text())
+    for spec in sys.argv[2:] or ["0,1,2,3"]:
+        print(markdown(results, tuple(int(i) for i in spec.split(","))))
+        print()

@@ -1,0 +1,116 @@
+"""Exactly once, checked against the source's own snapshots (pyiceberg scans, not icetail).
+
+For every snapshot S on the cursor's ancestry, the changes a sink should hold for S are the rows
+of S minus the rows of its parent (INSERTs) and the other way round (DELETEs), as multisets of
+whole rows. A change stream holding exactly those for every S is one whose replay in order
+equals the table at the cursor, with nothing delivered twice and nothing missing; an update pair
+(UPDATE_BEFORE/UPDATE_AFTER) counts as the DELETE and INSERT it stands for. The mirror is
+checked as what it is, a table: its rows against the source's at the cursor.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.table import Table
+
+from bench.chaos.places import Sink
+
+Row = tuple[Any, ...]
+Change = tuple[str, int, Row]  # ("I" | "D", commit snapshot id, data row)
+SIDE = {"INSERT": "I", "UPDATE_AFTER": "I", "DELETE": "D", "UPDATE_BEFORE": "D"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    expected: int  # change rows (or mirrored rows) the sink must hold
+    delivered: int
+    lost: int
+    duplicated: int  # delivered more than once (at-least-once sinks: allowed, counted apart)
+    foreign: int  # delivered, but no snapshot on the ancestry has it
+    torn_lines: int = 0
+    examples: tuple[str, ...] = ()
+
+    def ok(self, exactly_once: bool) -> bool:
+        bad_extra = self.duplicated + self.foreign if exactly_once else self.foreign
+        return self.lost == 0 and bad_extra == 0 and self.torn_lines == 0
+
+
+def _rows(table: pa.Table | None, columns: list[str]) -> Counter[Row]:
+    if table is None or table.num_rows == 0:
+        return Counter()
+    data = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows for c in columns]
+    return Counter(zip(*data, strict=True))
+
+
+def ancestry(table: Table, cursor: int) -> list[tuple[int, int | None]]:
+    """(snapshot, parent) from the first snapshot to `cursor`."""
+    chain = []
+    snap = table.snapshot_by_id(cursor)
+    while snap is not None:
+        chain.append((snap.snapshot_id, snap.parent_snapshot_id))
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return chain[::-1]
+
+
+def expected_changes(table: Table, cursor: int, columns: list[str]) -> Counter[Change]:
+    out: Counter[Change] = Counter()
+    before: Counter[Row] = Counter()
+    for snap, _parent in ancestry(table, cursor):
+        now = _rows(table.scan(snapshot_id=snap).to_arrow(), columns)
+        for row, n in (now - before).items():
+            out[("I", snap, row)] += n
+        for row, n in (before - now).items():
+            out[("D", snap, row)] += n
+        before = now
+    return out
+
+
+def delivered_changes(rows: pa.Table | None, columns: list[str]) -> Counter[Change]:
+    if rows is None or rows.num_rows == 0:
+        return Counter()
+    data = _rows(rows, ["_change_type", "_commit_snapshot_id", *columns])
+    out: Counter[Change] = Counter()
+    for (change, snap, *row), n in data.items():
+        out[(SIDE[change], int(snap), tuple(row))] += n
+    return out
+
+
+def jsonl_changes(objects: list[dict[str, Any]], columns: list[str]) -> Counter[Change]:
+    out: Counter[Change] = Counter()
+    for o in objects:
+        out[(SIDE[o["_change_type"]], int(o["_commit_snapshot_id"]), tuple(o.get(c) for c in columns))] += 1
+    return out
+
+
+def compare(expected: Counter[Any], got: Counter[Any], *, torn: int = 0) -> Verdict:
+    lost = expected - got
+    extra = got - expected
+    duplicated = sum(n for k, n in extra.items() if k in expected)
+    foreign = sum(n for k, n in extra.items() if k not in expected)
+    examples = [f"lost x{n}: {k}" for k, n in list(lost.items())[:3]]
+    examples += [f"extra x{n}: {k}" for k, n in list(extra.items())[:3]]
+    return Verdict(
+        expected=sum(expected.values()),
+        delivered=sum(got.values()),
+        lost=sum(lost.values()),
+        duplicated=duplicated,
+        foreign=foreign,
+        torn_lines=torn,
+        examples=tuple(examples),
+    )
+
+
+def verify(sink: Sink, table: Table, cursor: int) -> Verdict:
+    """What `sink` holds against the source table `table` at snapshot `cursor`."""
+    columns = [f.name for f in table.schema().fields]
+    if sink.kind == "pgmirror":
+        return compare(_rows(table.scan(snapshot_id=cursor).to_arrow(), columns), _rows(sink.read(), columns))
+    expected = expected_changes(table, cursor, columns)
+    if sink.kind == "jsonl":
+        objects, torn = sink.read_jsonl()
+        return compare(expected, jsonl_changes(objects, columns), torn=torn)
+    return compare(expected, delivered_changes(sink.read(), columns))

@@ -1,0 +1,66 @@
+"""Smoke test of the chaos harness (bench/chaos, issue 26): two seeded trials, small tables.
+
+Each trial runs `icetail run` in child processes while a writer commits to the source table, hurts
+the first run (SIGKILL of the process group; SIGTERM to the driver), resumes until caught up, and
+checks the sink against the source's own snapshots. The second test shows the check can fail: a
+sink with one chunk file lost and another copied is reported as such.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.chaos.places import Sink
+from bench.chaos.plan import TrialSpec
+from bench.chaos.source import IDENT
+from bench.chaos.trial import TrialConfig, TrialResult, run_trial
+from bench.chaos.verify import verify
+from tests.support.catalogs import LocalCatalog
+
+CONFIG = TrialConfig(rows=400, chunk_rows=100, max_faults=1, horizon=5.0, writer_gap=(0.3, 1.0), max_runs=4)
+SPECS = [
+    TrialSpec(0, "cow-overwrite", "sqlite", "parquet", "sigkill", seed=20261126),
+    TrialSpec(1, "schema-evolution", "sqlite", "parquet", "sigterm", seed=20261127),
+]
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[TrialResult]]:
+    """Both trials, run once for the module; their work folders are kept for the second test."""
+    root = tmp_path_factory.mktemp("chaos")
+    return root, [run_trial(spec, CONFIG, root, keep=True) for spec in SPECS]
+
+
+def test_chaos_trials_deliver_exactly_once(trials: tuple[Path, list[TrialResult]]) -> None:
+    _, results = trials
+    for result in results:
+        runs = "\n".join(f"{r.shot or 'final'}: exit {r.returncode} [{r.stage}]: {r.tail}" for r in result.runs)
+        assert result.verdict is not None and result.caught_up, f"{result.findings}\n{runs}"
+        assert (result.verdict.lost, result.verdict.duplicated, result.verdict.foreign) == (0, 0, 0), result.verdict
+        assert result.verdict.expected > 0
+        assert result.bad_lines == 0, runs
+        assert result.ok, f"{result.findings}\n{runs}"
+    assert sum(len(r.runs) for r in results) >= 2 * len(SPECS)  # a hurt run, then a resumed one
+    assert sum(r.faults for r in results) >= 1, "no fault landed: the runs all ended before it"
+
+
+def test_the_check_sees_a_lost_and_a_repeated_chunk(trials: tuple[Path, list[TrialResult]]) -> None:
+    root, results = trials
+    work = root / f"trial-{results[0].spec.index:03d}"
+    sink = Sink("parquet", "", path=work / "sink")
+    table = LocalCatalog("chaossrc", work / "source").load(IDENT)
+    cursor = table.metadata.current_snapshot_id
+    assert cursor is not None
+    assert verify(sink, table, cursor).ok(exactly_once=True)
+    files = sorted((work / "sink").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    assert len(files) >= 2, files
+    shutil.copy(files[-1], work / "sink" / "copy-of-a-chunk.parquet")
+    before = verify(sink, table, cursor).delivered
+    files[0].unlink()
+    verdict = verify(sink, table, cursor)
+    assert verdict.duplicated > 0 and verdict.lost > 0, verdict
+    assert verdict.lost == before - verdict.delivered, verdict  # the deleted file's rows, each missed once
+    assert not verdict.ok(exactly_once=True)
