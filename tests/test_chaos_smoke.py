@@ -20,6 +20,8 @@ from bench.chaos.trial import TrialConfig, TrialResult, run_trial
 from bench.chaos.verify import verify
 from tests.support.catalogs import LocalCatalog
 
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+
 CONFIG = TrialConfig(rows=400, chunk_rows=100, max_faults=1, horizon=5.0, writer_gap=(0.3, 1.0), max_runs=4)
 SPECS = [
     TrialSpec(0, "cow-overwrite", "sqlite", "parquet", "sigkill", seed=20261126),
