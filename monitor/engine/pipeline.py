@@ -662,7 +662,7 @@ class Pipeline:
         if not splits:
             return True
         if isinstance(self.sink, EnvelopeSink):
-            self.sink.prepare(batch.batch_id, _sequence_numbers(table, batch), full_start=_is_full_start(batch))
+            self.sink.prepare(batch.batch_id, _sequence_numbers(batch), full_start=_is_full_start(batch))
         schema_id = batch_schema_id(table, batch)
         splits = _with_commit_schema_ids(table, splits)
         identifiers = self._identifiers(table, schema_id)
@@ -1140,7 +1140,7 @@ def _holder_is_dead(owner: str) -> bool:
     return not process_is_running(int(parts[1]))
 
 
-def _sequence_numbers(table: Table, batch: InflightBatch) -> dict[int, int]:
+def _sequence_numbers(batch: InflightBatch) -> dict[int, int]:
     """The data sequence number of each commit of `batch` (the Debezium envelope's `source`)."""
     return {s.task.commit.snapshot_id: s.task.commit.sequence_number for s in batch.splits}
 
