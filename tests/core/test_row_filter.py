@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.api import plan_range, read_changes
 from tests.support.catalogs import LocalCatalog, new_catalog
-from tests.support.processes import child_env, run_icetail
+from tests.support.java_launches import counting_java
+from tests.support.processes import child_env, icetail_lines, run_icetail
 
 ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("region", pa.string())])
 SCHEMA = Schema(
@@ -97,16 +97,17 @@ def test_bad_filters_are_one_line_before_anything_is_read(regions: tuple[LocalCa
 def test_the_cli_refuses_bad_filters_at_once(
     regions: tuple[LocalCatalog, Any], tmp_path: Path, flags: list[str], needle: str
 ) -> None:
+    """One line, exit 2, and no JVM started (a Java that counts its launches stands in for Java)."""
     cat, _ = regions
-    started = time.monotonic()
+    java = counting_java(tmp_path)
     done = run_icetail(
         ["changes", "--catalog", "rf", "--table", "ns.t", "--output", str(tmp_path / "o.parquet"), *flags],
-        child_env([cat]),
+        child_env([cat], extra={"JAVA_HOME": str(java.home)}),
     )
     assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
+    lines = icetail_lines(done.stderr)
     assert len(lines) == 1 and needle in lines[0], done.stderr
-    assert time.monotonic() - started < 30  # no Spark started (a JVM start alone takes longer on a busy machine)
+    assert java.count() == 0  # refused before Spark was started
 
 
 def test_plan_and_changes_take_the_filter(regions: tuple[LocalCatalog, Any], tmp_path: Path) -> None:
