@@ -65,7 +65,7 @@ def test_lease_expiry_does_not_depend_on_the_callers_clock(
     cp = skewed.load("c")
     assert cp is not None and cp.lease_is_live() and cp.lease is not None and cp.lease.owner == "run-1"
     left_ms = cp.lease.expires_at_ms - cp.as_of_ms
-    assert 25_000 < left_ms <= 30_000, left_ms  # the skew does not show in the time left
+    assert 0 < left_ms <= 30_000, left_ms  # a skew of 600 s would show here; a busy machine only shortens it
     first.acquire_lease("c", "run-1", 0.2)  # now a lease that dies at once
     time.sleep(0.3)
     skewed.acquire_lease("c", "run-2", 30)  # a dead lease is not kept alive by a clock behind
