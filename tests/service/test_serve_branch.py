@@ -21,12 +21,14 @@ from icetail.monitor.engine.api import read_changes
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
+    ID_NAME,
     NAMESPACE,
     Child,
     Serve,
     Warehouse,
     assert_same_rows,
     free_port,
+    id_name_rows,
     sample,
     sink_rows,
     wait_until,
@@ -34,14 +36,14 @@ from tests.support.serve import (
 
 pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+SCHEMA = ID_NAME
 TABLE = f"{NAMESPACE}.wap"
 STARTUP_SECONDS = 120.0
 CATCH_UP_SECONDS = 90.0
 
 
 def rows(ids: range, tag: str) -> pa.Table:
-    return pa.table({"id": list(ids), "name": [f"{tag}{i}" for i in ids]}, schema=SCHEMA)
+    return id_name_rows(ids, tag)
 
 
 def test_serve_delivers_each_branch_to_its_own_sink(tmp_path: Path, spark: Any) -> None:

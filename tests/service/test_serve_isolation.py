@@ -20,11 +20,13 @@ from icetail.monitor.engine.api import read_changes
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
+    ID_NAME,
     NAMESPACE,
     Serve,
     Warehouse,
     assert_same_rows,
     free_port,
+    id_name_rows,
     parse_samples,
     sample,
     sink_rows,
@@ -33,12 +35,12 @@ from tests.support.serve import (
 
 pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+SCHEMA = ID_NAME
 STARTUP_SECONDS = 120.0
 
 
 def rows(ids: range) -> pa.Table:
-    return pa.table({"id": list(ids), "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
+    return id_name_rows(ids, "n")
 
 
 def test_a_failing_table_stops_only_its_consumer(tmp_path: Path, spark: Any) -> None:

@@ -39,6 +39,7 @@ from icetail.monitor.service.metrics import FailureStage
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
+    ID_NAME,
     NAMESPACE,
     Child,
     Samples,
@@ -48,6 +49,7 @@ from tests.support.serve import (
     counts_by_type,
     free_port,
     http_get,
+    id_name_rows,
     parse_samples,
     sample,
     sink_rows,
@@ -56,7 +58,7 @@ from tests.support.serve import (
 
 pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+SCHEMA = ID_NAME
 TABLE = f"{NAMESPACE}.events"
 CONSUMER = f"{CATALOG_NAME}.{TABLE}"  # the default consumer id: CATALOG.NS.TABLE
 LABELS = {"table": TABLE, "consumer": CONSUMER}
@@ -75,7 +77,7 @@ CHUNK_FILE = re.compile(
 
 
 def rows(ids: range, tag: str = "v") -> pa.Table:
-    return pa.table({"id": list(ids), "name": [f"{tag}{i}" for i in ids]}, schema=SCHEMA)
+    return id_name_rows(ids, tag)
 
 
 def serve_args(tmp_path: Path, port: int, *extra: str) -> list[str]:

@@ -43,6 +43,13 @@ CATALOG_NAME = "svc"  # lowercase letters only: pyiceberg lowercases env catalog
 
 NAMESPACE = "ns"
 
+ID_NAME = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+
+
+def id_name_rows(ids: range, tag: str = "v") -> pa.Table:
+    """Rows of the service tests' tables (`ID_NAME`): ids, and names `<tag><id>`."""
+    return pa.table({"id": list(ids), "name": [f"{tag}{i}" for i in ids]}, schema=ID_NAME)
+
 
 T = TypeVar("T")
 
