@@ -86,13 +86,16 @@ test-spark4: $(STAMP4) system-deps
 	$(BIN4)/pytest -q -m "not java"
 
 # What a user gets: the sdist and the wheel built from a clean tree, the wheel installed alone in a
-# fresh venv (the same pins; no checkout on the path), `icetail --version` and `icetail demo` run there.
+# fresh venv with the pyspark pip resolves for users (the Spark 4 line's pins; no checkout on the
+# path), `icetail --version` and `icetail demo` run there.
 wheel-smoke:
 	rm -rf dist .wheel-smoke
 	$(PYTHON) -m venv .wheel-smoke
 	.wheel-smoke/bin/pip install -q --upgrade pip build
 	.wheel-smoke/bin/python -m build -q --outdir dist . > /dev/null
-	.wheel-smoke/bin/pip install -q -c requirements-dev.txt dist/icetail-*.whl
+	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > .wheel-smoke/constraints.txt
+	.wheel-smoke/bin/pip install -q -c .wheel-smoke/constraints.txt dist/icetail-*.whl
+	.wheel-smoke/bin/python -c "import icetail, pyspark; print('icetail', icetail.__version__, 'on pyspark', pyspark.__version__)"
 	cd "$$(mktemp -d)" && $(CURDIR)/.wheel-smoke/bin/icetail --version \
 		&& $(CURDIR)/.wheel-smoke/bin/icetail demo > demo.log 2>&1 || { tail -40 demo.log; exit 1; }
 	@echo "wheel smoke test passed: $$(ls dist)"
