@@ -113,6 +113,7 @@ def read_split(
         with_lineage_fields(output_arrow) if with_row_lineage else output_arrow,
         with_schema_id=context.with_schema_id,
     )
+    row_filter = context.row_filter_of_output  # bound once per split, not per chunk
     stream = _open_data_file(io, data_file.path)
     with stream:
         parquet = pq.ParquetFile(stream)
@@ -164,7 +165,7 @@ def read_split(
                     split,
                     with_row_lineage,
                     context.with_schema_id,
-                    context.row_filter_of_output,
+                    row_filter,
                 )
                 yield Chunk(
                     split.split_id,

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetail._version import installed_version
+from icetail import __version__
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeType
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink
@@ -104,8 +104,9 @@ def envelopes(rows: pa.Table, source: EnvelopeSource) -> pa.Table:
         ["r" if source.full_start else "c", "d"],
         "u",
     )
-    commit_ms = _epoch_ms(rows.column(COMMIT_TIMESTAMP)).take(pa.array(index))
-    snapshot_ids = rows.column(COMMIT_SNAPSHOT_ID).take(pa.array(index)).combine_chunks()
+    records = pa.array(index)  # the row each record is made at
+    commit_ms = _epoch_ms(rows.column(COMMIT_TIMESTAMP)).take(records)
+    snapshot_ids = rows.column(COMMIT_SNAPSHOT_ID).take(records).combine_chunks()
     namespace, _, table = source.table.rpartition(".")
     n = len(index)
     sequence = pa.array(
@@ -113,7 +114,7 @@ def envelopes(rows: pa.Table, source: EnvelopeSource) -> pa.Table:
     )
     source_column = pa.StructArray.from_arrays(
         [
-            pa.array([installed_version()] * n, pa.string()),
+            pa.array([__version__] * n, pa.string()),  # read once at import, not per chunk
             pa.array([CONNECTOR] * n, pa.string()),
             pa.array([source.table] * n, pa.string()),
             commit_ms,
@@ -122,7 +123,7 @@ def envelopes(rows: pa.Table, source: EnvelopeSource) -> pa.Table:
             pa.array([table] * n, pa.string()),
             snapshot_ids.cast(pa.int64()),
             sequence,
-            rows.column(CHANGE_ORDINAL).take(pa.array(index)).combine_chunks().cast(pa.int32()),
+            rows.column(CHANGE_ORDINAL).take(records).combine_chunks().cast(pa.int32()),
         ],
         fields=list(schema.field("source").type),
     )

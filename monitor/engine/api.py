@@ -42,7 +42,7 @@ from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
-from icetail.reader.row_filter import checked_row_filter, parse_row_filter
+from icetail.reader.row_filter import checked_row_filter
 from icetail.reader.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
 from icetail.reader.spark import SplitRequest, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
@@ -259,7 +259,7 @@ def net_rows(
 
 def checked_filter(table: Table, plan: ChangePlan, row_filter: str | None) -> str | None:
     """`row_filter` checked against the plan's schema (a ConfigError naming the problem)."""
-    return checked_row_filter(row_filter, output_schema(table, plan.schema_id), ".".join(table.name()))
+    return checked_row_filter(row_filter, output_schema(table, plan.schema_id), ".".join(table.name()), "row_filter")
 
 
 P = ParamSpec("P")
@@ -299,7 +299,8 @@ def plan_range(
         branch=branch,
     )
     resolved = resolve_range(table, bounds)
-    checked_row_filter(row_filter, output_schema(table, resolved.schema_id), ".".join(table.name()))
+    # before any manifest is read: a syntax error or an unknown column is one line at once
+    checked_row_filter(row_filter, output_schema(table, resolved.schema_id), ".".join(table.name()), "row_filter")
     return plan_resolved(resolved, row_filter=row_filter)
 
 
@@ -337,8 +338,6 @@ def changes_batch_reader(
     `columns`: only these top-level data columns, in that order, then the changelog columns; the
     rows are the same (as `changes --columns`: carry-overs and updates are found on every column).
     """
-    if row_filter is not None:
-        parse_row_filter(row_filter, "row_filter")  # a syntax error before anything is read
     plan = plan_range(
         table,
         from_snapshot_id_exclusive,
