@@ -273,10 +273,14 @@ def test_direct_diff_reads_only_the_files_that_differ(
         ]  # fmt: skip
 
 
+@pytest.mark.parametrize("partition_bytes", [0, 64], ids=["whole", "partitioned"])
 def test_direct_diff_with_identifier_columns_pairs_updates_and_cancels_compaction(
-    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: Any
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: Any, partition_bytes: int
 ) -> None:
-    """A compaction between the two snapshots cancels as carry-over; one change per key pairs as an update."""
+    """A compaction between the two snapshots cancels as carry-over; one change per key pairs as an update.
+
+    `partitioned`: the collapsed commit is reconciled by Spark tasks in partitions (reader/shuffle.py),
+    as any snapshot bigger than --reconcile-partition-bytes is, and delivers the same rows."""
     catalog.set_env(monkeypatch)
     ident = catalog.ident("t")
     fq = catalog.fq(ident)
@@ -284,7 +288,10 @@ def test_direct_diff_with_identifier_columns_pairs_updates_and_cancels_compactio
     catalog.sql(f"CREATE TABLE {fq} (id bigint, v string) USING iceberg TBLPROPERTIES ({props})")
     for first in (0, 10):
         catalog.sql(f"INSERT INTO {fq} SELECT id, CAST(id AS STRING) FROM range({first}, {first + 10})")
-    config = pipeline_config(catalog, ident, tmp_path, "k", on_missing_cursor="diff", identifier_columns=("id",))
+    config = pipeline_config(
+        catalog, ident, tmp_path, "k", on_missing_cursor="diff", identifier_columns=("id",),
+        reconcile_partition_bytes=partition_bytes,
+    )  # fmt: skip
     with Pipeline(config, spark=spark) as pipeline:
         pipeline.run()
     cursor_id = catalog.current_snapshot_id(ident)
@@ -297,6 +304,8 @@ def test_direct_diff_with_identifier_columns_pairs_updates_and_cancels_compactio
     with Pipeline(config, spark=spark) as pipeline:
         outcomes = pipeline.run()
     assert len(outcomes) == 1 and outcomes[0].collapsed
+    # whole: one chunk; in partitions: a chunk per partition that holds a change (the rest are empty)
+    assert (outcomes[0].chunks > 1) == (partition_bytes > 0), outcomes[0]
     check_repair(catalog, ident, tmp_path / "k", cursor_id, outcomes[0].batch_id, spark)
     rows = read_parquet_sink(tmp_path / "k")
     assert rows is not None
