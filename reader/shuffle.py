@@ -35,6 +35,7 @@ from icetail.reader.spark import (
     TaskErrorPayload,
     current_scheduler_pool,
     group_for_tasks,
+    job_result,
     raise_task_error,
     use_scheduler_pool,
 )
@@ -138,7 +139,7 @@ def shuffled_outputs(
             while not _finished(job, HEARTBEAT_SECONDS):
                 if heartbeat is not None and not heartbeat():
                     return
-            results = sorted(job.result(), key=_by_index)
+            results = sorted(job_result(job), key=_by_index)  # a full local disk: one line
             for result in results:
                 if result.error is not None:
                     raise_task_error(result.error)

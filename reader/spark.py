@@ -35,6 +35,8 @@ from icetail.kernel.processes import child_processes, host_tag, process_is_runni
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
 from icetail.reader.java_runtime import check_java
+from icetail.reader.local_disk import handoff_full, is_disk_full, spark_job_error
+from icetail.reader.session_health import quiet_accumulator_server
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.split_reader import Chunk, read_split
 from icetail.reader.worker_python import check_worker_python
@@ -124,6 +126,7 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    quiet_accumulator_server(session.sparkContext)
     return session
 
 
@@ -406,10 +409,10 @@ def run_splits(
                 # chunks stream in as the tasks write them, before the wave's job has finished
                 for task in range(len(wave_groups[consumed])):
                     yield from _stream_task(handoff, _task_key(consumed, task), future)
-                future.result()  # a task error surfaces as a Py4J/Spark exception
+                _raise_task_results(job_result(future))
                 payloads: list[_Payload] = []
             else:
-                payloads = future.result()  # a task error surfaces as a Py4J/Spark exception
+                payloads = job_result(future)  # a task error surfaces as a Py4J/Spark exception
             if submitted < len(waves):
                 in_flight.append(pool.submit(collect, submitted))
                 submitted += 1
@@ -449,25 +452,62 @@ def _task_key(wave: int, task: int) -> str:
 
 def _publish_partition(
     context: ReadContext, part: Any, chunk_rows: int | None, stager: ChunkStager | None, handoff: str, key: str
-) -> Iterator[int]:
+) -> Iterator[int | TaskErrorPayload]:
     """Run the task's splits, publishing each chunk payload as `<key>-<seq>.chunk` the moment it is
-    read, then `<key>.end`; yields the chunk count (Spark's result is only the job's completion)."""
+    read, then `<key>.end`; yields the chunk count (Spark's result is only the job's completion), or
+    the error that kept it from publishing (a full disk leaves no room for an error file)."""
     count = 0
-    for payload in _run_partition(context, part, chunk_rows, stager, handoff):
-        _publish(os.path.join(handoff, f"{key}-{count:07d}.chunk"), pickle.dumps(payload))
-        count += 1
-    _publish(os.path.join(handoff, f"{key}.end"), b"")
+    try:
+        for payload in _run_partition(context, part, chunk_rows, stager, handoff):
+            _publish(os.path.join(handoff, f"{key}-{count:07d}.chunk"), pickle.dumps(payload))
+            count += 1
+        _publish(os.path.join(handoff, f"{key}.end"), b"")
+    except OSError as exc:  # no file can carry the error now: it goes back as the task's result
+        error = handoff_full(os.path.dirname(handoff)) if is_disk_full(exc) else IcetailError(
+            f"cannot write icetail's handoff file in {handoff}: {exc}"
+        )
+        yield TaskErrorPayload(type(error).__module__, type(error).__name__, str(error))
+        return
     yield count
 
 
 def _publish(path: str, data: bytes) -> None:
     """Write then rename: the driver sees a whole file or none (no fsync: it is the same host's page cache)."""
-    with open(path + ".tmp", "wb") as stream:
-        stream.write(data)
+    try:
+        with open(path + ".tmp", "wb") as stream:
+            stream.write(data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path + ".tmp")  # a partial file of a full disk: its space back
+        raise
     os.replace(path + ".tmp", path)
 
 
 MAX_POLL_SECONDS = 0.005
+
+
+def job_result(job: Future[Any]) -> Any:
+    """The job's result; a job that failed on a full local disk raises that one line instead."""
+    try:
+        return job.result()
+    except Exception as exc:
+        translated = spark_job_error(exc, _active_context())
+        if translated is None:
+            raise
+        raise translated from None
+
+
+def _active_context() -> Any | None:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
+def _raise_task_results(results: Sequence[Any]) -> None:
+    """Raise the first error a task returned as its result (it could not publish it as a file)."""
+    for result in results:
+        if isinstance(result, TaskErrorPayload):
+            raise_task_error(result)
 
 
 def _stream_task(handoff: str, key: str, wave: Future[Any]) -> Iterator[Chunk]:
@@ -487,7 +527,7 @@ def _stream_task(handoff: str, key: str, wave: Future[Any]) -> Iterator[Chunk]:
                     continue
                 return
             if wave.done():
-                wave.result()  # raises the task's error
+                _raise_task_results(job_result(wave))  # a failed job, or a task that could not publish
                 if not os.path.exists(path) and not os.path.exists(end):
                     raise IcetailError(f"Spark task {key} finished without handing over its chunks in {handoff}")
                 continue
@@ -636,8 +676,15 @@ def _encode(chunk: Chunk, handoff: str | None = None) -> _ChunkPayload:
         batch = batch.select(range(data_width))
     if handoff is not None:
         path = os.path.join(handoff, f"{uuid.uuid4().hex}.arrow")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-            writer.write_batch(batch)
+        try:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+        except OSError as exc:  # the local disk, not the data file: say so (task_error keeps the class)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            if is_disk_full(exc):
+                raise handoff_full(os.path.dirname(handoff)) from exc
+            raise IcetailError(f"cannot write icetail's handoff file in {handoff}: {exc}") from exc
         return _ChunkPayload(replace(chunk, batch=None), path, constant)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:

@@ -103,6 +103,19 @@ class StateBusyError(TransientError, stage="state"):
     """Another run holds the consumer's lease."""
 
 
+class LocalDiskFullError(TransientError):
+    """The local disk under icetail's handoff files or Spark's local directory is full.
+
+    Transient: nothing was committed past what was delivered, and the same batch resumes where
+    it stopped once space returns (a service keeps retrying it rather than giving up).
+    """
+
+
+class SparkSessionLostError(TransientError):
+    """The Spark JVM under the run exited (killed by the out-of-memory killer, say): the session is
+    gone; a new process resumes the batch, nothing past the delivered chunks being committed."""
+
+
 class SinkError(TransientError, stage="sink"):
     """A sink write failed; the chunk was not committed and will be retried."""
 

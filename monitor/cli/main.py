@@ -17,6 +17,7 @@ from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli.examples import add_examples
 from icetail.monitor.cli.flags import SuggestingParser
+from icetail.monitor.service.logs import quiet_py4j_root_records
 
 
 class Terminated(KeyboardInterrupt):
@@ -70,8 +71,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("icetail: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 1
+        lost = _lost_session(exc)
+        if lost is not None:
+            print(f"icetail: error: {lost}", file=sys.stderr)
+            return lost.exit_code
         print(f"icetail: unexpected error: {redact_text(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return 1
+
+
+def _lost_session(exc: Exception) -> IcetailError | None:
+    """A JVM that died under the run (reader/session_health.py); imported only when pyspark was."""
+    if "pyspark" not in sys.modules:
+        return None
+    from icetail.reader.session_health import lost_session_error
+
+    return lost_session_error(exc)
 
 
 def _stopped() -> int:
@@ -85,6 +99,7 @@ def entry() -> None:
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     # `serve` replaces this with its own graceful stop (icetail/monitor/service/scheduler.py)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    quiet_py4j_root_records()
     sys.exit(main())
 
 

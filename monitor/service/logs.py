@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -61,3 +62,19 @@ class _SkippedTickFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "maximum number of running instances reached" not in record.getMessage()
+
+
+class Py4jRootRecords(logging.Filter):
+    """Drops what py4j logs on the root logger when the JVM's connection is lost (`logging.exception`
+    with a traceback, which without a handler also prints as "ERROR:root:..."): the error raised next
+    says what happened in one line (reader/session_health.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
+
+
+def quiet_py4j_root_records() -> None:
+    """Install Py4jRootRecords on the root logger once (every command: run, changes, serve)."""
+    root = logging.getLogger()
+    if not any(isinstance(f, Py4jRootRecords) for f in root.filters):
+        root.addFilter(Py4jRootRecords())

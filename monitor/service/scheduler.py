@@ -7,7 +7,11 @@ consecutive failures of the only consumer, the process exits non-zero for the or
 restart it; with several tables one table's failures stop only that consumer (`_park`): the
 others keep delivering, /readyz and `icetail_consumer_stopped` name it, and it is retried every
 MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The process exits
-non-zero only once every consumer is stopped. SIGTERM/SIGINT stop new ticks, let the chunk in
+non-zero only once every consumer is stopped. A full local disk (WAIT_ERRORS) is the machine's
+fault, not the table's: retried until space returns, it neither stops a consumer nor the process.
+A Spark JVM that died (the out-of-memory killer) takes the shared session with it: the process
+exits 1 at once, naming it, for the orchestrator to restart it.
+SIGTERM/SIGINT stop new ticks, let the chunk in
 progress commit, and exit 0.
 """
 
@@ -27,7 +31,9 @@ from icetail.kernel.errors import (
     CatalogNotFoundError,
     ConfigError,
     IcetailError,
+    LocalDiskFullError,
     RefNotFoundError,
+    SparkSessionLostError,
     StateBusyError,
     TerminalError,
 )
@@ -40,6 +46,7 @@ from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
+from icetail.reader.session_health import lost_session_error
 from icetail.reader.spark import scheduler_pool
 from icetail.state.checkpoint import Cursor
 
@@ -49,6 +56,11 @@ MAX_BACKOFF_SECONDS = 300.0
 # Errors of the setup, not of the table or the data: no retry can fix them, so `serve` stops at
 # once with exit 2 and the one-line message instead of retrying --max-failures times.
 SETUP_ERRORS: tuple[type[IcetailError], ...] = (ConfigError, CatalogNotFoundError)
+# Errors of the machine, not of the table: a full local disk. Retried for as long as they last
+# (space comes back: files removed, a volume grown) and never counted toward --max-failures, so
+# the service neither exits nor parks the consumer; each failed cycle is logged and counted.
+WAIT_ERRORS: tuple[type[IcetailError], ...] = (LocalDiskFullError,)
+MAX_WAIT_BACKOFF_SECONDS = 30.0
 
 
 def failure_stage(exc: BaseException) -> FailureStage:
@@ -63,6 +75,7 @@ class _JobState:
 
     pipeline: Pipeline | None = None
     consecutive_failures: int = 0
+    waits: int = 0  # consecutive cycles failed on a WAIT_ERRORS error (not failures: see there)
     next_attempt_at: float = 0.0
     last_ok: bool = False
     last_error: str = ""
@@ -127,6 +140,8 @@ class Service:
                 stopped.append(f"{consumer}: stopped after {failures}")
             elif job.consecutive_failures > 0:
                 failing.append(f"{consumer}: {failures}")
+            elif job.waits > 0:
+                failing.append(f"{consumer}: waiting, {job.waits} cycle(s) so far: {job.last_error}")
             elif not job.last_ok:
                 starting.append(f"{consumer}: first cycle not finished")
         reasons = stopped + failing + starting
@@ -236,6 +251,7 @@ class Service:
                 log.info("consumer delivering again", extra={"consumer": config.consumer_id, "table": config.table})
                 self.metrics.set_stopped(config.table, config.consumer_id, False)
             job.consecutive_failures, job.last_ok, job.last_error, job.stopped = 0, True, "", False
+            job.waits = 0
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
             self._on_failure(config, job, exc)
 
@@ -270,13 +286,21 @@ class Service:
         return record
 
     def _on_failure(self, config: PipelineConfig, job: _JobState, exc: BaseException) -> None:
+        exc = lost_session_error(exc) or exc  # a JVM killed under the cycle: say so, not "connection refused"
         stage = failure_stage(exc)
         self.metrics.record_failure(config.table, config.consumer_id, stage)
         self.metrics.set_lag_unknown(config.table, config.consumer_id)  # the failed look measured nothing
-        job.consecutive_failures += 1
+        waiting = isinstance(exc, WAIT_ERRORS)
+        if waiting:
+            job.waits += 1
+        else:
+            job.consecutive_failures += 1
         job.last_ok = False
         job.last_error = str(exc) if isinstance(exc, IcetailError) else f"{type(exc).__name__}: {exc}"
-        backoff = min(MAX_BACKOFF_SECONDS, self.config.interval_seconds * 2 ** (job.consecutive_failures - 1))
+        if waiting:
+            backoff = min(MAX_WAIT_BACKOFF_SECONDS, self.config.interval_seconds * 2 ** (job.waits - 1))
+        else:
+            backoff = min(MAX_BACKOFF_SECONDS, self.config.interval_seconds * 2 ** (job.consecutive_failures - 1))
         job.next_attempt_at = time.monotonic() + backoff
         log.error(
             "cycle failed",
@@ -296,6 +320,11 @@ class Service:
                 log.warning("could not close the pipeline after a failure", exc_info=True)
             job.pipeline = None
         alone = len(self._jobs) == 1
+        if isinstance(exc, SparkSessionLostError):  # every consumer shares the dead session: restart
+            self._fatal = f"{config.consumer_id}: {job.last_error}"
+            return
+        if waiting:
+            return  # retried until space returns: neither the process nor the consumer stops
         if isinstance(exc, SETUP_ERRORS) and alone:
             self._setup_error = exc
             self._fatal = f"{config.consumer_id}: {job.last_error}"

@@ -1,0 +1,68 @@
+"""A full local disk, told apart from a bad data file: one line naming the directory and the fix.
+
+Two local directories fill up under a big batch: icetail's handoff (read rows on their way from
+the Spark tasks to the driver, under TMPDIR) and Spark's own local directory (shuffle and spill
+files of a partitioned reconciliation). Either way nothing past the delivered rows is committed,
+so the error is transient (`LocalDiskFullError`): a rerun, or the service's next cycle, resumes
+the batch once space returns. Without this a full disk surfaced as "data file ... cannot be read"
+(a wrong fix) or as a Spark stack trace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from typing import Any
+
+from icetail.kernel.errors import LocalDiskFullError
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# how the JVM and a task's Python traceback say it inside a Spark job's error text
+DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
+HANDOFF_MARKER = "icetail-handoff-"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An OSError for a full disk or quota, or a Spark job error whose text says so."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return True
+    text = str(exc)
+    return any(marker in text for marker in DISK_FULL_TEXTS)
+
+
+def handoff_full(directory: str) -> LocalDiskFullError:
+    """The error for a handoff file that could not be written in `directory`."""
+    return LocalDiskFullError(
+        f"no space left on device in {directory} (icetail's handoff of read rows): free space there, "
+        "or set TMPDIR to a directory on a larger disk; the batch resumes where it stopped"
+    )
+
+
+def spark_local_full(spark_context: Any | None) -> LocalDiskFullError:
+    """The error for a Spark job that failed writing its local directory (shuffle, spill)."""
+    return LocalDiskFullError(
+        f"no space left on device in {spark_local_dirs(spark_context)} (Spark's local directory): free space "
+        "there, or set spark.local.dir (SPARK_LOCAL_DIRS) to a larger disk; the batch resumes where it stopped"
+    )
+
+
+def spark_job_error(exc: BaseException, spark_context: Any | None) -> LocalDiskFullError | None:
+    """The one-line error a failed Spark job stands for, when it is a full disk; else None."""
+    if not is_disk_full(exc):
+        return None
+    text = str(exc)
+    if HANDOFF_MARKER in text:
+        return handoff_full(tempfile.gettempdir())
+    return spark_local_full(spark_context)
+
+
+def spark_local_dirs(spark_context: Any | None) -> str:
+    """Where this Spark keeps shuffle and spill files: SPARK_LOCAL_DIRS, else spark.local.dir, else /tmp."""
+    configured = os.environ.get("SPARK_LOCAL_DIRS")
+    if not configured and spark_context is not None:
+        try:
+            configured = spark_context.getConf().get("spark.local.dir", None)
+        except Exception:  # noqa: BLE001 - naming the directory must not hide the disk-full error
+            configured = None
+    return configured or tempfile.gettempdir()
