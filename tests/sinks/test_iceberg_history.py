@@ -7,9 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
 
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.factory import open_sink
 from icetail.sinks.history_versions import version_changes
+from icetail.sinks.iceberg_history import IcebergHistorySink
 from icetail.sinks.iceberg_history_apply import CloseOpenVersions, closes_of
+from tests.sinks import CATALOG
+from tests.sinks.test_iceberg_mirror import SCHEMA
+from tests.sinks.test_iceberg_mirror import _rows as _changes
 from tests.sinks.test_pg_mirror_history import INS, UA, UB, D, _rows
 
 TS = pa.timestamp("us", tz="UTC")
@@ -66,3 +73,28 @@ def test_a_file_s_open_versions_of_the_group_s_keys_are_closed_and_nothing_else_
     assert not untouched.changed and untouched.rows.num_rows == 2
     again = pickle.loads(pickle.dumps(transform))  # plain data: a Spark task can run it
     assert _summary(again(rows).rows) == _summary(out.rows)
+
+
+def test_files_of_closed_versions_only_are_pruned_and_a_replayed_group_is_left_out(sql_catalog: SqlCatalog) -> None:
+    """A group reads only the files that can hold an open version of its keys: a file whose
+    versions are all closed (no null `_valid_to_snapshot_id`) is pruned by its metrics."""
+    sink = open_sink(f"iceberg://{CATALOG}/tgt.h?mode=history", consumer="c1")
+    assert isinstance(sink, IcebergHistorySink)
+    sink.bind(("id",), SCHEMA)
+    key = lambda b: ChunkKey("c1", b, 0, "s0", 0)  # noqa: E731
+    sink.write_group([(key("b1"), _changes([("INSERT", i, f"a{i}", 1) for i in range(100)]))])
+    updates = [(t, i, f"u{i}", 2) for i in range(100) for t in ("UPDATE_BEFORE", "UPDATE_AFTER")]
+    sink.write_group([(key("b2"), _changes(updates))])  # file 1 rewritten, every version in it closed
+    assert sink.last is not None and (sink.last.files_read, len(sink.last.replaced)) == (1, 1)
+    sink.write_group([(key("b3"), _changes([("UPDATE_BEFORE", 5, "u5", 3), ("UPDATE_AFTER", 5, "w5", 3)]))])
+    assert sink.last is not None and (sink.last.files_read, len(sink.last.replaced)) == (1, 1), "closed-only pruned"
+    snapshots = len(sql_catalog.load_table("tgt.h").snapshots())
+    sink.write_group([(key("b3"), _changes([("UPDATE_BEFORE", 5, "u5", 3), ("UPDATE_AFTER", 5, "w5", 3)]))])
+    assert sink.replayed == 1 and len(sql_catalog.load_table("tgt.h").snapshots()) == snapshots
+    sink.close()
+    rows = sql_catalog.load_table("tgt.h").scan().to_arrow().to_pylist()
+    assert len(rows) == 201 and sorted(r["v"] for r in rows if r["id"] == 5) == ["a5", "u5", "w5"]
+    assert [r["v"] for r in rows if r["_valid_to_snapshot_id"] is None and r["id"] in (5, 6)] in (
+        ["w5", "u6"],
+        ["u6", "w5"],
+    )
