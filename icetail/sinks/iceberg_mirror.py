@@ -19,6 +19,10 @@ changelog sink's table does (`iceberg_evolution`): before the commit of the firs
 schema, in its own commit on the same held metadata, columns are added, renamed, widened and
 (unlike the changelog sink) dropped. A replay finds the schema changed already: nothing to do.
 The key is followed by field id too: a renamed key column is still the key.
+
+`iceberg_history.IcebergHistorySink` (`?mode=history`) is this sink with other hooks: its
+`_plan` (versions, not net rows), its target shape and checks, and an evolution that keeps
+dropped columns.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ class IcebergMirrorSink(IcebergTarget):
             )
         return table
 
-    _kind = "mirror's"
+    _kind = "mirror's"  # whose key the messages name (the history's: iceberg_history)
 
     def _wanted_identifiers(self, table: Table) -> list[int | None]:
         """The target field ids the identifier fields must be: the key's, found by source field id."""
