@@ -7,6 +7,8 @@ Accepted forms (see docs/sinks.md):
 * `iceberg://CATALOG/NS.TABLE`  - appends to an Iceberg table of a pyiceberg catalog; exactly once
 * `iceberg://CATALOG/NS.TABLE?mode=mirror` - an Iceberg table kept equal to the source by key;
   exactly once (iceberg_mirror.py)
+* `iceberg://CATALOG/NS.TABLE?mode=history` - an Iceberg table holding every version of every key
+  (SCD type 2); exactly once (iceberg_history.py)
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
 * `postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE` - a PostgreSQL table kept equal to the
   source by key (a mirror); exactly once (sinks/pg_mirror/)
@@ -48,6 +50,7 @@ ACCEPTED_FORMS = (
     "parquet+s3://BUCKET/PREFIX",
     "iceberg://CATALOG/NS.TABLE",
     "iceberg://CATALOG/NS.TABLE?mode=mirror",
+    "iceberg://CATALOG/NS.TABLE?mode=history",
     "jsonl:///abs/file.jsonl",
     "jsonl://rel/file.jsonl",
     "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
@@ -66,7 +69,7 @@ class SinkTarget:
     path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
     identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql the URL without its password
-    mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog) or "mirror"
+    mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog), "mirror" or "history"
 
 
 def remote_scheme(path: str) -> str | None:
@@ -147,6 +150,10 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
             from icetail.sinks.iceberg_mirror import IcebergMirrorSink
 
             return IcebergMirrorSink(target.catalog, target.identifier, consumer=consumer)
+        if target.mode == "history":
+            from icetail.sinks.iceberg_history import IcebergHistorySink
+
+            return IcebergHistorySink(target.catalog, target.identifier, consumer=consumer)
         return IcebergTableSink(target.catalog, target.identifier, consumer=consumer, schema=schema)
     if target.scheme == "postgresql":
         from icetail.sinks.pg_mirror.sink import PostgresMirrorSink  # psycopg is imported only when used
@@ -156,13 +163,13 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
 
 
 def _iceberg_target(url: str, rest: str) -> tuple[str, str, str | None]:
-    """(catalog, NS.TABLE, mode) of an iceberg sink URL; the only query it takes is `?mode=mirror`."""
+    """(catalog, NS.TABLE, mode) of an iceberg sink URL; the only query it takes is `?mode=mirror|history`."""
     rest, question, query = rest.partition("?")
     mode = None
     if question:
-        if query != "mode=mirror":
-            raise _bad(url, "the only query an iceberg sink URL takes is ?mode=mirror")
-        mode = "mirror"
+        if query not in ("mode=mirror", "mode=history"):
+            raise _bad(url, "the only query an iceberg sink URL takes is ?mode=mirror or ?mode=history")
+        mode = query.removeprefix("mode=")
     remote = remote_scheme(rest)
     if remote is not None:
         raise _bad(url, f"an iceberg sink names a catalog and a table, not a {remote}:// location")

@@ -19,6 +19,10 @@ changelog sink's table does (`iceberg_evolution`): before the commit of the firs
 schema, in its own commit on the same held metadata, columns are added, renamed, widened and
 (unlike the changelog sink) dropped. A replay finds the schema changed already: nothing to do.
 The key is followed by field id too: a renamed key column is still the key.
+
+`iceberg_history.IcebergHistorySink` (`?mode=history`) is this sink with other hooks: its
+`_plan` (versions, not net rows), its target shape and checks, and an evolution that keeps
+dropped columns.
 """
 
 from __future__ import annotations
@@ -95,22 +99,40 @@ class IcebergMirrorSink(IcebergTarget):
             return None
         self._table = table
         if SOURCE_FIELD_IDS not in table.properties:
-            check_target(table.schema(), schema, self._key, self._where())
+            self._check_adopted(table, schema)
             return self._evolve(table, schema)
         identifiers = sorted(table.schema().identifier_field_ids)
-        known = json.loads(table.properties[SOURCE_FIELD_IDS])
-        by_name = {f.name: f.field_id for f in table.schema().fields}
-        wanted = [
-            known.get(str(i)) if i is not None else by_name.get(k)
-            for i, k in zip(self._key_ids, self._key, strict=True)
-        ]
+        wanted = self._wanted_identifiers(table)
         if sorted(w if w is not None else -1 for w in wanted) != identifiers:
             shown = ", ".join(str(table.schema().find_column_name(i)) for i in identifiers) or "none"
             raise SinkRejectedError(
-                f"iceberg mirror target {self._where()} is keyed by {shown}, not by the mirror's key "
-                f"{', '.join(self._key)}; give the key with --identifier-columns, or mirror into another table"
+                f"iceberg mirror target {self._where()} is keyed by {shown}, not by the {self._kind} key "
+                f"{', '.join(self._target_key())}; give the key with --identifier-columns, or mirror into another "
+                "table"
             )
         return table
+
+    _kind = "mirror's"  # whose key the messages name (the history's: iceberg_history)
+
+    def _wanted_identifiers(self, table: Table) -> list[int | None]:
+        """The target field ids the identifier fields must be: the key's, found by source field id."""
+        known = json.loads(table.properties[SOURCE_FIELD_IDS])
+        by_name = {f.name: f.field_id for f in table.schema().fields}
+        return [
+            known.get(str(i)) if i is not None else by_name.get(k)
+            for i, k in zip(self._key_ids, self._key, strict=True)
+        ]
+
+    def _target_key(self) -> tuple[str, ...]:
+        return self._key
+
+    def _check_adopted(self, table: Table, schema: pa.Schema) -> None:
+        """Refuse a target not followed into before unless it matches `schema` by name."""
+        check_target(table.schema(), schema, self._key, self._where())
+
+    def _plan(self, table: Table, rows: pa.Table, key: tuple[str, ...]) -> GroupRewrite:
+        """The group's commit: the rewrites of the files its keys are in, and the rows it adds."""
+        return plan_rewrite(table, local_merge(rows, key), key)
 
     def _evolve(self, table: Table, schema: pa.Schema) -> Table:
         """Follow the source's schema by field id, dropped columns dropped; commits nothing when equal."""
@@ -138,7 +160,7 @@ class IcebergMirrorSink(IcebergTarget):
             # applied chunks form whole earlier groups: what is left is a suffix, still in commit order
             table = self._evolve(table, schema)  # a source schema change, before the group's commit
             rows = pa.concat_tables([chunks[i][1].cast(schema) for i in pending])
-            rewrite = plan_rewrite(table, local_merge(rows, key), key)
+            rewrite = self._plan(table, rows, key)
             self.last = rewrite
             applied[:] = pending
             return table, rewrite.stage(chunk_summary(self.consumer, [counts[i] for i in pending]))

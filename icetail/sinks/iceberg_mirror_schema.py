@@ -55,10 +55,17 @@ def target_schema(changes: pa.Schema, key: tuple[str, ...]) -> Schema:
 
 def check_target(existing: Schema, changes: pa.Schema, key: tuple[str, ...], where: str) -> None:
     """Refuse (one line, SinkRejectedError) an existing target whose columns, types or key differ."""
-    wanted = target_schema(changes, key)
+    check_shape(existing, target_schema(changes, key), where)
+
+
+def check_shape(existing: Schema, wanted: Schema, where: str, kept: frozenset[str] = frozenset()) -> None:
+    """Refuse (one line, SinkRejectedError) an existing target whose columns, types or identifier
+    fields differ from `wanted`'s; columns named in `kept` may be there too (a history table keeps
+    the columns the source dropped)."""
+    key = tuple(wanted.find_column_name(i) or "" for i in wanted.identifier_field_ids)
     have = {f.name: f for f in existing.fields}
     want = {f.name: f for f in wanted.fields}
-    extra = sorted(set(have) - set(want))
+    extra = sorted(set(have) - set(want) - kept)
     missing = [n for n in want if n not in have]
     if missing or extra:
         what = (f"lacks column(s) {', '.join(missing)}" if missing else "") + (

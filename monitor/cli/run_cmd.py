@@ -38,7 +38,8 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", help="checkpoint store: sqlite:///path.db or postgresql://...")
     parser.add_argument(
         "--sink",
-        help="parquet:///dir, iceberg://CATALOG/NS.TABLE[?mode=mirror], postgresql://...?table=S.T, jsonl:///f, -",
+        help="parquet:///dir, iceberg://CATALOG/NS.TABLE[?mode=mirror|history], postgresql://...?table=S.T, "
+        "jsonl:///f, -",
     )
     parser.add_argument("--consumer", default=None, help="consumer id (default: CATALOG.NS.TABLE)")
     parser.add_argument(

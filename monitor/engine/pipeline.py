@@ -183,6 +183,7 @@ class BatchOutcome:
     snapshots_checked: int = 0  # snapshots whose summary proved at least one rule (--verify)
     check_mismatches: int = 0  # rules those snapshots failed (delivered anyway: --verify warn)
     schema_id: int | None = None  # the table schema the batch's rows are projected onto (one per batch)
+    sink_duplicate_keys: int = 0  # inserts of a key the mirror's target held already, counted since the last outcome
 
     @property
     def rows(self) -> int:
@@ -242,6 +243,7 @@ class Pipeline:
         self._owns_store = store is None
         self._store: CheckpointStore = store or open_store(config.state_url)
         self._sink = sink
+        self._sink_duplicates_seen = 0  # the sink's `duplicates` as last reported in a BatchOutcome
         self._spark = spark  # a SparkSession, a BackgroundSession still starting, or None: our own
         self._own_session: BackgroundSession | None = None
         self._stop = stop_event or threading.Event()
@@ -406,6 +408,13 @@ class Pipeline:
             self._sink = EnvelopeSink(self._sink, self.config.table)
         return self._sink
 
+    def _new_sink_duplicates(self) -> int:
+        """Duplicate keys a mirror sink counted (its `duplicates`) since the last call."""
+        total = int(getattr(self._sink, "duplicates", 0) or 0)
+        seen = self._sink_duplicates_seen if total >= self._sink_duplicates_seen else 0  # a sink opened again
+        self._sink_duplicates_seen = total
+        return total - seen
+
     # running ---------------------------------------------------------------------------
     def run(self, *, once: bool = False) -> list[BatchOutcome]:
         """Run batches until caught up (or one batch with `once`), holding the lease throughout."""
@@ -490,6 +499,7 @@ class Pipeline:
             snapshots_checked=tally.snapshots_checked,
             check_mismatches=tally.check_mismatches,
             schema_id=batch_schema_id(table, batch),
+            sink_duplicate_keys=self._new_sink_duplicates(),
         )
         if self._on_batch is not None:
             self._on_batch(outcome)

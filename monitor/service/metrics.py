@@ -27,6 +27,9 @@ Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
   proves (docs/semantics.md, "Every snapshot checks itself"), and
   `icetail_snapshot_check_mismatches_total{rule}` those whose changes disagreed; both stay 0
   under `--verify off`, so a zero mismatch count next to a growing check count means checked.
+* `icetail_sink_duplicate_keys_total` counts inserts of a key a mirror's target already held (the
+  PostgreSQL and Iceberg mirrors and histories; docs/sinks.md, "Duplicate keys in the source"):
+  the source does not keep its key unique, last writer wins. Any increase deserves a look.
 * `process_*` (resident memory, CPU seconds, start time, open file descriptors) describe the
   service's own process, on the same registry.
 """
@@ -119,6 +122,7 @@ class BatchReport:
     planning_seconds: float = 0.0
     batch_seconds: float = 0.0
     collapsed: bool = False  # a repair batch (direct diff)
+    sink_duplicate_keys: int = 0  # inserts of a key a mirror's target held already
 
     def __post_init__(self) -> None:
         if not self.table or not self.consumer:
@@ -135,6 +139,7 @@ class BatchReport:
             "deleted_rows": self.deleted_rows,
             "splits": self.splits,
             "chunks": self.chunks,
+            "sink_duplicate_keys": self.sink_duplicate_keys,
             **{f"rows[{k}]": v for k, v in rows.items()},
         }
         negative = sorted(name for name, value in counts.items() if value < 0)
@@ -190,6 +195,7 @@ class Metrics:
     snapshot_checks: Counter
     snapshot_check_mismatches: Counter
     consumer_stopped: Gauge
+    sink_duplicate_keys: Counter
 
     @classmethod
     def create(
@@ -301,6 +307,10 @@ class Metrics:
                 "1 while a consumer of a several-table serve is stopped after --max-failures consecutive "
                 "failures (retried every 5 minutes; the others keep delivering); 0 otherwise.",
             ),
+            sink_duplicate_keys=counter(
+                "icetail_sink_duplicate_keys",
+                "Inserts of a key a mirror's target already held (the source holds a key twice; last writer wins).",
+            ),
         )
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
@@ -322,6 +332,7 @@ class Metrics:
             self.splits_committed,
             self.chunks_committed,
             self.collapsed_batches,
+            self.sink_duplicate_keys,
         ):
             c.labels(table, consumer)
         for change_type in ChangeType:
@@ -357,6 +368,7 @@ class Metrics:
         self.deleted_rows_applied.labels(t, c).inc(report.deleted_rows)
         self.splits_committed.labels(t, c).inc(report.splits)
         self.chunks_committed.labels(t, c).inc(report.chunks)
+        self.sink_duplicate_keys.labels(t, c).inc(report.sink_duplicate_keys)
         if report.collapsed and report.snapshots:
             self.collapsed_batches.labels(t, c).inc()
         self.planning_duration.labels(t, c).observe(report.planning_seconds)

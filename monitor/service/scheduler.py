@@ -102,6 +102,7 @@ def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
         planning_seconds=outcome.planning_seconds,
         batch_seconds=outcome.batch_seconds,
         collapsed=outcome.collapsed,
+        sink_duplicate_keys=outcome.sink_duplicate_keys,
     )
 
 

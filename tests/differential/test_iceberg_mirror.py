@@ -2,7 +2,9 @@
 equals what Java's reader returns for the source at the checkpointed snapshot. Merge-on-read
 (partitioned) and copy-on-write UPDATE, DELETE and MERGE, an UPDATE that changes the key, a key
 deleted and re-inserted within one batch, a partition move, a no-op update, compaction, INSERT
-OVERWRITE, equality deletes (tests/support/mirror_workload.py, shared with the PostgreSQL mirror).
+OVERWRITE, equality deletes (tests/support/mirror_workload.py, shared with the PostgreSQL mirror);
+and the history (mode=history) on the same workload: for every snapshot, the versions valid at it
+are what Java's reader returns for the source at it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
 from tests.support import mirror_workload
+from tests.support.mirror_checks import history_problems
 from tests.support.mirror_workload import (
     ROW_ID_STEPS,
     create_keyed_table,
@@ -29,12 +32,12 @@ from tests.support.workloads import COW, MOR
 TARGET = "ns.m"
 
 
-def _config(catalog: Any, tmp_path: Path) -> PipelineConfig:
+def _config(catalog: Any, tmp_path: Path, mode: str = "mirror") -> PipelineConfig:
     return PipelineConfig(
         catalog=catalog.name,
         table="ns.t",
         state_url=f"sqlite:///{tmp_path / 'state.db'}",
-        sink_url=f"iceberg://{catalog.name}/{TARGET}?mode=mirror",
+        sink_url=f"iceberg://{catalog.name}/{TARGET}?mode={mode}",
         consumer="mirror",
         chunk_rows=3,
     )
@@ -124,3 +127,43 @@ def test_iceberg_mirror_follows_schema_evolution_batch_by_batch(
         ("w", "string"),
         ("e", "long"),
     ]
+
+
+@pytest.mark.parametrize(("mode", "partitioned"), [(MOR, True), (COW, False)], ids=["mor-partitioned", "cow"])
+def test_iceberg_history_holds_what_java_reads_at_every_snapshot(
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, partitioned: bool
+) -> None:
+    """mode=history on the mirror workload, run after each step: for every source snapshot S, the
+    versions valid at S (read back by Java) are Java's rows of the source at S, stamped with the
+    snapshots' commit times; the no-op UPDATE and the compaction make no version."""
+    catalog.set_env(monkeypatch)
+    create_keyed_table(catalog, mode, partitioned)
+    config = _config(catalog, tmp_path, mode="history")
+    columns = ("id", "p", "v", "d")
+    counts = []
+    steps = keyed_steps(partitioned)
+    for statements in steps:
+        for statement in statements:
+            catalog.sql(statement)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+        counts.append(catalog.load_table(TARGET).scan().count())
+    if mode == MOR:
+        equality_delete_step(catalog)
+        with Pipeline(config, spark=spark) as pipeline:
+            pipeline.run()
+    snapshots = catalog.snapshot_ids("t")
+    versions = catalog.snapshot_rows(TARGET, catalog.current_snapshot_id(TARGET)).table  # read by Java
+    rows_at = lambda s: catalog.snapshot_rows("t", s).table  # noqa: E731
+    problems = history_problems(versions, snapshots, rows_at, columns)
+    stamped = catalog.load_table(TARGET).scan().to_arrow()  # the commit times, tz-aware (pyiceberg)
+    assert row_set(stamped, columns) == row_set(versions, columns)
+    commit_ms = {s.snapshot_id: s.timestamp_ms for s in catalog.snapshots("t")}
+    problems += history_problems(stamped, snapshots, rows_at, columns, commit_ms=commit_ms)
+    assert not problems, "\n".join(problems)
+    twelve = sorted((r for r in stamped.to_pylist() if r["id"] == 12), key=lambda r: r["_valid_from"])
+    assert [r["v"] for r in twelve] == ["v12", "v12-ow"], "UPDATE SET v = v made no version (INSERT OVERWRITE one)"
+    compaction = next(i for i, s in enumerate(steps) if "rewrite_data_files" in s[0])
+    assert counts[compaction] == counts[compaction - 1], "the compaction made no version"
+    schema = catalog.load_table(TARGET).schema()
+    assert [schema.find_column_name(i) for i in schema.identifier_field_ids] == ["id", "_valid_from_snapshot_id"]

@@ -15,6 +15,7 @@ import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
+from tests.support.mirror_checks import history_problems
 from tests.support.mirror_workload import (
     ROW_ID_STEPS,
     create_evolving_table,
@@ -131,20 +132,12 @@ def test_history_holds_the_source_at_every_snapshot(
         with Pipeline(config, spark=spark) as pipeline:
             pipeline.run()
     snapshots = catalog.snapshot_ids("t")
-    position = {s: i for i, s in enumerate(snapshots)}
-    versions = target_table(pg_schema).to_pylist()
-    problems = []
-    for i, snapshot in enumerate(snapshots):
-        valid = [
-            (r["id"], r["p"], r["v"])
-            for r in versions
-            if position[r["_valid_from_snapshot_id"]] <= i
-            and (r["_valid_to_snapshot_id"] is None or position[r["_valid_to_snapshot_id"]] > i)
-        ]
-        expected = row_set(catalog.snapshot_rows("t", snapshot).table, ("id", "p", "v"))
-        if sorted(valid, key=repr) != expected:
-            problems.append(f"at snapshot {i}: versions {sorted(valid, key=repr)} != source {expected}")
-    assert not problems, "\n".join(problems)
+    table = target_table(pg_schema)
+    commit_ms = {s.snapshot_id: s.timestamp_ms for s in catalog.snapshots("t")}
+    rows_at = lambda s: catalog.snapshot_rows("t", s).table  # noqa: E731
+    problems = history_problems(table, snapshots, rows_at, ("id", "p", "v"), commit_ms=commit_ms)
+    assert not problems, "\n".join(problems)  # the check the Iceberg history's tests make
+    versions = table.to_pylist()
     ones = [r for r in versions if r["id"] == 1]
     assert len(ones) == 2, ones  # inserted, moved to another partition; the no-op UPDATE made no version
 

@@ -17,6 +17,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
+from icetail.sinks.iceberg_history import IcebergHistorySink
 from icetail.sinks.iceberg_mirror import IcebergMirrorSink
 from icetail.sinks.iceberg_sink import IcebergTableSink
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
@@ -76,8 +77,12 @@ def test_the_url_picks_the_mirror_and_keeps_the_changelog_forms(sql_catalog: Sql
     mirror = open_sink(URL, consumer="c1")
     assert isinstance(mirror, KeyedSink) and isinstance(mirror, GroupWriteSink)
     assert not hasattr(mirror, "stager"), "the mirror is written from the driver, never staged"
-    with pytest.raises(Exception, match=r"\?mode=mirror"):
-        parse_sink_url(f"iceberg://{CATALOG}/tgt.m?mode=history")
+    assert parse_sink_url(f"iceberg://{CATALOG}/tgt.h?mode=history").mode == "history"
+    assert normalize_sink_url(f"iceberg://{CATALOG}/tgt.h?mode=history") == f"iceberg://{CATALOG}/tgt.h?mode=history"
+    history = open_sink(f"iceberg://{CATALOG}/tgt.h?mode=history", consumer="c1")
+    assert isinstance(history, IcebergHistorySink) and isinstance(history, GroupWriteSink)
+    with pytest.raises(Exception, match=r"\?mode=mirror or \?mode=history"):
+        parse_sink_url(f"iceberg://{CATALOG}/tgt.m?mode=scd")
 
 
 def test_changes_are_applied_by_key_in_commit_order_one_snapshot_per_group(sql_catalog: SqlCatalog) -> None:

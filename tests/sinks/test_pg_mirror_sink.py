@@ -263,3 +263,26 @@ def test_a_column_named_like_the_staging_op_is_refused(pg_schema: str) -> None:
     schema = pa.schema([_field("id", pa.int64(), 1, False), _field("_icetail_op", pa.large_string(), 2), *META])
     with pytest.raises(SinkRejectedError, match="'_icetail_op' has a name the PostgreSQL mirror uses itself"):
         _open(mirror_url(pg_schema), ("id",), schema)
+
+
+def test_a_locked_target_fails_the_group_with_a_transient_error_naming_the_lock(pg_schema: str) -> None:
+    """A second real connection holds ACCESS EXCLUSIVE on the target: the group fails after
+    lock_timeout with a SinkError (retried), not a hang; once the lock is gone the retry applies it."""
+    import psycopg
+
+    from tests.support.stores import PG_URL
+
+    schema = pa.schema([_field("id", pa.int64(), 1, nullable=False), _field("v", pa.large_string(), 2), *META])
+    sink = _open(mirror_url(pg_schema, extra="&lock_timeout=300ms"), ("id",), schema)
+    sink.write(_key("b1", 0), _rows(schema, {"id": [1], "v": ["a"]}, ["INSERT"]))
+    with psycopg.connect(PG_URL) as holder:
+        holder.execute(f'LOCK TABLE "{pg_schema}".t IN ACCESS EXCLUSIVE MODE')  # held until the block ends
+        with pytest.raises(SinkError) as info:
+            sink.write(_key("b2", 0), _rows(schema, {"id": [2], "v": ["b"]}, ["INSERT"], ordinal=2))
+        message = str(info.value)
+        assert "lock_timeout 300ms" in message and "pg_locks" in message and "\n" not in message, message
+        assert not isinstance(info.value, SinkRejectedError)
+        holder.rollback()
+    sink.write(_key("b2", 0), _rows(schema, {"id": [2], "v": ["b"]}, ["INSERT"], ordinal=2))  # the retry
+    sink.close()
+    assert sorted(target_table(pg_schema).column("id").to_pylist()) == [1, 2]

@@ -40,6 +40,8 @@ def test_table_name_is_taken_literally_after_url_decoding() -> None:
         ("postgresql://u:pw1@h/d?table=s.t&mode=append", "mode='append'"),
         ("postgresql://u:pw1@h/d?table=s.t&password=pw1#x", "fragment"),
         ("postgresql://u:pw1@h/d?table=s." + "x" * 64, "longer than PostgreSQL's 63-byte names"),
+        ("postgresql://u:pw1@h/d?table=s.t&lock_timeout=0", "lock_timeout='0' is not a positive duration"),
+        ("postgresql://u:pw1@h/d?table=s.t&lock_timeout=30 s", "lock_timeout='30 s'"),
     ],
 )
 def test_unusable_urls_are_refused_in_one_line_without_the_password(url: str, reason: str) -> None:
@@ -47,6 +49,13 @@ def test_unusable_urls_are_refused_in_one_line_without_the_password(url: str, re
         parse_sink_url(url)
     message = str(info.value)
     assert reason in message and "pw1" not in message and "\n" not in message
+
+
+def test_lock_timeout_is_icetail_s_not_libpq_s_and_not_part_of_the_identity() -> None:
+    assert parse_mirror_url("postgresql://u@h/d?table=s.t").lock_timeout == "30s"
+    target = parse_mirror_url("postgresql://u@h/d?table=s.t&lock_timeout=500ms")
+    assert target.lock_timeout == "500ms" and "lock_timeout" not in target.conninfo
+    assert target.identity == parse_mirror_url("postgresql://u@h/d?table=s.t").identity
 
 
 def test_history_mode_opens_a_history_sink() -> None:

@@ -3,7 +3,8 @@ target holds exactly the source's rows at the consumer's cursor (PostgreSQL and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,48 @@ def mirror_run_command(catalog: str, ident: str, state_url: str, sink_url: str, 
         "--max-snapshots-per-batch", "2",
         "--chunk-rows", "100",
     ]  # fmt: skip
+
+
+VALIDITY_PAIRS = (("_valid_from_snapshot_id", "_valid_from"), ("_valid_to_snapshot_id", "_valid_to"))
+
+
+def history_problems(
+    versions: pa.Table,
+    snapshots: Sequence[int],
+    rows_at: Callable[[int], pa.Table],
+    columns: Sequence[str],
+    key: Sequence[str] = ("id",),
+    commit_ms: Mapping[int, int] | None = None,
+) -> list[str]:
+    """What is wrong with a history table's `versions` (mode=history): for every snapshot S of
+    `snapshots` (the ones followed, in lineage order), the versions valid at S
+    (`_valid_from_snapshot_id` at or before S, `_valid_to_snapshot_id` NULL or after S) must be
+    exactly `rows_at(S)`; a key has one version per snapshot; with `commit_ms` (snapshot -> commit
+    time, ms), `_valid_from`/`_valid_to` must be the commit times of those snapshots."""
+    position = {s: i for i, s in enumerate(snapshots)}
+    rows = versions.to_pylist()
+    problems: list[str] = []
+    starts = Counter(tuple(r[k] for k in (*key, "_valid_from_snapshot_id")) for r in rows)
+    problems += [f"version {k} is there {n} times" for k, n in starts.items() if n > 1]
+    unknown = {r["_valid_from_snapshot_id"] for r in rows} - set(position)
+    if unknown:
+        return [*problems, f"versions start at snapshots not followed: {sorted(unknown)}"]
+    for i, snapshot in enumerate(snapshots):
+        valid = [
+            tuple(r[c] for c in columns)
+            for r in rows
+            if position[r["_valid_from_snapshot_id"]] <= i
+            and (r["_valid_to_snapshot_id"] is None or position[r["_valid_to_snapshot_id"]] > i)
+        ]
+        expected = row_set(rows_at(snapshot), columns)
+        if sorted(valid, key=repr) != expected:
+            problems.append(f"at snapshot {i} ({snapshot}): versions {sorted(valid, key=repr)} != source {expected}")
+    if commit_ms is not None:
+        for r in rows:
+            for snapshot_column, time_column in VALIDITY_PAIRS:
+                snapshot, stamp = r[snapshot_column], r[time_column]
+                want = None if snapshot is None else commit_ms[snapshot]
+                got = None if stamp is None else int(stamp.timestamp() * 1000)
+                if got != want:
+                    problems.append(f"version {r}: {time_column} is {stamp}, its snapshot's commit time {want} ms")
+    return problems

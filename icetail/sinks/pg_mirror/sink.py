@@ -174,6 +174,7 @@ class PostgresMirrorSink:
                 self._conn = psycopg.connect(
                     self.target.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="icetail"
                 )
+                self._conn.execute("SELECT set_config('lock_timeout', %s, false)", (self.target.lock_timeout,))
             except psycopg.OperationalError as exc:
                 raise SinkError(
                     f"cannot reach sink {self.target.identity}: {redact_text(message_line(exc))}; check that "
@@ -187,6 +188,12 @@ class PostgresMirrorSink:
 
         try:
             return step()
+        except psycopg.errors.LockNotAvailable as exc:
+            raise SinkError(
+                f"sink {self.target.identity}: a lock on the target was not granted within lock_timeout "
+                f"{self.target.lock_timeout} ({redact_text(message_line(exc))}): another session holds it; retry, "
+                "or find that session in pg_locks"
+            ) from None
         except psycopg.OperationalError as exc:
             raise SinkError(f"sink {self.target.identity} failed: {redact_text(message_line(exc))}; retry") from None
         except psycopg.Error as exc:

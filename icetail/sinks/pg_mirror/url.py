@@ -1,4 +1,9 @@
-"""`postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE[&mode=mirror][&ledger=SCHEMA]`.
+"""`postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE[&mode=mirror][&ledger=SCHEMA][&lock_timeout=30s]`.
+
+`lock_timeout` (PostgreSQL's setting, default LOCK_TIMEOUT) bounds how long a statement of the
+sink waits for a lock on the target (a long transaction or an `ALTER TABLE` of someone else's):
+past it the group fails with a transient SinkError naming the lock, instead of hanging. It is not
+part of the sink's identity (changing it does not make another sink).
 
 Every other query parameter is libpq's (sslmode, connect_timeout, ...) and goes to psycopg as
 given, so credentials may also come from libpq's environment (PGPASSWORD, PGSERVICE, ~/.pgpass).
@@ -8,6 +13,7 @@ state records and `status` prints) and every message use the URL without it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -15,10 +21,13 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.secrets import is_secret_key, redact_text
 
 SCHEMES = ("postgresql", "postgres")
-FORM = "postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE[&mode=mirror][&ledger=SCHEMA]"
+FORM = "postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE[&mode=mirror][&ledger=SCHEMA][&lock_timeout=30s]"
 MODES = ("mirror", "history")
-_OWN = ("table", "mode", "ledger")  # parameters of icetail's, not libpq's
+_OWN = ("table", "mode", "ledger", "lock_timeout")  # parameters of icetail's, not libpq's
+LOCK_TIMEOUT = "30s"
+_DURATION = re.compile(r"[1-9][0-9]*(ms|s|min|h)?")  # PostgreSQL's units; no unit: milliseconds; 0 (no limit) refused
 _MAX_NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL would cut a longer name silently
+
 
 @dataclass(frozen=True)
 class MirrorTarget:
@@ -30,6 +39,7 @@ class MirrorTarget:
     table: str
     mode: str  # mirror | history
     ledger_schema: str  # the schema of icetail_mirror_ledger (the target's unless &ledger=)
+    lock_timeout: str = LOCK_TIMEOUT  # PostgreSQL's lock_timeout for the sink's session (&lock_timeout=)
 
     def __repr__(self) -> str:  # a repr in a traceback must not show the conninfo
         return f"MirrorTarget({self.identity!r})"
@@ -65,9 +75,13 @@ def parse_mirror_url(url: str) -> MirrorTarget:
     ledger = own["ledger"][0] if own["ledger"] else schema
     if not ledger:
         raise _bad(text, "ledger= names no schema")
+    lock_timeout = own["lock_timeout"][0] if own["lock_timeout"] else LOCK_TIMEOUT
+    if not _DURATION.fullmatch(lock_timeout):
+        raise _bad(text, f"lock_timeout={lock_timeout!r} is not a positive duration such as 30s, 500ms or 2min")
     libpq = [(k, v) for k, v in params if k not in _OWN]
     conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
-    return MirrorTarget(conninfo, _identity(parts, libpq, schema, table, mode, ledger), schema, table, mode, ledger)
+    identity = _identity(parts, libpq, schema, table, mode, ledger)
+    return MirrorTarget(conninfo, identity, schema, table, mode, ledger, lock_timeout)
 
 
 def _identity(parts: SplitResult, libpq: list[tuple[str, str]], schema: str, table: str, mode: str, ledger: str) -> str:
