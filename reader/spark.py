@@ -36,8 +36,8 @@ from icetail.kernel.storage_errors import StorageErrorKind, storage_error, stora
 from icetail.reader.context import ReadContext
 from icetail.reader.java_runtime import check_java
 from icetail.reader.local_disk import handoff_full, is_disk_full, spark_job_error
-from icetail.reader.session_health import quiet_accumulator_server
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
+from icetail.reader.session_health import quiet_accumulator_server
 from icetail.reader.split_reader import Chunk, read_split
 from icetail.reader.worker_python import check_worker_python
 from icetail.sinks.base import ChunkStager, SplitSlot
