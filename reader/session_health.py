@@ -11,6 +11,7 @@ cannot be used again, so a service exits for its orchestrator to restart it.
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -23,7 +24,9 @@ def lost_session_error(exc: BaseException) -> SparkSessionLostError | None:
         return exc
     if "pyspark" not in sys.modules:  # no session was ever started: not a JVM's death
         return None
-    code = jvm_exit_code()
+    # the JVM's sockets close as it dies, a moment before it can be reaped: a connection error
+    # waits that moment for the process, any other error only looks
+    code = jvm_exit_code(wait_seconds=EXIT_WAIT_SECONDS if _is_connection_error(exc) else 0.0)
     if code is None and not _is_py4j_network_error(exc):
         return None
     return SparkSessionLostError(
@@ -34,16 +37,23 @@ def lost_session_error(exc: BaseException) -> SparkSessionLostError | None:
     )
 
 
-def jvm_exit_code() -> int | None:
-    """The exit status of the JVM this process launched, once it has exited; None while it runs
-    (or when it was not launched here: spark-submit starts the JVM before Python)."""
+EXIT_WAIT_SECONDS = 3.0
+
+
+def jvm_exit_code(wait_seconds: float = 0.0) -> int | None:
+    """The exit status of the JVM this process launched once it has exited (waiting up to
+    `wait_seconds` for it); None while it runs, or when it was not launched here (spark-submit
+    starts the JVM before Python)."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None) if gateway is not None else None
     if process is None:
         return None
-    code: int | None = process.poll()
+    try:
+        code: int | None = process.wait(timeout=wait_seconds) if wait_seconds > 0 else process.poll()
+    except subprocess.TimeoutExpired:
+        return None
     return code
 
 
@@ -67,6 +77,10 @@ def _how(code: int | None) -> str:
     if code < 0:
         return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, (ConnectionError, EOFError)) or _is_py4j_network_error(exc)
 
 
 def _is_py4j_network_error(exc: BaseException) -> bool:

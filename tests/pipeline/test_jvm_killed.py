@@ -22,10 +22,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+import yaml
 
 from icetail.monitor.engine.api import read_changes
 from tests.support.processes import child_env, icetail_command, icetail_lines
-from tests.support.serve import CATALOG_NAME, ID_NAME, NAMESPACE, Warehouse, assert_same_rows, sink_rows, wait_until
+from tests.support.serve import (
+    CATALOG_NAME,
+    ID_NAME,
+    NAMESPACE,
+    Serve,
+    Warehouse,
+    assert_same_rows,
+    free_port,
+    sink_rows,
+    wait_until,
+)
 
 pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
@@ -96,3 +107,41 @@ def test_a_run_whose_jvm_is_killed_mid_batch_says_so_and_resumes_exactly_once(tm
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
     assert_same_rows(sink_rows(sink), read_changes(warehouse.load("big"), spark=spark))  # each change once
+
+
+def test_serve_whose_jvm_is_killed_exits_at_once_naming_it(tmp_path: Path) -> None:
+    """Its one session is gone: `serve` exits 1 for a restart after the first failed cycle, not after
+    --max-failures cycles of "connection refused"."""
+    warehouse = Warehouse(tmp_path / "wh")
+    table = warehouse.create_table("big", ID_NAME)
+    for first in range(0, ROWS, 200_000):
+        table.append(_rows(first, 200_000))
+    sink = tmp_path / "sink"
+    config = {
+        "catalog": CATALOG_NAME,
+        "state": f"sqlite:///{tmp_path / 'state.db'}",
+        "interval": "1s",
+        "max_failures": 50,
+        "chunk_rows": CHUNK_ROWS,
+        "metrics_host": "127.0.0.1",
+        "metrics_port": free_port(),
+        "tables": [{"table": f"{NAMESPACE}.big", "consumer": "killed", "sink": f"parquet://{sink}"}],
+    }
+    path = tmp_path / "icetail.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = child_env(spark_dir=tmp_path / "spark", extra=warehouse.env())
+    serve = Serve(["--config", str(path)], env=env, cwd=tmp_path, name="serve", port=int(config["metrics_port"]))
+    try:
+        first = lambda: sink.exists() and any(sink.glob("*.parquet"))  # noqa: E731
+        wait_until(first, timeout=180, what="a first chunk", child=serve)
+        jvms = [pid for pid, command in _descendants(serve.pid).items() if "java" in command.split(" ", 1)[0]]
+        assert len(jvms) == 1, _descendants(serve.pid)
+        os.kill(jvms[0], signal.SIGKILL)
+        assert serve.wait(120) == 1, serve.diagnostics()
+    finally:
+        serve.kill_group()
+    exits = [e for e in serve.events() if e.get("msg") == "exiting after repeated failures"]
+    assert exits and "the Spark JVM of this run exited mid-run" in exits[0]["reason"], serve.diagnostics()
+    failed = [e for e in serve.events() if e.get("msg") == "cycle failed"]
+    assert len(failed) == 1, [(e.get("error"), e.get("stage")) for e in failed]  # at once, not after max_failures
+    assert "Traceback" not in serve.stderr() and "Exception while sending command" not in serve.stderr()
