@@ -93,23 +93,25 @@ def complete(workdir: Path, name: str, snapshots: int) -> bool:
         return False
 
 
-def build(workdir: Path, name: str, snapshots: int, files: int, per_commit: int) -> float:
-    """(Re)create `ns.<name>` with Java (bench/java/BigTableBuilder.java); returns the seconds it took."""
+def build(workdir: Path, name: str, snapshots: int, files: int, per_commit: int, resume: bool = False) -> float:
+    """(Re)create `ns.<name>` with Java (bench/java/BigTableBuilder.java), or continue it (`resume`);
+    returns the seconds it took."""
     db, warehouse = catalog_paths(workdir)
     warehouse.mkdir(parents=True, exist_ok=True)
-    if db.exists():
+    if db.exists() and not resume:
         catalog = open_pyiceberg(workdir)
         if catalog.table_exists(f"ns.{name}"):
             catalog.drop_table(f"ns.{name}")
-    shutil.rmtree(warehouse / "ns" / name, ignore_errors=True)
-    shutil.rmtree(warehouse / "ns.db" / name, ignore_errors=True)
+    if not resume:
+        shutil.rmtree(warehouse / "ns" / name, ignore_errors=True)
+        shutil.rmtree(warehouse / "ns.db" / name, ignore_errors=True)
     source = workdir / "tiny.parquet"
     _tiny_parquet(source)
     classpath = java_classpath()
     classes = _compiled(workdir, classpath)
     started = time.perf_counter()
     command = [
-        "java", "-Xmx1g", "-cp", f"{classes}:{classpath}", "BigTableBuilder", str(db), f"file://{warehouse}", name,
+        "java", "-Xmx3g", "-cp", f"{classes}:{classpath}", "BigTableBuilder", str(db), f"file://{warehouse}", name,
         str(snapshots), str(files), str(per_commit), str(name == "merged").lower(), str(source),
     ]  # fmt: skip
     subprocess.run(command, check=True)
@@ -124,6 +126,7 @@ def main() -> None:
     parser.add_argument("--per-commit", type=int, default=250, help="snapshots per Java transaction")
     parser.add_argument("--tables", default=",".join(TABLES))
     parser.add_argument("--reuse", action="store_true", help="keep tables that are already complete")
+    parser.add_argument("--resume", action="store_true", help="continue a table up to --snapshots in all")
     args = parser.parse_args()
     workdir = args.workdir.resolve()
     if workdir.is_relative_to(REPO):
@@ -133,7 +136,7 @@ def main() -> None:
         if args.reuse and complete(workdir, name, args.snapshots):
             log(f"{name}: reused")
             continue
-        seconds = build(workdir, name, args.snapshots, args.files, args.per_commit)
+        seconds = build(workdir, name, args.snapshots, args.files, args.per_commit, args.resume)
         table = open_pyiceberg(workdir).load_table(f"ns.{name}")
         head = table.current_snapshot()
         assert head is not None

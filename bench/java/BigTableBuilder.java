@@ -1,6 +1,7 @@
 // Commits the snapshots of one bench/big_table.py table through the Iceberg Java API (issue 24 §2).
 // Run by bench/big_table.py; arguments: sqlite-db warehouse-uri table snapshots files-per-snapshot
-// snapshots-per-transaction merged(true|false) tiny-parquet-file.
+// snapshots-per-transaction merged(true|false) tiny-parquet-file. An existing table is continued up
+// to `snapshots` snapshots in all (every transaction is a consistent table: a build can be stopped).
 import java.net.URI;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -48,12 +49,16 @@ public class BigTableBuilder {
     tableProps.put("write.metadata.delete-after-commit.enabled", "true");
     tableProps.put("write.metadata.previous-versions-max", "2");
     Schema schema = new Schema(Types.NestedField.required(1, "id", Types.LongType.get()));
-    Table table = catalog.createTable(TableIdentifier.of(ns, name), schema, PartitionSpec.unpartitioned(), tableProps);
+    TableIdentifier id = TableIdentifier.of(ns, name);
+    Table table = catalog.tableExists(id)
+        ? catalog.loadTable(id)
+        : catalog.createTable(id, schema, PartitionSpec.unpartitioned(), tableProps);
+    int existing = table.snapshots() == null ? 0 : org.apache.iceberg.relocated.com.google.common.collect.Iterables.size(table.snapshots());
     Path data = Paths.get(URI.create(table.location() + "/data"));
     Files.createDirectories(data);
     long size = Files.size(source);
     long started = System.nanoTime();
-    for (int first = 0; first < snapshots; first += perTransaction) {
+    for (int first = existing; first < snapshots; first += perTransaction) {
       Transaction tx = table.newTransaction();
       int end = Math.min(first + perTransaction, snapshots);
       for (int s = first; s < end; s++) {

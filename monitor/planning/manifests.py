@@ -14,7 +14,6 @@ range beyond what the plan itself holds.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -52,9 +51,9 @@ _Out = TypeVar("_Out")
 DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000
 """File entries (and manifest-list records) a ManifestReader keeps decoded: ~0.5 KB each (R33)."""
 
-DEFAULT_PLANNING_THREADS = min(4, os.cpu_count() or 1)
-"""Manifests read at once while planning a range (file reads and inflation overlap; decoding
-holds the GIL)."""
+DEFAULT_PLANNING_THREADS = 4
+"""Manifests read at once while planning a range: the waits of reads overlap (an object store's
+latency per file), while decoding holds the GIL, so on a local disk it gains little."""
 
 
 def partition_text(partition: Any) -> str:
