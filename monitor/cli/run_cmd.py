@@ -71,6 +71,13 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         "partitions of about this size (default 8 MiB; 0: whole, in the driver)",
     )
     parser.add_argument(
+        "--manifest-cache-entries",
+        type=int,
+        default=None,
+        help="manifest entries kept decoded across batches and serve cycles (default 250000, about 0.5 KB each; "
+        "0: none)",
+    )
+    parser.add_argument(
         "--identifier-columns", type=column_list, default=None, help="a,b: pair DELETE/INSERT into updates"
     )
     parser.add_argument(

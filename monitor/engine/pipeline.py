@@ -81,6 +81,7 @@ from icetail.monitor.engine.verify import (
     verifier_for,
 )
 from icetail.monitor.planning.lineage import snapshots_between
+from icetail.monitor.planning.manifests import DEFAULT_MANIFEST_CACHE_ENTRIES
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
@@ -126,6 +127,8 @@ class PipelineConfig:
     reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
     # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
     output_format: str = "changelog"
+    # decoded manifest entries kept across batches and serve cycles (planning/manifests.py); 0: none
+    manifest_cache_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES
 
     def __post_init__(self) -> None:
         check_format(self.output_format)
@@ -140,6 +143,8 @@ class PipelineConfig:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
         if self.chunk_rows is not None and self.chunk_rows < 1:
             raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
+        if self.manifest_cache_entries < 0:
+            raise ConfigError(f"--manifest-cache-entries must be >= 0, got {self.manifest_cache_entries}")
         if self.reconcile_partition_bytes < 0:
             raise ConfigError(f"reconcile partition bytes must be >= 0, got {self.reconcile_partition_bytes}")
         _ = self.group_policy  # checks the sink commit bounds
@@ -531,7 +536,12 @@ class Pipeline:
         """The table as seen from the followed branch (its current snapshot is the branch's head)."""
         table = table_on_branch(self._load_table_as_is(), self.config.branch)
         if self._planner is None:
-            self._planner = Planner(table, self.config.target_split_bytes, branch=self.config.branch)
+            self._planner = Planner(
+                table,
+                self.config.target_split_bytes,
+                branch=self.config.branch,
+                manifest_cache_entries=self.config.manifest_cache_entries,
+            )
         else:
             self._planner.refresh(table)
         return table

@@ -76,9 +76,10 @@ class SnapshotDiffer:
         self._resolve_paths = resolve_paths
         self._global_spec_ids = global_spec_ids(metadata)
 
-    def diff(self, snapshot: Snapshot, ordinal: int) -> SnapshotDiff:
+    def diff(self, snapshot: Snapshot, ordinal: int, added: list[FileEntry] | None = None) -> SnapshotDiff:
+        """`added`: the snapshot's `ManifestReader.added_in` when the caller read it ahead."""
         commit = commit_info(snapshot, ordinal, self._metadata)
-        entries = self._manifests.added_in(snapshot)
+        entries = added if added is not None else self._manifests.added_in(snapshot)
         data_added = _files(entries, DataFileRef, ManifestEntryStatus.ADDED)
         data_removed = _files(entries, DataFileRef, ManifestEntryStatus.DELETED)
         deletes_added = _files(entries, DeleteFileRef, ManifestEntryStatus.ADDED)

@@ -4,14 +4,23 @@ Manifests are immutable files, so a cache keyed by path is always valid; in serv
 makes planning one new snapshot read only that snapshot's new manifests. The manifests a
 snapshot wrote are found without decoding its whole manifest list when its summary allows it
 (`ManifestReader.added_in`), so that cost does not grow with the table's history.
+
+The cache is bounded by the file entries it holds (`DEFAULT_MANIFEST_CACHE_ENTRIES`, manifest
+entries plus manifest-list records), not by the number of manifests: one merged manifest can
+hold 100,000 files. Manifests of a range are read `DEFAULT_PLANNING_THREADS` at a time, a bounded
+window ahead of the snapshot being diffed (`added_in_each`), so memory does not grow with the
+range beyond what the plan itself holds.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from itertools import islice
+from typing import Any, TypeVar
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
@@ -35,6 +44,16 @@ from icetail.reader.pyiceberg_compat import (
     read_manifest_entries,
     read_manifest_list,
 )
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
+DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000
+"""File entries (and manifest-list records) a ManifestReader keeps decoded: ~0.5 KB each (R33)."""
+
+DEFAULT_PLANNING_THREADS = 4
+"""Manifests read at once while planning a range: the waits of reads overlap (an object store's
+latency per file), while decoding holds the GIL, so on a local disk it gains little."""
 
 
 def partition_text(partition: Any) -> str:
@@ -156,19 +175,26 @@ class ManifestReader:
     def __init__(
         self,
         io: FileIO,
-        max_cached_manifests: int = 4096,
+        max_cached_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES,
         *,
         early_stop: bool = True,
         may_match: Callable[[DataFile], bool] | None = None,
+        threads: int = DEFAULT_PLANNING_THREADS,
     ) -> None:
         """`may_match`: a row filter's file test (planning/pruning.py); the data files it rejects
-        are collected in `pruned_paths` as their manifests are read."""
+        are collected in `pruned_paths` as their manifests are read.
+
+        `max_cached_entries` bounds the decoded manifests and manifest lists kept (by their
+        entries, see `DEFAULT_MANIFEST_CACHE_ENTRIES`); 0 keeps none. `threads`: manifests read
+        at once (1: one after the other, in the caller's thread).
+        """
         self._io = io
         self._early_stop = early_stop
         self._may_match = may_match
+        self._threads = max(1, threads)
         self.pruned_paths: set[str] = set()
-        self._entries: LRU[str, tuple[FileEntry, ...]] = LRU(max_cached_manifests)
-        self._lists: LRU[str, tuple[ManifestFile, ...]] = LRU(max_cached_manifests)
+        self._entries: LRU[str, tuple[FileEntry, ...]] = LRU(max_cached_entries, weigh=_size)
+        self._lists: LRU[str, tuple[ManifestFile, ...]] = LRU(max_cached_entries // 4, weigh=_size)
         self._lock = threading.Lock()  # guards the counters
         self.manifests_read = 0  # cache misses, for planning metrics and benchmarks
         self.list_entries_read = 0  # manifest-list records decoded, for tests and benchmarks
@@ -299,14 +325,52 @@ class ManifestReader:
                     found.append(entry)
         return found
 
+    def added_in_each(self, snapshots: Sequence[Snapshot]) -> Iterator[list[FileEntry]]:
+        """`added_in` of each snapshot, in order, read up to `threads` snapshots ahead."""
+        return self._ordered(self.added_in, snapshots)
+
     def live(self, snapshot: Snapshot, content: ManifestContent) -> list[FileEntry]:
         """Live (ADDED or EXISTING) entries of one content kind at `snapshot`."""
+        manifests = [m for m in self.manifest_list(snapshot) if m.content == content]
         found: list[FileEntry] = []
-        for manifest in self.manifest_list(snapshot):
-            if manifest.content != content:
-                continue
-            found.extend(e for e in self.entries(manifest) if e.status != ManifestEntryStatus.DELETED)
+        for entries in self._ordered(self.entries, manifests):
+            found.extend(e for e in entries if e.status != ManifestEntryStatus.DELETED)
         return found
+
+    @property
+    def cached_entries(self) -> int:
+        """File entries held by the manifest cache now (for tests and benchmarks)."""
+        return self._entries.weight
+
+    def _ordered(self, read: Callable[[_In], _Out], items: Sequence[_In]) -> Iterator[_Out]:
+        """`read` of each item in order; with threads, a window of 2 x threads reads runs ahead.
+
+        The window bounds what is held at once: results are handed over in order and dropped by
+        the caller, whatever the length of `items`.
+        """
+        if self._threads == 1 or len(items) < 2:
+            yield from (read(item) for item in items)
+            return
+        window = 2 * self._threads
+        with ThreadPoolExecutor(self._threads, thread_name_prefix="icetail-manifests") as pool:
+            pending: deque[Future[_Out]] = deque()
+            todo = iter(items)
+            try:
+                for item in islice(todo, window):
+                    pending.append(pool.submit(read, item))
+                while pending:
+                    result = pending.popleft().result()
+                    for item in islice(todo, 1):
+                        pending.append(pool.submit(read, item))
+                    yield result
+            finally:
+                for future in pending:
+                    future.cancel()
+
+
+def _size(value: tuple[Any, ...]) -> int:
+    """A cached manifest's or manifest list's weight: its entries (at least 1)."""
+    return max(1, len(value))
 
 
 def _list_error(snapshot: Snapshot, exc: Exception) -> IcetailError:

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import datetime
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
-from icetail.kernel.model import DeleteContent
+from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.monitor.planning.planner import ChangePlan
 
 
 def plan_summary(plan: ChangePlan) -> dict[str, Any]:
     snapshots = []
+    # grouped once: a range of 5,000 snapshots and 100,000 tasks is not scanned once per snapshot
+    tasks_of: dict[int, list[ChangeTask]] = defaultdict(list)
+    splits_of: dict[int, list[ChangeSplit]] = defaultdict(list)
+    for task in plan.tasks:
+        tasks_of[task.commit.snapshot_id].append(task)
+    for split in plan.splits:
+        splits_of[split.task.commit.snapshot_id].append(split)
     for commit in plan.commits:
-        tasks = [t for t in plan.tasks if t.commit.snapshot_id == commit.snapshot_id]
-        splits = [s for s in plan.splits if s.task.commit.snapshot_id == commit.snapshot_id]
+        tasks = tasks_of.get(commit.snapshot_id, [])
+        splits = splits_of.get(commit.snapshot_id, [])
         deletes = {d.path: d for t in tasks for d in t.deletes_before + t.deletes_after}
         snapshots.append(
             {

@@ -26,7 +26,11 @@ from icetail.monitor.planning.diff import (
     snapshot_schema_id,
 )
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
-from icetail.monitor.planning.manifests import ManifestReader
+from icetail.monitor.planning.manifests import (
+    DEFAULT_MANIFEST_CACHE_ENTRIES,
+    DEFAULT_PLANNING_THREADS,
+    ManifestReader,
+)
 from icetail.monitor.planning.pruning import FilePruner
 from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.deletes import referenced_data_files
@@ -73,6 +77,8 @@ class Planner:
         early_stop: bool = True,
         branch: str = MAIN_BRANCH,
         row_filter: str | None = None,
+        manifest_cache_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES,
+        planning_threads: int = DEFAULT_PLANNING_THREADS,
     ) -> None:
         """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader).
 
@@ -81,6 +87,9 @@ class Planner:
 
         `branch` names the ref whose head is `table`'s current snapshot (see refs.table_on_branch);
         plans carry it so that reports say which history they are on.
+
+        `manifest_cache_entries` bounds the decoded manifests kept across plans (serve keeps one
+        Planner per consumer); `planning_threads` reads that many manifests at once (manifests.py).
         """
         self._table = table
         self._branch = branch
@@ -88,7 +97,11 @@ class Planner:
         self._io = table.io
         pruner = FilePruner(table.metadata, row_filter) if row_filter is not None else None
         self._manifests = ManifestReader(
-            table.io, early_stop=early_stop, may_match=pruner.may_match if pruner is not None else None
+            table.io,
+            manifest_cache_entries,
+            early_stop=early_stop,
+            may_match=pruner.may_match if pruner is not None else None,
+            threads=planning_threads,
         )
         self._path_cache: dict[str, frozenset[str]] = {}
 
@@ -125,12 +138,14 @@ class Planner:
         commits: list[CommitInfo] = []
         skipped: list[SkippedSnapshot] = []
         diffed: list[ChangeTask] = []
+        # the manifests each snapshot wrote, read a few snapshots ahead on threads, handed over in order
+        added = self._manifests.added_in_each([s for s in chain if operation_of(s) != REPLACE])
         for snapshot in chain:
             operation = operation_of(snapshot)
             if operation == REPLACE:
                 skipped.append(SkippedSnapshot(snapshot.snapshot_id, operation, snapshot.timestamp_ms))
                 continue
-            result = differ.diff(snapshot, ordinal_base + len(commits))
+            result = differ.diff(snapshot, ordinal_base + len(commits), next(added))
             commits.append(result.commit)
             diffed.extend(result.tasks)
         tasks, pruned = self._unpruned(diffed)

@@ -44,6 +44,7 @@ PIPELINE_KEYS = {
     "with_row_lineage": "with_row_lineage",
     "reconcile_partition_bytes": "reconcile_partition_bytes",
     "format": "output_format",
+    "manifest_cache_entries": "manifest_cache_entries",
 }
 SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
 INT_KEYS = {
@@ -53,6 +54,7 @@ INT_KEYS = {
     "metrics_port",
     "max_failures",
     "reconcile_partition_bytes",
+    "manifest_cache_entries",
 }
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval"}
@@ -293,6 +295,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "with_row_lineage": getattr(args, "with_row_lineage", None),
         "reconcile_partition_bytes": getattr(args, "reconcile_partition_bytes", None),
         "output_format": getattr(args, "output_format", None),
+        "manifest_cache_entries": getattr(args, "manifest_cache_entries", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

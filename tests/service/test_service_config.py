@@ -474,3 +474,13 @@ def test_bad_sink_commit_bounds_are_one_line_errors(
     tmp_path: Path, flags: tuple[str, ...], env: dict[str, str], expected: str
 ) -> None:
     assert expected in config_error(tmp_path, BASE, *flags, **env)
+
+
+def test_manifest_cache_entries_from_file_environment_and_flag(tmp_path: Path) -> None:
+    assert build(tmp_path, BASE).pipelines[0].manifest_cache_entries == 250_000
+    assert build(tmp_path, {**BASE, "manifest_cache_entries": 10}).pipelines[0].manifest_cache_entries == 10
+    from_env = build(tmp_path, BASE, ICETAIL_MANIFEST_CACHE_ENTRIES="20")
+    assert from_env.pipelines[0].manifest_cache_entries == 20
+    flag = build(tmp_path, BASE, "--manifest-cache-entries", "0", ICETAIL_MANIFEST_CACHE_ENTRIES="20")
+    assert flag.pipelines[0].manifest_cache_entries == 0
+    assert "--manifest-cache-entries must be >= 0" in config_error(tmp_path, BASE, "--manifest-cache-entries", "-1")
