@@ -1,6 +1,7 @@
 """Many tables in one `icetail serve`: memory of the process tree, and each table's lag while others are busy.
 
     .venv/bin/python -m bench.many_tables [--tables N] [--rounds N] [--big-rows N] [--big-append-rows N]
+        [--concurrent-tables N] [--scheduler-mode fair|fifo]
 
 Builds N small pyiceberg tables (100 rows each) and one BIG table (`--big-rows` in 4 files) in a SQL
 catalog on SQLite in a temp dir, starts `icetail serve` as a child (`python -m icetail serve --config
@@ -17,9 +18,10 @@ consumer's `icetail_lag_snapshots` is 0. Then:
 * the RSS of the serve process tree (Python driver + JVM + Python workers; /proc every 0.5 s):
   its max while idle (N tables followed, nothing new) and while working (the load rounds).
 
-Catch-up seconds include up to 0.2 s of polling. Only FAIR is measured: `serve` sets
-`spark.scheduler.mode=FAIR` on its session builder, which a `--conf` in PYSPARK_SUBMIT_ARGS cannot
-override. Every round is printed. The figures go to bench/RESULTS.md with this command.
+Catch-up seconds include up to 0.2 s of polling. `--concurrent-tables` and `--scheduler-mode` are
+serve's `concurrent_tables` and `spark_scheduler_mode` keys (default: one scheduler thread per
+table, FAIR); `--concurrent-tables 10` is serve before R33 (APScheduler's default pool). Every round
+is printed. The figures go to bench/RESULTS.md with this command.
 """
 
 from __future__ import annotations
@@ -181,11 +183,17 @@ def main() -> None:
     parser.add_argument("--big-rows", type=int, default=4_000_000)
     parser.add_argument("--big-append-rows", type=int, default=2_000_000)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--concurrent-tables", type=int, default=None, help="serve's concurrent_tables")
+    parser.add_argument("--scheduler-mode", choices=("fair", "fifo"), default=None, help="serve's spark_scheduler_mode")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="icetail-bench-many-") as tmp:
         root = Path(tmp)
         start = time.perf_counter()
         catalog = build(root, args.tables, args.big_rows)
+        print(
+            f"serve: concurrent_tables {args.concurrent_tables or 'default (one per table)'}, "
+            f"spark_scheduler_mode {args.scheduler_mode or 'default (fair)'}; load {os.getloadavg()[0]:.1f}"
+        )
         print(f"built {args.tables} small tables (100 rows each) + big ({args.big_rows:,} rows, 4 files) "
               f"in {time.perf_counter() - start:.1f} s")  # fmt: skip
         consumers = {f"t{i:02d}": f"ns.t{i:02d}" for i in range(args.tables)} | {"big": "ns.big"}
@@ -196,6 +204,8 @@ def main() -> None:
             "interval": "1s",
             "metrics_host": "127.0.0.1",
             "metrics_port": port,
+            **({} if args.concurrent_tables is None else {"concurrent_tables": args.concurrent_tables}),
+            **({} if args.scheduler_mode is None else {"spark_scheduler_mode": args.scheduler_mode}),
             "tables": [
                 {"table": t, "consumer": c, "sink": f"parquet://{root / 'sinks' / c}"} for c, t in consumers.items()
             ],

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
@@ -70,6 +71,23 @@ class _JobState:
     stopped: bool = False  # parked after max_failures while other consumers deliver (Service._park)
 
 
+def build_scheduler(threads: int) -> BackgroundScheduler:
+    """The jobs' scheduler: `threads` cycles may run at once (APScheduler's default is 10, so with
+    more tables due together the rest waited for a thread, not for Spark: R32). A job never
+    overlaps itself and coalesces missed ticks."""
+    return BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(threads)},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+    )
+
+
+def spark_scheduler_conf(mode: str | None, tables: int) -> dict[str, str] | None:
+    """`spark.scheduler.mode` for the session `serve` builds: FAIR by default with several tables
+    (each table's jobs go to a pool of its own, `_tick`), Spark's default otherwise."""
+    chosen = mode or ("fair" if tables > 1 else None)
+    return None if chosen is None else {"spark.scheduler.mode": chosen.upper()}
+
+
 def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
     """The metrics' view of a batch; an interrupted batch counts its chunks but no snapshots yet."""
     return BatchReport(
@@ -106,9 +124,7 @@ class Service:
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
         self._jobs = {p.consumer_id: _JobState() for p in config.pipelines}
-        self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
-        )
+        self._scheduler = build_scheduler(config.scheduler_threads)
         for p in config.pipelines:
             self.metrics.register_consumer(p.table, p.consumer_id)
 
@@ -146,14 +162,17 @@ class Service:
                 f"cannot serve metrics on {host}:{wanted} ({exc.strerror or exc}); pick another --metrics-port "
                 "(ICETAIL_METRICS_PORT) or stop the process that holds it"
             ) from exc
-        log.info("serving metrics", extra={"port": port, "consumers": list(self._jobs)})
+        log.info(
+            "serving metrics",
+            extra={"port": port, "consumers": list(self._jobs), "scheduler_threads": self.config.scheduler_threads},
+        )
         if self._spark is None:
             from icetail.reader.spark import BackgroundSession
 
             # the JVM and the Python workers start while the first ticks open stores and plan;
             # a pipeline waits for the session only when its first batch reads. Several tables
             # share the cores fairly: each table's jobs go to a pool of its own (`_tick`)
-            conf = {"spark.scheduler.mode": "FAIR"} if len(self._jobs) > 1 else None
+            conf = spark_scheduler_conf(self.config.spark_scheduler_mode, len(self._jobs))
             self._spark = self._own_session = BackgroundSession("icetail-serve", conf)
         for pipeline_config in self.config.pipelines:
             self._scheduler.add_job(
