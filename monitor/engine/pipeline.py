@@ -91,7 +91,7 @@ from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, Stagi
 from icetail.sinks.debezium import EnvelopeSink, check_format
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
-from icetail.state.store import CheckpointStore, open_store
+from icetail.state.store import HISTORY_LIMIT, CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
 log = logging.getLogger("icetail.pipeline")
@@ -126,9 +126,15 @@ class PipelineConfig:
     reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
     # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
     output_format: str = "changelog"
+    # finished batches kept in the store's history per consumer (older ones are pruned as each batch
+    # finishes); recovery needs only the newest (the next batch's ordinals, a replayed finish)
+    history_retention: int = HISTORY_LIMIT
 
     def __post_init__(self) -> None:
         check_format(self.output_format)
+        if self.history_retention < 1:
+            kept = self.history_retention
+            raise ConfigError(f"history_retention must be >= 1 (finished batches kept per consumer), got {kept}")
         if self.net and not self.carry_over_removal:
             raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
         parse_start(self.start)
@@ -240,7 +246,7 @@ class Pipeline:
         self.config = config
         self.consumer = config.consumer_id
         self._owns_store = store is None
-        self._store: CheckpointStore = store or open_store(config.state_url)
+        self._store: CheckpointStore = store or open_store(config.state_url, history_limit=config.history_retention)
         self._sink = sink
         self._spark = spark  # a SparkSession, a BackgroundSession still starting, or None: our own
         self._own_session: BackgroundSession | None = None
@@ -378,6 +384,10 @@ class Pipeline:
     def checkpoint(self) -> Checkpoint | None:
         """The consumer's stored state (cursor, in-flight batch)."""
         return self._store.load(self.consumer)
+
+    def clear_stopped(self) -> bool:
+        """Forget a stop `serve` recorded for this consumer (it delivers again); whether one was recorded."""
+        return self._store.clear_stopped(self.consumer)
 
     def request_stop(self) -> None:
         """Finish the chunk in progress, commit it (and the sink commit group waiting), and return

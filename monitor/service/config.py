@@ -44,6 +44,7 @@ PIPELINE_KEYS = {
     "with_row_lineage": "with_row_lineage",
     "reconcile_partition_bytes": "reconcile_partition_bytes",
     "format": "output_format",
+    "history_retention": "history_retention",
 }
 SERVICE_KEYS = (
     "interval",
@@ -57,6 +58,7 @@ SERVICE_KEYS = (
 )
 INT_KEYS = {
     "concurrent_tables",
+    "history_retention",
     "max_snapshots_per_batch",
     "chunk_rows",
     "sink_commit_rows",

@@ -6,7 +6,8 @@ SparkSession. A failing cycle is retried with exponential backoff. After `max_fa
 consecutive failures of the only consumer, the process exits non-zero for the orchestrator to
 restart it; with several tables one table's failures stop only that consumer (`_park`): the
 others keep delivering, /readyz and `icetail_consumer_stopped` name it, and it is retried every
-MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The process exits
+MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The stop and its reason
+are recorded in the consumer's checkpoint store for `icetail status`, and cleared when it delivers. The process exits
 non-zero only once every consumer is stopped. SIGTERM/SIGINT stop new ticks, let the chunk in
 progress commit, and exit 0.
 """
@@ -31,6 +32,7 @@ from icetail.kernel.errors import (
     RefNotFoundError,
     StateBusyError,
     TerminalError,
+    message_line,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
@@ -43,6 +45,7 @@ from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
 from icetail.reader.spark import scheduler_pool
 from icetail.state.checkpoint import Cursor
+from icetail.state.store import open_store
 
 log = logging.getLogger("icetail.serve")
 
@@ -254,6 +257,8 @@ class Service:
             if job.stopped:
                 log.info("consumer delivering again", extra={"consumer": config.consumer_id, "table": config.table})
                 self.metrics.set_stopped(config.table, config.consumer_id, False)
+            if job.stopped or not job.last_ok:  # a stop recorded by this process or an earlier one
+                job.pipeline.clear_stopped()
             job.consecutive_failures, job.last_ok, job.last_error, job.stopped = 0, True, "", False
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
             self._on_failure(config, job, exc)
@@ -340,9 +345,21 @@ class Service:
                 },
             )
         job.next_attempt_at = time.monotonic() + MAX_BACKOFF_SECONDS
+        self._record_stop(config, job.last_error)  # again after a retry that failed: the latest reason
         if all(j.stopped for j in self._jobs.values()):
             self._fatal = "every consumer stopped: " + "; ".join(
                 f"{consumer}: {j.last_error}" for consumer, j in self._jobs.items()
+            )
+
+    def _record_stop(self, config: PipelineConfig, reason: str) -> None:
+        """The stop in the consumer's store, for `icetail status`; best effort (the store may be what failed)."""
+        try:
+            with open_store(config.state_url) as store:
+                store.record_stopped(config.consumer_id, config.catalog, config.table, reason)
+        except Exception as exc:  # noqa: BLE001 - /readyz and the metrics still name the stop
+            log.warning(
+                "could not record the stop in the checkpoint store",
+                extra={"consumer": config.consumer_id, "error": message_line(exc)},
             )
 
     def _update_lag(self, config: PipelineConfig, job: _JobState) -> None:
