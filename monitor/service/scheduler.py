@@ -34,7 +34,6 @@ from icetail.kernel.errors import (
     TerminalError,
     message_line,
 )
-from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.engine.verify import SnapshotCheck
@@ -369,7 +368,7 @@ class Service:
         if checkpoint is None:
             return
         try:
-            table = table_on_branch(load_table(open_catalog(config.catalog), config.table), config.branch)
+            table = table_on_branch(job.pipeline.table_as_is(), config.branch)
         except RefNotFoundError:  # the followed branch is gone: the run reports it (BranchDroppedError)
             self.metrics.set_lag_unknown(config.table, config.consumer_id)
             return
