@@ -1,6 +1,6 @@
 """A long `icetail serve`: thousands of short cycles with a commit before each; does anything grow?
 
-    .venv/bin/python -m bench.soak [--cycles 10000] [--tables 2] [--sample-every 100] [--out DIR]
+    .venv/bin/python -m bench.soak [--cycles 10000] [--tables 2] [--sample-every 100] [--max-minutes M] [--out DIR]
 
 Builds `--tables` small pyiceberg tables in a SQL catalog on SQLite in a temp dir and starts `icetail
 serve` as a child (`python -m icetail serve --config FILE`: every table in the `tables:` list,
@@ -190,6 +190,7 @@ def main() -> None:
     parser.add_argument("--sample-every", type=int, default=100)
     parser.add_argument("--expire-every", type=int, default=50, help="rounds between snapshot expiries")
     parser.add_argument("--interval", default="50ms")
+    parser.add_argument("--max-minutes", type=float, default=None, help="stop earlier, after this long")
     parser.add_argument("--history-retention", type=int, default=None, help="serve's history_retention")
     parser.add_argument("--out", type=Path, default=Path("bench/results/soak"))
     args = parser.parse_args()
@@ -272,7 +273,8 @@ def soak(args: argparse.Namespace, catalog: SqlCatalog, names: list[str], port: 
         start = last_time = time.monotonic()
         cycle = last_cycle = 0
         rounds = 0
-        while cycle < args.cycles:
+        stop_at = None if args.max_minutes is None else start + 60 * args.max_minutes
+        while cycle < args.cycles and (stop_at is None or time.monotonic() < stop_at):
             targets = {}
             for name in names:
                 table = tables[name]
@@ -285,7 +287,8 @@ def soak(args: argparse.Namespace, catalog: SqlCatalog, names: list[str], port: 
             if rounds % args.expire_every == 0:
                 for name in names:
                     tables[name] = expire_all_but_newest(tables[name])
-            if cycle - last_cycle >= args.sample_every or cycle >= args.cycles:
+            out_of_time = stop_at is not None and time.monotonic() >= stop_at
+            if cycle - last_cycle >= args.sample_every or cycle >= args.cycles or out_of_time:
                 now = time.monotonic()
                 row = sample(child.pid, cycle, now - start, (now - last_time) / (cycle - last_cycle), state_db, sinks)
                 writer.writerow(row)
