@@ -93,7 +93,7 @@ def build(root: Path, tables: int, big: int) -> SqlCatalog:
 
 def scrape(port: int) -> Samples | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return None
@@ -161,6 +161,16 @@ def catch_up(port: int, targets: dict[str, float], child: subprocess.Popen[bytes
                 done[consumer] = now - ts
         time.sleep(0.2)
     return done
+
+
+def scrape_surely(port: int, tries: int = 20) -> Samples:
+    """A scrape that a busy machine's slow answer does not lose (retried for up to ~2 min)."""
+    for _ in range(tries):
+        samples = scrape(port)
+        if samples is not None:
+            return samples
+        time.sleep(1)
+    raise RuntimeError(f"/metrics on port {port} did not answer {tries} times")
 
 
 def batch_seconds(before: Samples, after: Samples, consumer: str) -> float:
@@ -271,13 +281,13 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
     solo_batch: list[float] = []
     rss.phase = "solo"
     for r in range(args.rounds):
-        before = scrape(port) or {}
+        before = scrape_surely(port)
         table = catalog.load_table(consumers["t00"])
         table.append(small_rows(next_id["t00"], 10))
         next_id["t00"] += 10
         seconds = catch_up(port, {"t00": commit_ts(table)}, child)["t00"]
         solo.append(seconds)
-        batch = batch_seconds(before, scrape(port) or {}, "t00")
+        batch = batch_seconds(before, scrape_surely(port), "t00")
         solo_batch.append(batch)
         print(
             f"solo round {r + 1}: one small append to t00 alone, caught up in {seconds:.2f} s "
@@ -288,7 +298,7 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
     small_max, small_median, big_seconds = [], [], []
     for r in range(args.rounds):
         rss.phase = "working"
-        before = scrape(port) or {}
+        before = scrape_surely(port)
         big_batch = big_rows(args.big_rows + r * args.big_append_rows, args.big_append_rows)
         targets = {}
         table = catalog.load_table(consumers["big"])
@@ -301,7 +311,7 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
             targets[c] = commit_ts(table)
         spread = max(targets.values()) - min(targets.values())
         done = catch_up(port, targets, child)
-        after = scrape(port) or {}
+        after = scrape_surely(port)
         batches = sorted(batch_seconds(before, after, c) for c in small_names)
         smalls = sorted(done[c] for c in small_names)
         small_max.append(smalls[-1])
