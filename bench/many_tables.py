@@ -182,6 +182,22 @@ def batch_seconds(before: Samples, after: Samples, consumer: str) -> float:
     return total / count if count else float("nan")
 
 
+def cpu_seconds(root: int) -> tuple[float, float, float]:
+    """CPU seconds (user + system) used so far by the driver, the JVM and the Python workers of a tree
+    (a worker that exited since is not counted: compare phases without worker churn)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = [0.0, 0.0, 0.0]
+    for pid in [root, *_children(root)]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = _rss_and_kind(pid)[1]
+        out[0 if pid == root else 1 if kind == "jvm" else 2] += (int(fields[11]) + int(fields[12])) / tick
+    return out[0], out[1], out[2]
+
+
 def commit_ts(table: object) -> float:
     return table.metadata.current_snapshot().timestamp_ms / 1000  # type: ignore[attr-defined]
 
@@ -189,7 +205,7 @@ def commit_ts(table: object) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="0: measure the idle phase only")
     parser.add_argument("--big-rows", type=int, default=4_000_000)
     parser.add_argument("--big-append-rows", type=int, default=2_000_000)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
@@ -275,7 +291,17 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
     print(f"serve up and every consumer caught up (lag 0) {time.perf_counter() - start:.1f} s after start "
           f"(big table's first read included; slowest consumer {max(first, key=first.__getitem__)})")  # fmt: skip
     rss.phase = "idle"
+    cpu_before, wall_before = cpu_seconds(child.pid), time.monotonic()
     time.sleep(args.idle_seconds)
+    cpu_after, wall = cpu_seconds(child.pid), time.monotonic() - wall_before
+    print(
+        f"idle ({len(consumers)} consumers polled every 1 s, nothing new, {wall:.1f} s): CPU seconds per second: "
+        f"driver {(cpu_after[0] - cpu_before[0]) / wall:.2f}, JVM {(cpu_after[1] - cpu_before[1]) / wall:.2f}, "
+        f"Python workers {(cpu_after[2] - cpu_before[2]) / wall:.2f}; load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    if args.rounds == 0:
+        return
     next_id = dict.fromkeys(consumers, 1000)
     solo: list[float] = []
     solo_batch: list[float] = []
