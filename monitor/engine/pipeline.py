@@ -441,7 +441,10 @@ class Pipeline:
     def run_batch(self) -> BatchOutcome | None:
         """Deliver the in-flight batch, or plan and deliver the next one; None when caught up."""
         started = time.monotonic()
-        self._renew_lease()  # also fails fast if another run took the consumer over
+        # renewed when a third of its ttl has passed, not on every poll: a write per poll of every
+        # table serialized `serve`'s tables on a SQLite store (R33). A run that took the consumer
+        # over is still refused at the first write (begin_batch, commit_chunk fence by owner).
+        self._renew_lease_if_due()
         try:
             table = self._load_table()
         except RefNotFoundError as exc:

@@ -14,6 +14,7 @@ progress commit, and exit 0.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import signal
 import threading
@@ -176,14 +177,15 @@ class Service:
             # share the cores fairly: each table's jobs go to a pool of its own (`_tick`)
             conf = spark_scheduler_conf(self.config.spark_scheduler_mode, len(self._jobs))
             self._spark = self._own_session = BackgroundSession("icetail-serve", conf)
-        for pipeline_config in self.config.pipelines:
+        starts = staggered_starts(len(self.config.pipelines), self.config.interval_seconds)
+        for pipeline_config, first_run in zip(self.config.pipelines, starts, strict=True):
             self._scheduler.add_job(
                 self._tick,
                 "interval",
                 args=[pipeline_config],
                 seconds=self.config.interval_seconds,
                 id=pipeline_config.consumer_id,
-                next_run_time=_now_datetime(),
+                next_run_time=first_run,
             )
         self._scheduler.start()
         try:
@@ -407,7 +409,9 @@ class Service:
         )
 
 
-def _now_datetime() -> Any:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc)
+def staggered_starts(count: int, interval_seconds: float) -> list[datetime.datetime]:
+    """First run times of `count` jobs spread evenly over the first interval (the first one now): with
+    every table due at the same instant each poll was a burst of threads contending for the GIL and
+    the store together (R33), and a burst that outlasted the interval never drained."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return [now + datetime.timedelta(seconds=interval_seconds * i / count) for i in range(count)]
