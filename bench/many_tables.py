@@ -1,6 +1,7 @@
 """Many tables in one `icetail serve`: memory of the process tree, and each table's lag while others are busy.
 
     .venv/bin/python -m bench.many_tables [--tables N] [--rounds N] [--big-rows N] [--big-append-rows N]
+        [--concurrent-tables N] [--scheduler-mode fair|fifo]
 
 Builds N small pyiceberg tables (100 rows each) and one BIG table (`--big-rows` in 4 files) in a SQL
 catalog on SQLite in a temp dir, starts `icetail serve` as a child (`python -m icetail serve --config
@@ -17,9 +18,10 @@ consumer's `icetail_lag_snapshots` is 0. Then:
 * the RSS of the serve process tree (Python driver + JVM + Python workers; /proc every 0.5 s):
   its max while idle (N tables followed, nothing new) and while working (the load rounds).
 
-Catch-up seconds include up to 0.2 s of polling. Only FAIR is measured: `serve` sets
-`spark.scheduler.mode=FAIR` on its session builder, which a `--conf` in PYSPARK_SUBMIT_ARGS cannot
-override. Every round is printed. The figures go to bench/RESULTS.md with this command.
+Catch-up seconds include up to 0.2 s of polling. `--concurrent-tables` and `--scheduler-mode` are
+serve's `concurrent_tables` and `spark_scheduler_mode` keys (default: one scheduler thread per
+table, FAIR); `--concurrent-tables 10` is serve before R33 (APScheduler's default pool). Every round
+is printed. The figures go to bench/RESULTS.md with this command.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def build(root: Path, tables: int, big: int) -> SqlCatalog:
 
 def scrape(port: int) -> Samples | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return None
@@ -161,6 +163,16 @@ def catch_up(port: int, targets: dict[str, float], child: subprocess.Popen[bytes
     return done
 
 
+def scrape_surely(port: int, tries: int = 20) -> Samples:
+    """A scrape that a busy machine's slow answer does not lose (retried for up to ~2 min)."""
+    for _ in range(tries):
+        samples = scrape(port)
+        if samples is not None:
+            return samples
+        time.sleep(1)
+    raise RuntimeError(f"/metrics on port {port} did not answer {tries} times")
+
+
 def batch_seconds(before: Samples, after: Samples, consumer: str) -> float:
     """Mean wall time of the batches `consumer` delivered between two scrapes (its own read time)."""
     count = after[("icetail_batch_duration_seconds_count", consumer)]
@@ -170,6 +182,22 @@ def batch_seconds(before: Samples, after: Samples, consumer: str) -> float:
     return total / count if count else float("nan")
 
 
+def cpu_seconds(root: int) -> tuple[float, float, float]:
+    """CPU seconds (user + system) used so far by the driver, the JVM and the Python workers of a tree
+    (a worker that exited since is not counted: compare phases without worker churn)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = [0.0, 0.0, 0.0]
+    for pid in [root, *_children(root)]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = _rss_and_kind(pid)[1]
+        out[0 if pid == root else 1 if kind == "jvm" else 2] += (int(fields[11]) + int(fields[12])) / tick
+    return out[0], out[1], out[2]
+
+
 def commit_ts(table: object) -> float:
     return table.metadata.current_snapshot().timestamp_ms / 1000  # type: ignore[attr-defined]
 
@@ -177,15 +205,21 @@ def commit_ts(table: object) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="0: measure the idle phase only")
     parser.add_argument("--big-rows", type=int, default=4_000_000)
     parser.add_argument("--big-append-rows", type=int, default=2_000_000)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--concurrent-tables", type=int, default=None, help="serve's concurrent_tables")
+    parser.add_argument("--scheduler-mode", choices=("fair", "fifo"), default=None, help="serve's spark_scheduler_mode")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="icetail-bench-many-") as tmp:
         root = Path(tmp)
         start = time.perf_counter()
         catalog = build(root, args.tables, args.big_rows)
+        print(
+            f"serve: concurrent_tables {args.concurrent_tables or 'default (one per table)'}, "
+            f"spark_scheduler_mode {args.scheduler_mode or 'default (fair)'}; load {os.getloadavg()[0]:.1f}"
+        )
         print(f"built {args.tables} small tables (100 rows each) + big ({args.big_rows:,} rows, 4 files) "
               f"in {time.perf_counter() - start:.1f} s")  # fmt: skip
         consumers = {f"t{i:02d}": f"ns.t{i:02d}" for i in range(args.tables)} | {"big": "ns.big"}
@@ -196,6 +230,8 @@ def main() -> None:
             "interval": "1s",
             "metrics_host": "127.0.0.1",
             "metrics_port": port,
+            **({} if args.concurrent_tables is None else {"concurrent_tables": args.concurrent_tables}),
+            **({} if args.scheduler_mode is None else {"spark_scheduler_mode": args.scheduler_mode}),
             "tables": [
                 {"table": t, "consumer": c, "sink": f"parquet://{root / 'sinks' / c}"} for c, t in consumers.items()
             ],
@@ -255,19 +291,29 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
     print(f"serve up and every consumer caught up (lag 0) {time.perf_counter() - start:.1f} s after start "
           f"(big table's first read included; slowest consumer {max(first, key=first.__getitem__)})")  # fmt: skip
     rss.phase = "idle"
+    cpu_before, wall_before = cpu_seconds(child.pid), time.monotonic()
     time.sleep(args.idle_seconds)
+    cpu_after, wall = cpu_seconds(child.pid), time.monotonic() - wall_before
+    print(
+        f"idle ({len(consumers)} consumers polled every 1 s, nothing new, {wall:.1f} s): CPU seconds per second: "
+        f"driver {(cpu_after[0] - cpu_before[0]) / wall:.2f}, JVM {(cpu_after[1] - cpu_before[1]) / wall:.2f}, "
+        f"Python workers {(cpu_after[2] - cpu_before[2]) / wall:.2f}; load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    if args.rounds == 0:
+        return
     next_id = dict.fromkeys(consumers, 1000)
     solo: list[float] = []
     solo_batch: list[float] = []
     rss.phase = "solo"
     for r in range(args.rounds):
-        before = scrape(port) or {}
+        before = scrape_surely(port)
         table = catalog.load_table(consumers["t00"])
         table.append(small_rows(next_id["t00"], 10))
         next_id["t00"] += 10
         seconds = catch_up(port, {"t00": commit_ts(table)}, child)["t00"]
         solo.append(seconds)
-        batch = batch_seconds(before, scrape(port) or {}, "t00")
+        batch = batch_seconds(before, scrape_surely(port), "t00")
         solo_batch.append(batch)
         print(
             f"solo round {r + 1}: one small append to t00 alone, caught up in {seconds:.2f} s "
@@ -278,7 +324,7 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
     small_max, small_median, big_seconds = [], [], []
     for r in range(args.rounds):
         rss.phase = "working"
-        before = scrape(port) or {}
+        before = scrape_surely(port)
         big_batch = big_rows(args.big_rows + r * args.big_append_rows, args.big_append_rows)
         targets = {}
         table = catalog.load_table(consumers["big"])
@@ -291,7 +337,7 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
             targets[c] = commit_ts(table)
         spread = max(targets.values()) - min(targets.values())
         done = catch_up(port, targets, child)
-        after = scrape(port) or {}
+        after = scrape_surely(port)
         batches = sorted(batch_seconds(before, after, c) for c in small_names)
         smalls = sorted(done[c] for c in small_names)
         small_max.append(smalls[-1])

@@ -217,6 +217,22 @@ class ConsumerSummary:
 
 
 @dataclass(frozen=True)
+class StoppedConsumer:
+    """A consumer `serve` stopped after repeated failures while its other tables kept delivering.
+
+    `reason` is the last failure's one line; `stopped_at_ms` when it was first stopped (store
+    clock), `updated_at_ms` when that reason was recorded (a retry that failed again).
+    """
+
+    consumer: str
+    catalog: str
+    table: str
+    reason: str
+    stopped_at_ms: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True)
 class HistoryEntry:
     """One finished batch: snapshots (from, to] delivered, `rows` rows in total."""
 

@@ -180,6 +180,24 @@ _V7 = (
 )
 
 
+# Consumers `serve` stopped (a table failing --max-failures times while others deliver): why and
+# since when, so `icetail status` names them from any process. Its own table, not columns of
+# icetail_consumers: a consumer that failed before its first run created it has no row there.
+# Removed when the consumer delivers again.
+_V8 = (
+    """
+    CREATE TABLE icetail_stopped_consumers (
+        consumer TEXT PRIMARY KEY,
+        catalog_name TEXT NOT NULL,
+        table_name TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        stopped_at_ms BIGINT NOT NULL,
+        updated_at_ms BIGINT NOT NULL
+    )
+    """,
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
@@ -188,6 +206,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "whether each batch delivers net changes", _V5),
     Migration(6, "the schema id each batch is projected onto", _V6),
     Migration(7, "partitioned reconciliation: each batch's partition size, each snapshot's delivered partitions", _V7),
+    Migration(8, "consumers serve stopped, why and since when", _V8),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

@@ -45,6 +45,7 @@ from icetail.state.checkpoint import (
     InflightBatch,
     Lease,
     SplitProgress,
+    StoppedConsumer,
 )
 from icetail.state.codec import decode_split, encode_split
 from icetail.state.migrations import (
@@ -58,6 +59,7 @@ from icetail.state.migrations import (
 from icetail.state.urls import PostgresLocation, SqliteLocation, parse_store_url
 
 HISTORY_LIMIT = 100  # finished batches kept per consumer; older ones are trimmed on write
+STOP_REASON_CHARS = 1000  # a stopped consumer's reason: its first line, at most this long
 
 T = TypeVar("T")
 
@@ -177,6 +179,22 @@ class CheckpointStore(Protocol):
 
     def list_consumers(self) -> tuple[ConsumerSummary, ...]:
         """Every consumer in the store, by id."""
+        ...
+
+    def record_stopped(self, consumer: str, catalog: str, table: str, reason: str) -> StoppedConsumer:
+        """Record that `serve` stopped the consumer, and why (the first line of `reason`).
+
+        A consumer stopped already keeps when it stopped and takes the new reason. Not fenced by
+        the lease: a stopped consumer holds none, and the consumer may never have been created.
+        """
+        ...
+
+    def clear_stopped(self, consumer: str) -> bool:
+        """Forget the consumer's stop (it delivers again); whether one was recorded."""
+        ...
+
+    def stopped_consumers(self) -> tuple[StoppedConsumer, ...]:
+        """Every consumer recorded as stopped, by id."""
         ...
 
     def close(self) -> None:
@@ -478,6 +496,36 @@ class SqlCheckpointStore:
             )
 
         return self._read(work)
+
+    # -- stopped consumers -----------------------------------------------------------------
+
+    def record_stopped(self, consumer: str, catalog: str, table: str, reason: str) -> StoppedConsumer:
+        if not consumer:
+            raise ValueError("consumer id must not be empty")
+        lines = reason.strip().splitlines()
+        line = (lines[0] if lines else "no reason given")[:STOP_REASON_CHARS]
+        now = self._backend.now_ms_sql
+
+        def work(tx: Tx) -> StoppedConsumer:
+            now_ms = int(tx.query(f"SELECT {now}")[0][0])  # read once: the clock may move between two reads
+            tx.execute(
+                "INSERT INTO icetail_stopped_consumers (consumer, catalog_name, table_name, reason, stopped_at_ms, "
+                "updated_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (consumer) DO UPDATE SET "
+                "catalog_name = excluded.catalog_name, table_name = excluded.table_name, reason = excluded.reason, "
+                "updated_at_ms = excluded.updated_at_ms",
+                (consumer, catalog, table, line, now_ms, now_ms),
+            )
+            return _stopped(tx.query(f"{_STOPPED_SELECT} WHERE consumer = ?", (consumer,))[0])
+
+        return self._write(work)
+
+    def clear_stopped(self, consumer: str) -> bool:
+        return self._write(
+            lambda tx: tx.execute("DELETE FROM icetail_stopped_consumers WHERE consumer = ?", (consumer,)) > 0
+        )
+
+    def stopped_consumers(self) -> tuple[StoppedConsumer, ...]:
+        return self._read(lambda tx: tuple(_stopped(r) for r in tx.query(f"{_STOPPED_SELECT} ORDER BY consumer")))
 
     # -- consumer and lease ----------------------------------------------------------------
 
@@ -954,6 +1002,15 @@ class SqlCheckpointStore:
     def _delete_batch(self, tx: Tx, consumer: str, batch_id: str) -> None:
         tx.execute("DELETE FROM icetail_inflight_splits WHERE consumer = ? AND batch_id = ?", (consumer, batch_id))
         tx.execute("DELETE FROM icetail_inflight_batches WHERE consumer = ? AND batch_id = ?", (consumer, batch_id))
+
+
+_STOPPED_SELECT = (
+    "SELECT consumer, catalog_name, table_name, reason, stopped_at_ms, updated_at_ms FROM icetail_stopped_consumers"
+)
+
+
+def _stopped(r: tuple[Any, ...]) -> StoppedConsumer:
+    return StoppedConsumer(r[0], r[1], r[2], r[3], int(r[4]), int(r[5]))
 
 
 def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:

@@ -26,7 +26,7 @@ from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.monitor.service.config import run_config
 from icetail.sinks.debezium import FORMATS
 from icetail.sinks.factory import normalize_sink_url
-from icetail.state.checkpoint import Checkpoint, HistoryEntry
+from icetail.state.checkpoint import Checkpoint, HistoryEntry, StoppedConsumer
 from icetail.state.store import CheckpointStore, open_store
 from icetail.state.urls import SqliteLocation, check_sqlite_folder, parse_store_url, store_place
 
@@ -161,12 +161,18 @@ def resolved_places(config: PipelineConfig) -> dict[str, str]:
 
 
 def status_of(
-    checkpoint: Checkpoint, state_url: str, *, with_table: bool = True, last_batch: HistoryEntry | None = None
+    checkpoint: Checkpoint,
+    state_url: str,
+    *,
+    with_table: bool = True,
+    last_batch: HistoryEntry | None = None,
+    stopped: StoppedConsumer | None = None,
 ) -> dict[str, Any]:
     """Cursor, lag in snapshots and seconds, in-flight progress (lag needs the catalog).
 
     `cursor_condition` says whether the cursor can be continued (`ok`) or why not
-    (`cursor_expired`, `chain_expired`, `not_descendant`); `collapsed` marks a repair batch.
+    (`cursor_expired`, `chain_expired`, `not_descendant`); `collapsed` marks a repair batch;
+    `stopped` (None unless) says why and since when `serve` stopped the consumer.
     """
     report: dict[str, Any] = {
         "consumer": checkpoint.consumer,
@@ -177,6 +183,7 @@ def status_of(
         "cursor_snapshot_id": checkpoint.cursor.snapshot_id,
         "cursor_committed_at": _iso(checkpoint.cursor.timestamp_ms),
         "lease_owner": checkpoint.lease.owner if checkpoint.lease_is_live() and checkpoint.lease else None,
+        "stopped": _stopped_report(stopped),
     }
     if checkpoint.inflight is not None:
         inflight = checkpoint.inflight
@@ -203,6 +210,27 @@ def status_of(
     if with_table:
         report.update(lag_of(checkpoint, state_url))
     return report
+
+
+def _stopped_report(stopped: StoppedConsumer | None) -> dict[str, Any] | None:
+    if stopped is None:
+        return None
+    return {
+        "reason": stopped.reason,
+        "stopped_at": _iso(stopped.stopped_at_ms),
+        "reason_recorded_at": _iso(stopped.updated_at_ms),
+    }
+
+
+def stopped_only_status(stopped: StoppedConsumer) -> dict[str, Any]:
+    """A consumer `serve` stopped before its first run created it: nothing but the stop to report."""
+    return {
+        "consumer": stopped.consumer,
+        "catalog": stopped.catalog,
+        "table": stopped.table,
+        "never_started": True,
+        "stopped": _stopped_report(stopped),
+    }
 
 
 def lag_of(checkpoint: Checkpoint, state_url: str) -> dict[str, Any]:
@@ -238,22 +266,32 @@ def _existing_store(url: str) -> CheckpointStore:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with _existing_store(args.state) as store:
+        stopped = {s.consumer: s for s in store.stopped_consumers()}
         if args.consumer:
             checkpoint = store.load(args.consumer)
-            if checkpoint is None:
+            if checkpoint is None and args.consumer not in stopped:
                 raise _not_in_store(args.consumer, args.state)
-            checkpoints = [checkpoint]
+            checkpoints = [] if checkpoint is None else [checkpoint]
+            stopped = {k: v for k, v in stopped.items() if k == args.consumer}
         else:
             checkpoints = [c for c in (store.load(s.consumer) for s in store.list_consumers()) if c is not None]
         last = {c.consumer: next(iter(store.history(c.consumer, 1)), None) for c in checkpoints}
-    if not checkpoints:
+    if not checkpoints and not stopped:
         where = redact_text(args.state)
         print(f"checkpoint store {where} has no consumers yet; `icetail run` creates one", file=sys.stderr)
-    reports = [status_of(c, args.state, last_batch=last[c.consumer]) for c in checkpoints]
+    reports = [
+        status_of(c, args.state, last_batch=last[c.consumer], stopped=stopped.get(c.consumer)) for c in checkpoints
+    ]
+    known = {c.consumer for c in checkpoints}
+    reports += [stopped_only_status(s) for consumer, s in stopped.items() if consumer not in known]
+    reports.sort(key=lambda r: str(r["consumer"]))
     if args.json:
         print(redact_text(json.dumps(reports, indent=2)))
     else:
         for r in reports:
+            if r.get("never_started"):
+                print(redact_text(f"{r['consumer']}: {r['catalog']}.{r['table']}, never started; {_stop_text(r)}"))
+                continue
             lag_seconds = r.get("lag_seconds")
             line = (
                 f"{r['consumer']}: {r['catalog']}.{r['table']}"
@@ -280,8 +318,15 @@ def cmd_status(args: argparse.Namespace) -> int:
                 )
             if "lag_error" in r:
                 line += f"; {r['lag_error']}"
+            if r["stopped"] is not None:
+                line += f"; {_stop_text(r)}"
             print(redact_text(line))
     return 0
+
+
+def _stop_text(report: dict[str, Any]) -> str:
+    stop = report["stopped"]
+    return f"STOPPED by serve since {stop['stopped_at']}: {stop['reason']}"
 
 
 def cmd_reset(args: argparse.Namespace) -> int:

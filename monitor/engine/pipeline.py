@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
@@ -92,7 +93,7 @@ from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, Stagi
 from icetail.sinks.debezium import EnvelopeSink, check_format
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
-from icetail.state.store import CheckpointStore, open_store
+from icetail.state.store import HISTORY_LIMIT, CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
 log = logging.getLogger("icetail.pipeline")
@@ -129,9 +130,15 @@ class PipelineConfig:
     output_format: str = "changelog"
     # decoded manifest entries kept across batches and serve cycles (planning/manifests.py); 0: none
     manifest_cache_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES
+    # finished batches kept in the store's history per consumer (older ones are pruned as each batch
+    # finishes); recovery needs only the newest (the next batch's ordinals, a replayed finish)
+    history_retention: int = HISTORY_LIMIT
 
     def __post_init__(self) -> None:
         check_format(self.output_format)
+        if self.history_retention < 1:
+            kept = self.history_retention
+            raise ConfigError(f"history_retention must be >= 1 (finished batches kept per consumer), got {kept}")
         if self.net and not self.carry_over_removal:
             raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
         parse_start(self.start)
@@ -246,7 +253,7 @@ class Pipeline:
         self.config = config
         self.consumer = config.consumer_id
         self._owns_store = store is None
-        self._store: CheckpointStore = store or open_store(config.state_url)
+        self._store: CheckpointStore = store or open_store(config.state_url, history_limit=config.history_retention)
         self._sink = sink
         self._sink_duplicates_seen = 0  # the sink's `duplicates` as last reported in a BatchOutcome
         self._spark = spark  # a SparkSession, a BackgroundSession still starting, or None: our own
@@ -262,6 +269,9 @@ class Pipeline:
         self._full_next = False
         self._created = False  # this run created the consumer and has not begun a batch yet
         self._sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
+        # opened once and reused: opening a catalog costs more than loading a table (a SQL catalog:
+        # ~12 ms of CPU for its engine and schema check against ~1 ms), paid every poll of every table (R33)
+        self._catalog: Catalog | None = None
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -386,6 +396,10 @@ class Pipeline:
         """The consumer's stored state (cursor, in-flight batch)."""
         return self._store.load(self.consumer)
 
+    def clear_stopped(self) -> bool:
+        """Forget a stop `serve` recorded for this consumer (it delivers again); whether one was recorded."""
+        return self._store.clear_stopped(self.consumer)
+
     def request_stop(self) -> None:
         """Finish the chunk in progress, commit it (and the sink commit group waiting), and return
         (the batch stays in flight)."""
@@ -441,7 +455,10 @@ class Pipeline:
     def run_batch(self) -> BatchOutcome | None:
         """Deliver the in-flight batch, or plan and deliver the next one; None when caught up."""
         started = time.monotonic()
-        self._renew_lease()  # also fails fast if another run took the consumer over
+        # renewed when a third of its ttl has passed, not on every poll: a write per poll of every
+        # table serialized `serve`'s tables on a SQLite store (R33). A run that took the consumer
+        # over is still refused at the first write (begin_batch, commit_chunk fence by owner).
+        self._renew_lease_if_due()
         try:
             table = self._load_table()
         except RefNotFoundError as exc:
@@ -548,7 +565,13 @@ class Pipeline:
 
     def _load_table_as_is(self) -> Table:
         """The table as the catalog has it, for writing its metadata (the tag of --protect-cursor)."""
-        return load_table(open_catalog(self.config.catalog), self.config.table)
+        return self.table_as_is()
+
+    def table_as_is(self) -> Table:
+        """The table as the catalog has it now, from the pipeline's catalog (opened on first use)."""
+        if self._catalog is None:
+            self._catalog = open_catalog(self.config.catalog)
+        return load_table(self._catalog, self.config.table)
 
     def _branch_dropped(self) -> BranchDroppedError:
         """The followed branch is gone under an existing consumer (dropped, or published and removed)."""

@@ -35,8 +35,10 @@ from icetail.monitor.planning.pruning import FilePruner
 from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.deletes import referenced_data_files
 from icetail.reader.fileio import file_io_for
+from icetail.reader.lru import LRU
 
 DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024
+MAX_CACHED_DELETE_FILES = 4096  # position delete files whose referenced data files a planner remembers
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,9 @@ class Planner:
             may_match=pruner.may_match if pruner is not None else None,
             threads=planning_threads,
         )
-        self._path_cache: dict[str, frozenset[str]] = {}
+        # data files each position delete file names, by its path: bounded, as the manifest caches
+        # are, so a `serve` that sees delete files for months keeps a fixed amount (issue 24 §4)
+        self._path_cache: LRU[str, frozenset[str]] = LRU(MAX_CACHED_DELETE_FILES)
 
     def refresh(self, table: Table) -> None:
         """Use newer metadata of the same table, keeping the manifest cache."""
@@ -281,7 +285,7 @@ class Planner:
         cached = self._path_cache.get(delete.path)
         if cached is None:
             cached = referenced_data_files(file_io_for(self._io.properties), delete)
-            self._path_cache[delete.path] = cached
+            self._path_cache.put(delete.path, cached)
         return cached
 
 

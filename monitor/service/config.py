@@ -45,9 +45,21 @@ PIPELINE_KEYS = {
     "reconcile_partition_bytes": "reconcile_partition_bytes",
     "format": "output_format",
     "manifest_cache_entries": "manifest_cache_entries",
+    "history_retention": "history_retention",
 }
-SERVICE_KEYS = ("interval", "metrics_host", "metrics_port", "max_failures", "shutdown_timeout", "log_level")
+SERVICE_KEYS = (
+    "interval",
+    "metrics_host",
+    "metrics_port",
+    "max_failures",
+    "shutdown_timeout",
+    "log_level",
+    "concurrent_tables",
+    "spark_scheduler_mode",
+)
 INT_KEYS = {
+    "concurrent_tables",
+    "history_retention",
     "max_snapshots_per_batch",
     "chunk_rows",
     "sink_commit_rows",
@@ -59,7 +71,12 @@ INT_KEYS = {
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval"}
 LIST_KEYS = {"identifier_columns"}
-CHOICE_KEYS = {"verify": VERIFY_MODES, "format": FORMATS}
+SPARK_SCHEDULER_MODES = ("fair", "fifo")
+CHOICE_KEYS = {"verify": VERIFY_MODES, "format": FORMATS, "spark_scheduler_mode": SPARK_SCHEDULER_MODES}
+# Tables whose cycles may run at once by default: one scheduler thread each, up to this many.
+# A thread holds little while it waits (its stack, a Py4J connection while a job runs); a
+# running cycle holds its table's chunk in flight, so the bound caps the driver's memory, not idle tables.
+MAX_DEFAULT_CONCURRENT_TABLES = 64
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
@@ -75,6 +92,18 @@ class ServiceConfig:
     max_failures: int = 5  # consecutive failures of one consumer before the process exits non-zero
     shutdown_timeout_seconds: float = 30.0
     log_level: str = "INFO"
+    # cycles that may run at once (scheduler threads); None: one per table, up to MAX_DEFAULT_CONCURRENT_TABLES
+    concurrent_tables: int | None = None
+    # Spark's scheduler mode on the session `serve` builds: "fair" (a pool per table) or "fifo";
+    # None: FAIR with several tables, Spark's default (FIFO) with one
+    spark_scheduler_mode: str | None = None
+
+    @property
+    def scheduler_threads(self) -> int:
+        """Scheduler threads: every table's cycle can start when it is due, up to the bound."""
+        if self.concurrent_tables is not None:
+            return self.concurrent_tables
+        return max(1, min(len(self.pipelines), MAX_DEFAULT_CONCURRENT_TABLES))
 
 
 def parse_duration(text: str | float | int) -> float:
@@ -238,6 +267,9 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     interval = layered.get("interval", 5.0)
     if interval <= 0:
         raise ConfigError(f"interval must be positive, got {interval!r}")
+    concurrent = layered.get("concurrent_tables")
+    if concurrent is not None and concurrent < 1:
+        raise ConfigError(f"concurrent_tables must be >= 1, got {concurrent}; leave it out for one per table")
     return ServiceConfig(
         pipelines=tuple(pipelines),
         interval_seconds=interval,
@@ -246,6 +278,8 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         max_failures=max_failures,
         shutdown_timeout_seconds=layered.get("shutdown_timeout", 30.0),
         log_level=log_level,
+        concurrent_tables=concurrent,
+        spark_scheduler_mode=layered.get("spark_scheduler_mode"),
     )
 
 

@@ -6,17 +6,19 @@ SparkSession. A failing cycle is retried with exponential backoff. After `max_fa
 consecutive failures of the only consumer, the process exits non-zero for the orchestrator to
 restart it; with several tables one table's failures stop only that consumer (`_park`): the
 others keep delivering, /readyz and `icetail_consumer_stopped` name it, and it is retried every
-MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The process exits
-non-zero only once every consumer is stopped. A full local disk (WAIT_ERRORS) is the machine's
-fault, not the table's: retried until space returns, it neither stops a consumer nor the process.
-A Spark JVM that died (the out-of-memory killer) takes the shared session with it: the process
-exits 1 at once, naming it, for the orchestrator to restart it.
-SIGTERM/SIGINT stop new ticks, let the chunk in
+MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The stop and its reason
+are recorded in the consumer's checkpoint store for `icetail status`, and cleared when it delivers.
+The process exits non-zero only once every consumer is stopped. A full local disk (WAIT_ERRORS)
+is the machine's fault, not the table's: retried until space returns, it neither stops a consumer
+nor the process. A Spark JVM that died (the out-of-memory killer) takes the shared session with
+it: the process exits 1 at once, naming it, for the orchestrator to restart it. SIGTERM/SIGINT
+stop new ticks, let the chunk in
 progress commit, and exit 0.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import signal
 import threading
@@ -24,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
@@ -36,8 +39,8 @@ from icetail.kernel.errors import (
     SparkSessionLostError,
     StateBusyError,
     TerminalError,
+    message_line,
 )
-from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
 from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.engine.verify import SnapshotCheck
@@ -49,6 +52,7 @@ from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
 from icetail.reader.session_health import lost_session_error
 from icetail.reader.spark import scheduler_pool
 from icetail.state.checkpoint import Cursor
+from icetail.state.store import open_store
 
 log = logging.getLogger("icetail.serve")
 
@@ -81,6 +85,23 @@ class _JobState:
     last_error: str = ""
     last_seen_snapshot: int | None = None
     stopped: bool = False  # parked after max_failures while other consumers deliver (Service._park)
+
+
+def build_scheduler(threads: int) -> BackgroundScheduler:
+    """The jobs' scheduler: `threads` cycles may run at once (APScheduler's default is 10, so with
+    more tables due together the rest waited for a thread, not for Spark: R32). A job never
+    overlaps itself and coalesces missed ticks."""
+    return BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(threads)},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+    )
+
+
+def spark_scheduler_conf(mode: str | None, tables: int) -> dict[str, str] | None:
+    """`spark.scheduler.mode` for the session `serve` builds: FAIR by default with several tables
+    (each table's jobs go to a pool of its own, `_tick`), Spark's default otherwise."""
+    chosen = mode or ("fair" if tables > 1 else None)
+    return None if chosen is None else {"spark.scheduler.mode": chosen.upper()}
 
 
 def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
@@ -120,9 +141,7 @@ class Service:
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
         self._jobs = {p.consumer_id: _JobState() for p in config.pipelines}
-        self._scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
-        )
+        self._scheduler = build_scheduler(config.scheduler_threads)
         for p in config.pipelines:
             self.metrics.register_consumer(p.table, p.consumer_id)
 
@@ -162,23 +181,27 @@ class Service:
                 f"cannot serve metrics on {host}:{wanted} ({exc.strerror or exc}); pick another --metrics-port "
                 "(ICETAIL_METRICS_PORT) or stop the process that holds it"
             ) from exc
-        log.info("serving metrics", extra={"port": port, "consumers": list(self._jobs)})
+        log.info(
+            "serving metrics",
+            extra={"port": port, "consumers": list(self._jobs), "scheduler_threads": self.config.scheduler_threads},
+        )
         if self._spark is None:
             from icetail.reader.spark import BackgroundSession
 
             # the JVM and the Python workers start while the first ticks open stores and plan;
             # a pipeline waits for the session only when its first batch reads. Several tables
             # share the cores fairly: each table's jobs go to a pool of its own (`_tick`)
-            conf = {"spark.scheduler.mode": "FAIR"} if len(self._jobs) > 1 else None
+            conf = spark_scheduler_conf(self.config.spark_scheduler_mode, len(self._jobs))
             self._spark = self._own_session = BackgroundSession("icetail-serve", conf)
-        for pipeline_config in self.config.pipelines:
+        starts = staggered_starts(len(self.config.pipelines), self.config.interval_seconds)
+        for pipeline_config, first_run in zip(self.config.pipelines, starts, strict=True):
             self._scheduler.add_job(
                 self._tick,
                 "interval",
                 args=[pipeline_config],
                 seconds=self.config.interval_seconds,
                 id=pipeline_config.consumer_id,
-                next_run_time=_now_datetime(),
+                next_run_time=first_run,
             )
         self._scheduler.start()
         try:
@@ -251,6 +274,8 @@ class Service:
             if job.stopped:
                 log.info("consumer delivering again", extra={"consumer": config.consumer_id, "table": config.table})
                 self.metrics.set_stopped(config.table, config.consumer_id, False)
+            if job.stopped or not job.last_ok:  # a stop recorded by this process or an earlier one
+                job.pipeline.clear_stopped()
             job.consecutive_failures, job.last_ok, job.last_error, job.stopped = 0, True, "", False
             job.waits = 0
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
@@ -351,9 +376,21 @@ class Service:
                 },
             )
         job.next_attempt_at = time.monotonic() + MAX_BACKOFF_SECONDS
+        self._record_stop(config, job.last_error)  # again after a retry that failed: the latest reason
         if all(j.stopped for j in self._jobs.values()):
             self._fatal = "every consumer stopped: " + "; ".join(
                 f"{consumer}: {j.last_error}" for consumer, j in self._jobs.items()
+            )
+
+    def _record_stop(self, config: PipelineConfig, reason: str) -> None:
+        """The stop in the consumer's store, for `icetail status`; best effort (the store may be what failed)."""
+        try:
+            with open_store(config.state_url) as store:
+                store.record_stopped(config.consumer_id, config.catalog, config.table, reason)
+        except Exception as exc:  # noqa: BLE001 - /readyz and the metrics still name the stop
+            log.warning(
+                "could not record the stop in the checkpoint store",
+                extra={"consumer": config.consumer_id, "error": message_line(exc)},
             )
 
     def _update_lag(self, config: PipelineConfig, job: _JobState) -> None:
@@ -363,7 +400,7 @@ class Service:
         if checkpoint is None:
             return
         try:
-            table = table_on_branch(load_table(open_catalog(config.catalog), config.table), config.branch)
+            table = table_on_branch(job.pipeline.table_as_is(), config.branch)
         except RefNotFoundError:  # the followed branch is gone: the run reports it (BranchDroppedError)
             self.metrics.set_lag_unknown(config.table, config.consumer_id)
             return
@@ -402,7 +439,9 @@ class Service:
         )
 
 
-def _now_datetime() -> Any:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc)
+def staggered_starts(count: int, interval_seconds: float) -> list[datetime.datetime]:
+    """First run times of `count` jobs spread evenly over the first interval (the first one now): with
+    every table due at the same instant each poll was a burst of threads contending for the GIL and
+    the store together (R33), and a burst that outlasted the interval never drained."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return [now + datetime.timedelta(seconds=interval_seconds * i / count) for i in range(count)]
