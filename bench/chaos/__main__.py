@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `tests.support` is not an installed package
     sys.path.insert(0, str(REPO))
 
+from bench.chaos.java_source import close_java_service  # noqa: E402
 from bench.chaos.plan import FAULTS, KINDS, SINKS, STORES, plan_trials  # noqa: E402
 from bench.chaos.report import combine, print_table, write_json  # noqa: E402
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial  # noqa: E402
@@ -74,11 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = args.out or Path("/tmp/icetail-bench") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}.json"
     recorded = {k: str(v) for k, v in vars(args).items()}
-    for spec in specs:
-        result = run_trial(spec, config, root, keep=args.keep)
-        results.append(result)
-        print_trial(result, root)
-        write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
+    try:
+        for spec in specs:
+            result = run_trial(spec, config, root, keep=args.keep)
+            results.append(result)
+            print_trial(result, root)
+            write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
+    finally:
+        close_java_service()
     rows = combine(results)
     print()
     print_table(rows)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-KINDS = ("append-delete", "cow-overwrite", "schema-evolution")
+KINDS = ("append-delete", "cow-overwrite", "schema-evolution", "mor-v2", "dv-v3", "eq-deletes", "wap")
+JAVA_KINDS = ("mor-v2", "dv-v3", "eq-deletes", "wap")  # written by Java Iceberg (bench/chaos/java_source.py)
 STORES = ("sqlite", "postgresql")
 SINKS = ("parquet", "jsonl", "iceberg", "pgmirror")
 FAULTS = ("sigkill", "sigterm", "pg-cut")

@@ -3,6 +3,7 @@ until it has caught up, then the sink checked against the source's snapshots."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import subprocess
@@ -12,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.chaos.faults import FaultShot, draw, fire
+from bench.chaos.java_source import JavaWriter, java_service
 from bench.chaos.places import Sink, Store, new_sink, new_store
-from bench.chaos.plan import TrialSpec
+from bench.chaos.plan import JAVA_KINDS, TrialSpec
 from bench.chaos.proxy import CuttableProxy
 from bench.chaos.source import IDENT, Writer
 from bench.chaos.verify import Verdict, verify
-from tests.support.catalogs import new_catalog
+from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import kill_group
 from tests.support.processes import REPO_ROOT, child_env, icetail_lines
 from tests.support.stores import PG_URL, view_state
@@ -114,10 +116,18 @@ class TrialRunner:
             host, pg_port = PG_URL.split("@", 1)[1].split("/", 1)[0].split(":")
             self.proxy = CuttableProxy((host, int(pg_port)))
         port = self.proxy.port if self.proxy else None
-        self.source = new_catalog(work / "source", "chaossrc")
         self.store: Store = new_store(spec.store, work, port)
         self.sink: Sink = new_sink(spec.sink, work, port)
-        self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
+        self.writer: Writer | JavaWriter
+        if spec.kind in JAVA_KINDS:
+            # Java creates the catalog (JdbcCatalog's layout first); a name per trial: the JVM is shared
+            self.source = LocalCatalog(f"chaosj{spec.index}x{spec.seed % 10**6}", (work / "source").resolve())
+            service = java_service(work.parent / "java")
+            wrng = random.Random(spec.seed + 1)
+            self.writer = JavaWriter(self.source, spec.kind, wrng, config.rows, config.writer_gap, service)
+        else:
+            self.source = new_catalog(work / "source", "chaossrc")
+            self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
         self.findings: list[str] = []
 
     def command(self) -> list[str]:
@@ -132,6 +142,7 @@ class TrialRunner:
             "--max-snapshots-per-batch", "1",
             "--chunk-rows", str(self.config.chunk_rows),
             *self.sink.extra_args,
+            *(self.writer.icetail_args if isinstance(self.writer, JavaWriter) else []),
         ]  # fmt: skip
 
     def run(self) -> TrialResult:
@@ -166,6 +177,9 @@ class TrialRunner:
                 self.proxy.close()
             self.store.drop()
             self.sink.drop()
+            if isinstance(self.writer, JavaWriter):
+                with contextlib.suppress(Exception):  # the Java process gone: reported by the writer
+                    self.writer.close()
 
     def run_once(self, index: int, shot: FaultShot | None, env: dict[str, str]) -> RunRecord:
         if self.proxy is not None:
@@ -233,6 +247,9 @@ class TrialRunner:
             self.findings.append(f"not caught up: {state}")
         if state.cursor is None:
             return None, caught_up
+        if isinstance(self.writer, JavaWriter):
+            writer = self.writer
+            return verify(self.sink, table, state.cursor, lambda snap: writer.rows_at(snap, self.work)), caught_up
         return verify(self.sink, table, state.cursor), caught_up
 
 

@@ -11,6 +11,7 @@ checked as what it is, a table: its rows against the source's at the cursor.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +57,20 @@ def ancestry(table: Table, cursor: int) -> list[tuple[int, int | None]]:
     return chain[::-1]
 
 
-def expected_changes(table: Table, cursor: int, columns: list[str]) -> Counter[Change]:
+RowsAt = Callable[[int], pa.Table]  # the reference read of the table at a snapshot
+
+
+def pyiceberg_rows(table: Table) -> RowsAt:
+    """pyiceberg's scan: the reference of the kinds pyiceberg writes (copy-on-write, position deletes)."""
+    return lambda snap: table.scan(snapshot_id=snap).to_arrow()
+
+
+def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: RowsAt | None = None) -> Counter[Change]:
+    read = rows_at or pyiceberg_rows(table)
     out: Counter[Change] = Counter()
     before: Counter[Row] = Counter()
     for snap, _parent in ancestry(table, cursor):
-        now = _rows(table.scan(snapshot_id=snap).to_arrow(), columns)
+        now = _rows(read(snap), columns)
         for row, n in (now - before).items():
             out[("I", snap, row)] += n
         for row, n in (before - now).items():
@@ -104,12 +114,14 @@ def compare(expected: Counter[Any], got: Counter[Any], *, torn: int = 0) -> Verd
     )
 
 
-def verify(sink: Sink, table: Table, cursor: int) -> Verdict:
-    """What `sink` holds against the source table `table` at snapshot `cursor`."""
+def verify(sink: Sink, table: Table, cursor: int, rows_at: RowsAt | None = None) -> Verdict:
+    """What `sink` holds against the source table `table` at snapshot `cursor`; `rows_at` reads the
+    table at a snapshot (default pyiceberg's scan; Java's for the kinds Java writes)."""
     columns = [f.name for f in table.schema().fields]
+    read = rows_at or pyiceberg_rows(table)
     if sink.kind == "pgmirror":
-        return compare(_rows(table.scan(snapshot_id=cursor).to_arrow(), columns), _rows(sink.read(), columns))
-    expected = expected_changes(table, cursor, columns)
+        return compare(_rows(read(cursor), columns), _rows(sink.read(), columns))
+    expected = expected_changes(table, cursor, columns, read)
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
