@@ -23,6 +23,7 @@ if str(REPO) not in sys.path:  # `tests.support` is not an installed package
 from bench.chaos.java_source import close_java_service  # noqa: E402
 from bench.chaos.plan import FAULTS, KINDS, SINKS, STORES, plan_trials  # noqa: E402
 from bench.chaos.report import combine, print_table, write_json  # noqa: E402
+from bench.chaos.s3 import close_moto  # noqa: E402
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial  # noqa: E402
 
 
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
     finally:
         close_java_service()
+        close_moto()
     rows = combine(results)
     print()
     print_table(rows)

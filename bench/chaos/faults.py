@@ -4,7 +4,10 @@
 print. `sigterm` signals the driver only, as a supervisor (systemd, Kubernetes) stopping it
 does, then waits a grace period before killing what is left. `pg-cut` drops every PostgreSQL
 connection of the run (state store and/or mirror sink go through the proxy) and refuses new ones
-for a while, as a server restart would; the run is then left to fail or ride it out.
+for a while, as a server restart would; the run is then left to fail or ride it out. The S3
+sinks' server, behind its own proxy: `s3-stop` (stopped: connections cut and refused for 1-10 s),
+`s3-slow` (for 4-15 s every answer held 3.5-8 s: past the AWS SDK's 3 s request timeout),
+`s3-503` (every request answered `503 SlowDown` for 1-10 s).
 """
 
 from __future__ import annotations
@@ -28,19 +31,30 @@ class FaultShot:
 
     kind: str
     delay: float
-    down: float = 0.0
+    down: float = 0.0  # how long the fault lasts (pg-cut, the S3 faults)
+    hold: float = 0.0  # s3-slow: how long each answer is held
 
     def __str__(self) -> str:
-        extra = f", down {self.down:.1f}s" if self.kind == "pg-cut" else ""
+        extra = f", for {self.down:.1f}s" if self.down else ""
+        extra += f", answers held {self.hold:.1f}s" if self.hold else ""
         return f"{self.kind} at {self.delay:.1f}s{extra}"
 
 
 def draw(kind: str, rng: random.Random, horizon: float) -> FaultShot:
     """A moment between the first import and about the end of a typical run (`horizon` s)."""
-    return FaultShot(kind, rng.uniform(0.3, horizon), rng.uniform(0.5, 3.0) if kind == "pg-cut" else 0.0)
+    moment = rng.uniform(0.3, horizon)
+    if kind == "pg-cut":
+        return FaultShot(kind, moment, rng.uniform(0.5, 3.0))
+    if kind in ("s3-stop", "s3-503"):
+        return FaultShot(kind, moment, rng.uniform(1.0, 10.0))
+    if kind == "s3-slow":
+        return FaultShot(kind, moment, rng.uniform(4.0, 15.0), rng.uniform(3.5, 8.0))
+    return FaultShot(kind, moment)
 
 
-def fire(shot: FaultShot, proc: subprocess.Popen[Any], proxy: CuttableProxy | None) -> str:
+def fire(
+    shot: FaultShot, proc: subprocess.Popen[Any], proxy: CuttableProxy | None, s3proxy: CuttableProxy | None = None
+) -> str:
     """Inject `shot` into the running `proc`; a note of what happened."""
     if shot.kind == "sigkill":
         kill_group(proc)
@@ -59,4 +73,11 @@ def fire(shot: FaultShot, proc: subprocess.Popen[Any], proxy: CuttableProxy | No
     if shot.kind == "pg-cut":
         assert proxy is not None
         return f"{proxy.cut(shot.down)} connections cut"
+    if shot.kind.startswith("s3-"):
+        assert s3proxy is not None
+        if shot.kind == "s3-stop":
+            return f"{s3proxy.cut(shot.down)} connections cut"
+        if shot.kind == "s3-slow":
+            return f"{s3proxy.slow(shot.down, shot.hold)} connections slowed"
+        return f"{s3proxy.throttle(shot.down)} connections cut, then 503"
     raise ValueError(shot.kind)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 KINDS = ("append-delete", "cow-overwrite", "schema-evolution", "mor-v2", "dv-v3", "eq-deletes", "wap")
 JAVA_KINDS = ("mor-v2", "dv-v3", "eq-deletes", "wap")  # written by Java Iceberg (bench/chaos/java_source.py)
 STORES = ("sqlite", "postgresql")
-SINKS = ("parquet", "jsonl", "iceberg", "pgmirror")
-FAULTS = ("sigkill", "sigterm", "pg-cut")
+SINKS = ("parquet", "jsonl", "iceberg", "pgmirror", "parquet+s3", "iceberg+s3")
+FAULTS = ("sigkill", "sigterm", "pg-cut", "s3-stop", "s3-slow", "s3-503")
+S3_FAULTS = ("s3-stop", "s3-slow", "s3-503")
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,18 @@ class TrialSpec:
     def uses_postgresql(self) -> bool:
         return self.store == "postgresql" or self.sink == "pgmirror"
 
+    @property
+    def uses_s3(self) -> bool:
+        return self.sink.endswith("+s3")
+
 
 def applicable(store: str, sink: str, fault: str) -> bool:
-    """A PostgreSQL cut needs something that talks to PostgreSQL."""
-    return fault != "pg-cut" or store == "postgresql" or sink == "pgmirror"
+    """A PostgreSQL cut needs something that talks to PostgreSQL, an S3 fault an S3 sink."""
+    if fault == "pg-cut":
+        return store == "postgresql" or sink == "pgmirror"
+    if fault in S3_FAULTS:
+        return sink.endswith("+s3")
+    return True
 
 
 def plan_trials(

@@ -17,6 +17,7 @@ from bench.chaos.java_source import JavaWriter, java_service
 from bench.chaos.places import Sink, Store, new_sink, new_store
 from bench.chaos.plan import JAVA_KINDS, TrialSpec
 from bench.chaos.proxy import CuttableProxy
+from bench.chaos.s3 import moto
 from bench.chaos.source import IDENT, Writer
 from bench.chaos.verify import Verdict, verify
 from tests.support.catalogs import LocalCatalog, new_catalog
@@ -116,8 +117,13 @@ class TrialRunner:
             host, pg_port = PG_URL.split("@", 1)[1].split("/", 1)[0].split(":")
             self.proxy = CuttableProxy((host, int(pg_port)))
         port = self.proxy.port if self.proxy else None
+        self.s3proxy: CuttableProxy | None = None
+        server = None
+        if spec.uses_s3:
+            server = moto(work.parent / "moto")
+            self.s3proxy = CuttableProxy(("127.0.0.1", server.port))
         self.store: Store = new_store(spec.store, work, port)
-        self.sink: Sink = new_sink(spec.sink, work, port)
+        self.sink: Sink = new_sink(spec.sink, work, port, server, self.s3proxy.port if self.s3proxy else None)
         self.writer: Writer | JavaWriter
         if spec.kind in JAVA_KINDS:
             # Java creates the catalog (JdbcCatalog's layout first); a name per trial: the JVM is shared
@@ -173,8 +179,9 @@ class TrialRunner:
                 self.spec, tuple(runs), verdict, caught_up, time.monotonic() - started, tuple(self.findings)
             )
         finally:
-            if self.proxy is not None:
-                self.proxy.close()
+            for proxy in (self.proxy, self.s3proxy):
+                if proxy is not None:
+                    proxy.close()
             self.store.drop()
             self.sink.drop()
             if isinstance(self.writer, JavaWriter):
@@ -182,8 +189,9 @@ class TrialRunner:
                     self.writer.close()
 
     def run_once(self, index: int, shot: FaultShot | None, env: dict[str, str]) -> RunRecord:
-        if self.proxy is not None:
-            self.proxy.wait_up()  # the previous run's cut may outlast it (seen with seed 27, trial 2)
+        for proxy in (self.proxy, self.s3proxy):
+            if proxy is not None:
+                proxy.wait_up()  # the previous run's cut may outlast it (seen with seed 27, trial 2)
         logs = self.work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         err_path = logs / f"run{index:02d}.err"
@@ -197,7 +205,7 @@ class TrialRunner:
                 while proc.poll() is None:
                     elapsed = time.monotonic() - started
                     if shot is not None and not fired and elapsed >= shot.delay:
-                        fired, note = True, fire(shot, proc, self.proxy)
+                        fired, note = True, fire(shot, proc, self.proxy, self.s3proxy)
                     if elapsed > RUN_TIMEOUT:
                         kill_group(proc)
                         note += f"; hung: killed after {RUN_TIMEOUT:.0f}s"
