@@ -29,7 +29,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.chaos.source import IDENT
+from bench.chaos.source import IDENT, retry_while_locked
 from tests.support.catalogs import LocalCatalog
 
 START_TIMEOUT = 300.0
@@ -162,7 +162,7 @@ class JavaWriter:
         for op in self.operations():
             time.sleep(self.rng.uniform(*self.gap))
             try:
-                op()
+                retry_while_locked(op)
                 self.committed.append(op.__name__)
             except Exception as exc:  # noqa: BLE001 - a writer failure is a trial finding, not a crash
                 self.errors.append(f"{op.__name__}: {type(exc).__name__}: {exc}"[:400])

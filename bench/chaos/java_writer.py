@@ -66,7 +66,9 @@ def serve(stdin: Any, stdout: Any) -> None:
             print(json.dumps({"ok": answer}), file=stdout, flush=True)
         except Exception as exc:  # noqa: BLE001 - answered to the harness, which records it
             detail = traceback.format_exc(limit=3).strip().splitlines()[-1]
-            answer = {"error": f"{type(exc).__name__}: {exc}"[:2000], "where": detail}
+            text = f"{type(exc).__name__}: {exc}"
+            locked = "SQLITE_BUSY" in text or "database is locked" in text  # deep in a Java cause chain
+            answer = {"error": ("catalog locked: " if locked else "") + text[:2000], "where": detail}
             print(json.dumps(answer), file=stdout, flush=True)
     spark.stop()
 

@@ -9,7 +9,19 @@ KINDS = ("append-delete", "cow-overwrite", "schema-evolution", "mor-v2", "dv-v3"
 JAVA_KINDS = ("mor-v2", "dv-v3", "eq-deletes", "wap")  # written by Java Iceberg (bench/chaos/java_source.py)
 STORES = ("sqlite", "postgresql")
 SINKS = ("parquet", "jsonl", "iceberg", "pgmirror", "parquet+s3", "iceberg+s3")
-FAULTS = ("sigkill", "sigterm", "pg-cut", "s3-stop", "s3-slow", "s3-503")
+FAULTS = (
+    "sigkill",
+    "sigterm",
+    "pg-cut",
+    "s3-stop",
+    "s3-slow",
+    "s3-503",
+    "catalog-lock",
+    "disk-full-sink",
+    "disk-full-state",
+)
+DISK_FAULTS = ("disk-full-sink", "disk-full-state")
+LOCAL_SINKS = ("parquet", "jsonl", "iceberg")  # the sinks a small local filesystem can be put under
 S3_FAULTS = ("s3-stop", "s3-slow", "s3-503")
 
 
@@ -41,6 +53,10 @@ def applicable(store: str, sink: str, fault: str) -> bool:
         return store == "postgresql" or sink == "pgmirror"
     if fault in S3_FAULTS:
         return sink.endswith("+s3")
+    if fault == "disk-full-sink":
+        return sink in LOCAL_SINKS
+    if fault == "disk-full-state":
+        return store == "sqlite"
     return True
 
 

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.chaos.faults import FaultShot, draw, fire
+from bench.chaos.disk import SmallDisk
+from bench.chaos.faults import FaultShot, Targets, draw, fire
 from bench.chaos.java_source import JavaWriter, java_service
 from bench.chaos.places import Sink, Store, new_sink, new_store
 from bench.chaos.plan import JAVA_KINDS, TrialSpec
@@ -122,6 +123,11 @@ class TrialRunner:
         if spec.uses_s3:
             server = moto(work.parent / "moto")
             self.s3proxy = CuttableProxy(("127.0.0.1", server.port))
+        disk = None
+        if spec.fault == "disk-full-sink":
+            disk = SmallDisk(work / ("sinkcatalog" if spec.sink == "iceberg" else "sink"))
+        elif spec.fault == "disk-full-state":
+            disk = SmallDisk(work / "state")
         self.store: Store = new_store(spec.store, work, port)
         self.sink: Sink = new_sink(spec.sink, work, port, server, self.s3proxy.port if self.s3proxy else None)
         self.writer: Writer | JavaWriter
@@ -135,6 +141,7 @@ class TrialRunner:
             self.source = new_catalog(work / "source", "chaossrc")
             self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
         self.findings: list[str] = []
+        self.targets = Targets(self.proxy, self.s3proxy, self.source.root / "catalog.db", disk)
 
     def command(self) -> list[str]:
         return [
@@ -182,6 +189,10 @@ class TrialRunner:
             for proxy in (self.proxy, self.s3proxy):
                 if proxy is not None:
                     proxy.close()
+            for locker in self.targets.lockers:
+                locker.kill()
+            if self.targets.disk is not None:
+                self.targets.disk.unmount()
             self.store.drop()
             self.sink.drop()
             if isinstance(self.writer, JavaWriter):
@@ -189,9 +200,7 @@ class TrialRunner:
                     self.writer.close()
 
     def run_once(self, index: int, shot: FaultShot | None, env: dict[str, str]) -> RunRecord:
-        for proxy in (self.proxy, self.s3proxy):
-            if proxy is not None:
-                proxy.wait_up()  # the previous run's cut may outlast it (seen with seed 27, trial 2)
+        self.targets.settle()
         logs = self.work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         err_path = logs / f"run{index:02d}.err"
@@ -205,7 +214,7 @@ class TrialRunner:
                 while proc.poll() is None:
                     elapsed = time.monotonic() - started
                     if shot is not None and not fired and elapsed >= shot.delay:
-                        fired, note = True, fire(shot, proc, self.proxy, self.s3proxy)
+                        fired, note = True, fire(shot, proc, self.targets)
                     if elapsed > RUN_TIMEOUT:
                         kill_group(proc)
                         note += f"; hung: killed after {RUN_TIMEOUT:.0f}s"
