@@ -9,6 +9,7 @@ sinks' server, behind its own proxy: `s3-stop` (stopped: connections cut and ref
 `s3-slow` (for 4-15 s every answer held 3.5-8 s: past the AWS SDK's 3 s request timeout),
 `s3-503` (every request answered `503 SlowDown` for 1-10 s). `catalog-lock`: another process holds
 the source catalog's SQLite file in `BEGIN EXCLUSIVE` for 2-20 s (a writer committing slowly).
+`reset-sink`: a SIGKILL, then `icetail reset --sink` to a second sink before the next run.
 `disk-full-sink` / `disk-full-state`: the small filesystem under the sink folder / the SQLite
 checkpoint store is filled to the last byte (it is emptied before the next run).
 """
@@ -106,9 +107,9 @@ class Targets:
 
 def fire(shot: FaultShot, proc: subprocess.Popen[Any], targets: Targets) -> str:
     """Inject `shot` into the running `proc`; a note of what happened."""
-    if shot.kind == "sigkill":
+    if shot.kind in ("sigkill", "reset-sink"):
         kill_group(proc)
-        return "killed"
+        return "killed" if shot.kind == "sigkill" else "killed, then icetail reset --sink"
     if shot.kind == "sigterm":
         try:
             os.kill(proc.pid, signal.SIGTERM)

@@ -19,6 +19,7 @@ FAULTS = (
     "catalog-lock",
     "disk-full-sink",
     "disk-full-state",
+    "reset-sink",
 )
 DISK_FAULTS = ("disk-full-sink", "disk-full-state")
 LOCAL_SINKS = ("parquet", "jsonl", "iceberg")  # the sinks a small local filesystem can be put under
@@ -57,6 +58,8 @@ def applicable(store: str, sink: str, fault: str) -> bool:
         return sink in LOCAL_SINKS
     if fault == "disk-full-state":
         return store == "sqlite"
+    if fault == "reset-sink":
+        return sink in ("parquet", "jsonl")  # a second sink of the same kind beside the first
     return True
 
 

@@ -20,11 +20,11 @@ from bench.chaos.plan import JAVA_KINDS, TrialSpec
 from bench.chaos.proxy import CuttableProxy
 from bench.chaos.s3 import moto
 from bench.chaos.source import IDENT, Writer
-from bench.chaos.verify import Verdict, verify
+from bench.chaos.verify import Verdict, verify, verify_reset
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import kill_group
 from tests.support.processes import REPO_ROOT, child_env, icetail_lines
-from tests.support.stores import PG_URL, view_state
+from tests.support.stores import PG_URL, expire_dead_lease, view_state
 
 CONSUMER = "chaos"
 RUN_TIMEOUT = 240.0
@@ -38,6 +38,13 @@ class TrialConfig:
     horizon: float = 12.0  # latest fault moment, s after a run starts (about one run's length)
     writer_gap: tuple[float, float] = (1.0, 4.0)  # s between the writer's commits
     max_runs: int = 8
+
+
+@dataclass(frozen=True)
+class SinkReset:
+    old: Sink
+    cursor: int  # the cursor when the consumer was moved: the old sink's part ends there
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ def exit_problem(shot: FaultShot | None, fired: bool, returncode: int, lines: li
         return "java stack trace"
     if returncode == 0:
         return ""
-    if shot is not None and shot.kind == "sigkill" and fired:
+    if shot is not None and shot.kind in ("sigkill", "reset-sink") and fired:
         return ""  # nothing can print under SIGKILL
     if returncode < 0 and any(line.startswith(f"consumer {CONSUMER}: state ") for line in lines):
         return ""  # the signal came after the run's closing lines (its work done), while Python exited
@@ -141,6 +148,8 @@ class TrialRunner:
             self.source = new_catalog(work / "source", "chaossrc")
             self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
         self.findings: list[str] = []
+        self.reset: SinkReset | None = None  # reset-sink: the old sink and where the cursor stood
+        self._last_look = 0.0
         self.targets = Targets(self.proxy, self.s3proxy, self.source.root / "catalog.db", disk)
 
     def command(self) -> list[str]:
@@ -172,6 +181,8 @@ class TrialRunner:
                     self.writer.join()  # the run left to finish starts after the last commit
                 record = self.run_once(index, shot, env)
                 runs.append(record)
+                if shot is not None and shot.kind == "reset-sink" and self.reset is None:
+                    env = self.reset_sink(env)
                 if shot is None and record.returncode == 0:
                     break
                 if shot is None or not record.fired:
@@ -195,6 +206,8 @@ class TrialRunner:
                 self.targets.disk.unmount()
             self.store.drop()
             self.sink.drop()
+            if self.reset is not None:
+                self.reset.old.drop()
             if isinstance(self.writer, JavaWriter):
                 with contextlib.suppress(Exception):  # the Java process gone: reported by the writer
                     self.writer.close()
@@ -213,7 +226,7 @@ class TrialRunner:
             try:
                 while proc.poll() is None:
                     elapsed = time.monotonic() - started
-                    if shot is not None and not fired and elapsed >= shot.delay:
+                    if shot is not None and not fired and elapsed >= shot.delay and self._ready_for(shot):
                         fired, note = True, fire(shot, proc, self.targets)
                     if elapsed > RUN_TIMEOUT:
                         kill_group(proc)
@@ -246,6 +259,53 @@ class TrialRunner:
             stage=stage,
         )
 
+    def _ready_for(self, shot: FaultShot) -> bool:
+        """reset-sink waits until the consumer has a cursor (something to move), checked twice a second."""
+        if shot.kind != "reset-sink":
+            return True
+        now = time.monotonic()
+        if now - self._last_look < 0.5:
+            return False
+        self._last_look = now
+        try:
+            return view_state(self.store.direct_url, CONSUMER).cursor is not None
+        except Exception:  # noqa: BLE001 - no store yet
+            return False
+
+    def reset_sink(self, env: dict[str, str]) -> dict[str, str]:
+        """`icetail reset --sink` to a second sink after the killed run: refused while a batch is in
+        flight (one line, exit 2), then with `--to snapshot:CURSOR` (the batch abandoned); the old
+        sink keeps what it had, the new one gets everything after the cursor."""
+        self.targets.settle()
+        try:
+            state = view_state(self.store.direct_url, CONSUMER)
+        except Exception:  # noqa: BLE001 - no store yet: nothing to move
+            return env
+        if not state.exists or state.cursor is None:
+            return env
+        second = new_sink(self.spec.sink, self.work / "second", None)
+        base = [sys.executable, "-m", "icetail", "reset", "--state", self.store.url, "--consumer", CONSUMER]
+        notes = []
+        for attempt in range(2):
+            extra = ["--to", f"snapshot:{state.cursor}"] if state.inflight_batch or attempt else []
+            if state.inflight_batch and attempt == 0:  # first without --to: must be refused, in one line
+                done = subprocess.run([*base, "--sink", second.url], env=env, capture_output=True, text=True)
+                lines = [x for x in icetail_lines(done.stderr) if x.strip()]
+                notes.append(f"reset --sink refused (exit {done.returncode}): {lines[-1] if lines else ''}")
+                if done.returncode != 2 or len(lines) != 1:
+                    self.findings.append(f"reset --sink with a batch in flight: exit {done.returncode}, {lines}")
+            done = subprocess.run([*base, "--sink", second.url, *extra], env=env, capture_output=True, text=True)
+            if done.returncode == 0:
+                break
+            owner = expire_dead_lease(self.store.direct_url, CONSUMER)  # what the TTL would do
+            notes.append(f"reset refused ({done.stderr.strip()[-120:]}); lease of {owner} expired")
+        else:
+            self.findings.append(f"reset --sink failed: {done.stderr.strip()[-300:]}")
+            return env
+        self.reset = SinkReset(self.sink, state.cursor, tuple(notes))
+        self.sink = second
+        return {**env, **second.env()}
+
     def _lease_owner(self) -> str | None:
         try:
             return view_state(self.store.direct_url, CONSUMER).lease_owner
@@ -264,10 +324,14 @@ class TrialRunner:
             self.findings.append(f"not caught up: {state}")
         if state.cursor is None:
             return None, caught_up
+        rows_at = None
         if isinstance(self.writer, JavaWriter):
             writer = self.writer
-            return verify(self.sink, table, state.cursor, lambda snap: writer.rows_at(snap, self.work)), caught_up
-        return verify(self.sink, table, state.cursor), caught_up
+            rows_at = lambda snap: writer.rows_at(snap, self.work)  # noqa: E731
+        if self.reset is not None:
+            old, at = self.reset.old, self.reset.cursor
+            return verify_reset(old, self.sink, table, at, state.cursor, rows_at), caught_up
+        return verify(self.sink, table, state.cursor, rows_at), caught_up
 
 
 def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -> TrialResult:

@@ -126,3 +126,39 @@ def verify(sink: Sink, table: Table, cursor: int, rows_at: RowsAt | None = None)
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
     return compare(expected, delivered_changes(sink.read(), columns))
+
+
+def _sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
+    if sink.kind == "jsonl":
+        objects, torn = sink.read_jsonl()
+        return jsonl_changes(objects, columns), torn
+    return delivered_changes(sink.read(), columns), 0
+
+
+def verify_reset(
+    old: Sink, new: Sink, table: Table, moved_at: int, cursor: int, rows_at: RowsAt | None = None
+) -> Verdict:
+    """`reset --sink` at cursor `moved_at` (a batch in flight abandoned): the new sink holds exactly the
+    changes of the snapshots after `moved_at`; the old one exactly those up to it, plus at most
+    chunks of the abandoned batch (each of its changes at most once: no duplicates, nothing foreign)."""
+    columns = [f.name for f in table.schema().fields]
+    expected = expected_changes(table, cursor, columns, rows_at or pyiceberg_rows(table))
+    before = {snap for snap, _ in ancestry(table, moved_at)}
+    exp_old = Counter({k: n for k, n in expected.items() if k[1] in before})
+    exp_new = expected - exp_old
+    got_old, torn_old = _sink_changes(old, columns)
+    got_new, torn_new = _sink_changes(new, columns)
+    old_part = Counter({k: n for k, n in got_old.items() if k[1] in before})
+    abandoned = got_old - old_part  # chunks of the abandoned batch: a part of exp_new, none twice
+    a = compare(exp_old, old_part, torn=torn_old)
+    b = compare(exp_new, got_new, torn=torn_new)
+    extra = abandoned - exp_new
+    return Verdict(
+        expected=a.expected + b.expected,
+        delivered=a.delivered + b.delivered + sum(abandoned.values()),
+        lost=a.lost + b.lost,
+        duplicated=a.duplicated + b.duplicated + sum(n for k, n in extra.items() if k in exp_new),
+        foreign=a.foreign + b.foreign + sum(n for k, n in extra.items() if k not in exp_new),
+        torn_lines=a.torn_lines + b.torn_lines,
+        examples=a.examples + b.examples,
+    )
