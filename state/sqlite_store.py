@@ -14,7 +14,14 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from icetail.kernel.errors import ConfigError, IcetailError, StateError, StateUnavailableError
+from icetail.kernel.errors import (
+    ConfigError,
+    IcetailError,
+    StateError,
+    StateUnavailableError,
+    error_text,
+    is_disk_full,
+)
 from icetail.state.migrations import META_TABLE, no_icetail_state
 from icetail.state.urls import SqliteLocation, check_sqlite_folder
 
@@ -74,9 +81,7 @@ class SqliteBackend:
         if create:
             check_sqlite_folder(location)  # never created: a mistyped path is refused, not made
         elif not location.path.is_file():
-            raise ConfigError(
-                f"no checkpoint store at {location.path}; check --state (sqlite:////absolute/path.db)"
-            )
+            raise ConfigError(f"no checkpoint store at {location.path}; check --state (sqlite:////absolute/path.db)")
         try:
             self._conn = sqlite3.connect(
                 str(location.path) if create else f"file:{quote(str(location.path.resolve()))}?mode=rw",
@@ -164,6 +169,8 @@ class SqliteBackend:
                 f"checkpoint store {self._display} stayed locked by another process for "
                 f"{self._busy_timeout_ms / 1000:g} s ({text}); retry later"
             )
+        if is_disk_full(exc):  # transient: the run stops, and resumes once there is space again
+            return StateUnavailableError(f"checkpoint store {self._display} failed: {error_text(exc)}")
         return StateError(f"checkpoint store {self._display} failed: {text}")
 
     def close(self) -> None:

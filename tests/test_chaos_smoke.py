@@ -1,7 +1,8 @@
-"""Smoke test of the chaos harness (bench/chaos, issue 26): two seeded trials, small tables.
+"""Smoke test of the chaos harness (bench/chaos, issue 26): three seeded trials, small tables.
 
 Each trial runs `icetail run` in child processes while a writer commits to the source table, hurts
-the first run (SIGKILL of the process group; SIGTERM to the driver), resumes until caught up, and
+the first run (SIGKILL of the process group; SIGTERM to the driver; the parquet+s3 sink's moto
+server answering 503 SlowDown), resumes until caught up, and
 checks the sink against the source's own snapshots. The second test shows the check can fail: a
 sink with one chunk file lost and another copied is reported as such.
 """
@@ -15,6 +16,7 @@ import pytest
 
 from bench.chaos.places import Sink
 from bench.chaos.plan import TrialSpec
+from bench.chaos.s3 import close_moto
 from bench.chaos.source import IDENT
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial
 from bench.chaos.verify import verify
@@ -26,14 +28,18 @@ CONFIG = TrialConfig(rows=400, chunk_rows=100, max_faults=1, horizon=5.0, writer
 SPECS = [
     TrialSpec(0, "cow-overwrite", "sqlite", "parquet", "sigkill", seed=20261126),
     TrialSpec(1, "schema-evolution", "sqlite", "parquet", "sigterm", seed=20261127),
+    TrialSpec(2, "append-delete", "sqlite", "parquet+s3", "s3-503", seed=20261128),
 ]
 
 
 @pytest.fixture(scope="module")
 def trials(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[TrialResult]]:
-    """Both trials, run once for the module; their work folders are kept for the second test."""
+    """The trials, run once for the module; their work folders are kept for the second test."""
     root = tmp_path_factory.mktemp("chaos")
-    return root, [run_trial(spec, CONFIG, root, keep=True) for spec in SPECS]
+    try:
+        return root, [run_trial(spec, CONFIG, root, keep=True) for spec in SPECS]
+    finally:
+        close_moto()  # the S3 trial's server
 
 
 def test_chaos_trials_deliver_exactly_once(trials: tuple[Path, list[TrialResult]]) -> None:

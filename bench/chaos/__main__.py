@@ -20,8 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `tests.support` is not an installed package
     sys.path.insert(0, str(REPO))
 
-from bench.chaos.plan import FAULTS, KINDS, SINKS, STORES, plan_trials  # noqa: E402
+from bench.chaos.disk import can_mount  # noqa: E402
+from bench.chaos.java_source import close_java_service  # noqa: E402
+from bench.chaos.plan import DISK_FAULTS, FAULTS, KINDS, SINKS, STORES, plan_trials  # noqa: E402
 from bench.chaos.report import combine, print_table, write_json  # noqa: E402
+from bench.chaos.s3 import close_moto  # noqa: E402
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial  # noqa: E402
 
 
@@ -61,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # stopped by SIGTERM as by Ctrl-C: the trial's `finally` kills its run and drops its PostgreSQL schemas
     signal.signal(signal.SIGTERM, _interrupt)
-    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, args.faults)
+    faults = args.faults
+    if any(f in DISK_FAULTS for f in faults) and (why := can_mount()):
+        faults = tuple(f for f in faults if f not in DISK_FAULTS)
+        print(f"chaos: the disk-full faults are skipped: {why}", file=sys.stderr)
+    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, faults)
     if any(s.uses_postgresql for s in specs):
         from tests.support.stores import pg_unavailable
 
@@ -74,11 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = args.out or Path("/tmp/icetail-bench") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}.json"
     recorded = {k: str(v) for k, v in vars(args).items()}
-    for spec in specs:
-        result = run_trial(spec, config, root, keep=args.keep)
-        results.append(result)
-        print_trial(result, root)
-        write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
+    try:
+        for spec in specs:
+            result = run_trial(spec, config, root, keep=args.keep)
+            results.append(result)
+            print_trial(result, root)
+            write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
+    finally:
+        close_java_service()
+        close_moto()
     rows = combine(results)
     print()
     print_table(rows)

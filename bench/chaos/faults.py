@@ -4,7 +4,14 @@
 print. `sigterm` signals the driver only, as a supervisor (systemd, Kubernetes) stopping it
 does, then waits a grace period before killing what is left. `pg-cut` drops every PostgreSQL
 connection of the run (state store and/or mirror sink go through the proxy) and refuses new ones
-for a while, as a server restart would; the run is then left to fail or ride it out.
+for a while, as a server restart would; the run is then left to fail or ride it out. The S3
+sinks' server, behind its own proxy: `s3-stop` (stopped: connections cut and refused for 1-10 s),
+`s3-slow` (for 4-15 s every answer held 3.5-8 s: past the AWS SDK's 3 s request timeout),
+`s3-503` (every request answered `503 SlowDown` for 1-10 s). `catalog-lock`: another process holds
+the source catalog's SQLite file in `BEGIN EXCLUSIVE` for 2-20 s (a writer committing slowly).
+`reset-sink`: a SIGKILL, then `icetail reset --sink` to a second sink before the next run.
+`disk-full-sink` / `disk-full-state`: the small filesystem under the sink folder / the SQLite
+checkpoint store is filled to the last byte (it is emptied before the next run).
 """
 
 from __future__ import annotations
@@ -13,9 +20,13 @@ import os
 import random
 import signal
 import subprocess
-from dataclasses import dataclass
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from bench.chaos.disk import SmallDisk
 from bench.chaos.proxy import CuttableProxy
 from tests.support.crash import kill_group
 
@@ -28,23 +39,77 @@ class FaultShot:
 
     kind: str
     delay: float
-    down: float = 0.0
+    down: float = 0.0  # how long the fault lasts (pg-cut, the S3 faults)
+    hold: float = 0.0  # s3-slow: how long each answer is held
 
     def __str__(self) -> str:
-        extra = f", down {self.down:.1f}s" if self.kind == "pg-cut" else ""
+        extra = f", for {self.down:.1f}s" if self.down else ""
+        extra += f", answers held {self.hold:.1f}s" if self.hold else ""
         return f"{self.kind} at {self.delay:.1f}s{extra}"
 
 
 def draw(kind: str, rng: random.Random, horizon: float) -> FaultShot:
     """A moment between the first import and about the end of a typical run (`horizon` s)."""
-    return FaultShot(kind, rng.uniform(0.3, horizon), rng.uniform(0.5, 3.0) if kind == "pg-cut" else 0.0)
+    moment = rng.uniform(0.3, horizon)
+    if kind == "pg-cut":
+        return FaultShot(kind, moment, rng.uniform(0.5, 3.0))
+    if kind in ("s3-stop", "s3-503"):
+        return FaultShot(kind, moment, rng.uniform(1.0, 10.0))
+    if kind == "s3-slow":
+        return FaultShot(kind, moment, rng.uniform(4.0, 15.0), rng.uniform(3.5, 8.0))
+    if kind == "catalog-lock":
+        return FaultShot(kind, moment, rng.uniform(2.0, 20.0))
+    return FaultShot(kind, moment)
 
 
-def fire(shot: FaultShot, proc: subprocess.Popen[Any], proxy: CuttableProxy | None) -> str:
+HOLD_LOCK = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+@dataclass
+class Targets:
+    """What a trial's faults act on besides the run itself."""
+
+    proxy: CuttableProxy | None = None  # PostgreSQL
+    s3proxy: CuttableProxy | None = None
+    catalog_db: Path | None = None  # the source catalog's SQLite file
+    disk: SmallDisk | None = None  # under the sink or the state
+    lockers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """Until every fault is over (an outage, a held lock, a full disk): the next run starts clean."""
+        for proxy in (self.proxy, self.s3proxy):
+            if proxy is not None:
+                proxy.wait_up()  # the previous run's cut may outlast it (seen with seed 27, trial 2)
+        for locker in self.lockers:
+            locker.wait()
+        self.lockers.clear()
+        if self.disk is not None and self.disk.full:
+            self.disk.free()
+
+    def lock_catalog(self, seconds: float) -> str:
+        assert self.catalog_db is not None
+        locker = subprocess.Popen(
+            [sys.executable, "-c", HOLD_LOCK, str(self.catalog_db), str(seconds)], stdout=subprocess.PIPE
+        )
+        self.lockers.append(locker)
+        assert locker.stdout is not None
+        started = time.monotonic()
+        line = locker.stdout.readline()  # BEGIN EXCLUSIVE waits for a commit in progress (timeout 60 s)
+        return f"catalog locked after {time.monotonic() - started:.1f}s" if line else "lock not taken"
+
+
+def fire(shot: FaultShot, proc: subprocess.Popen[Any], targets: Targets) -> str:
     """Inject `shot` into the running `proc`; a note of what happened."""
-    if shot.kind == "sigkill":
+    if shot.kind in ("sigkill", "reset-sink"):
         kill_group(proc)
-        return "killed"
+        return "killed" if shot.kind == "sigkill" else "killed, then icetail reset --sink"
     if shot.kind == "sigterm":
         try:
             os.kill(proc.pid, signal.SIGTERM)
@@ -56,7 +121,20 @@ def fire(shot: FaultShot, proc: subprocess.Popen[Any], proxy: CuttableProxy | No
             kill_group(proc)
             return f"ignored SIGTERM for {SIGTERM_GRACE:.0f}s, killed"
         return "terminated"
+    proxy, s3proxy = targets.proxy, targets.s3proxy
     if shot.kind == "pg-cut":
         assert proxy is not None
         return f"{proxy.cut(shot.down)} connections cut"
+    if shot.kind == "catalog-lock":
+        return targets.lock_catalog(shot.down)
+    if shot.kind.startswith("disk-full"):
+        assert targets.disk is not None
+        return targets.disk.fill()
+    if shot.kind.startswith("s3-"):
+        assert s3proxy is not None
+        if shot.kind == "s3-stop":
+            return f"{s3proxy.cut(shot.down)} connections cut"
+        if shot.kind == "s3-slow":
+            return f"{s3proxy.slow(shot.down, shot.hold)} connections slowed"
+        return f"{s3proxy.throttle(shot.down)} connections cut, then 503"
     raise ValueError(shot.kind)

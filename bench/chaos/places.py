@@ -11,11 +11,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench.chaos.s3 import aws_env, new_bucket
 from tests.support.catalogs import LocalCatalog, new_catalog
+from tests.support.s3 import MotoServer, S3Catalog, new_s3_catalog
 from tests.support.sinks import read_iceberg_sink, read_parquet_sink
 from tests.support.stores import PG_URL
 
-EXACTLY_ONCE = {"parquet": True, "iceberg": True, "pgmirror": True, "jsonl": False}
+EXACTLY_ONCE = {
+    "parquet": True,
+    "iceberg": True,
+    "pgmirror": True,
+    "jsonl": False,
+    "parquet+s3": True,
+    "iceberg+s3": True,
+}
+S3_SINKS = ("parquet+s3", "iceberg+s3")
 
 
 def pg_url(port: int | None) -> str:
@@ -66,6 +76,10 @@ class Sink:
     path: Path | None = None  # parquet folder, jsonl file
     catalog: LocalCatalog | None = None  # iceberg
     schema: str | None = None  # pgmirror: the target's schema, table `t`
+    server: MotoServer | None = None  # the S3 sinks: the server, read directly
+    bucket: str = ""  # parquet+s3
+    s3catalog: S3Catalog | None = None  # iceberg+s3
+    endpoint: str = ""  # the S3 sinks: what `icetail run` reaches the server at (the proxy)
 
     @property
     def exactly_once(self) -> bool:
@@ -76,7 +90,13 @@ class Sink:
         return ["--identifier-columns", "id"] if self.kind == "pgmirror" else []
 
     def env(self) -> dict[str, str]:
-        return self.catalog.env() if self.catalog is not None else {}
+        if self.catalog is not None:
+            return self.catalog.env()
+        out = aws_env(self.endpoint) if self.endpoint else {}
+        if self.s3catalog is not None:
+            out.update(self.s3catalog.env())
+            out[f"PYICEBERG_CATALOG__{self.s3catalog.name.upper()}__S3__ENDPOINT"] = self.endpoint
+        return out
 
     def read(self) -> pa.Table | None:
         if self.kind == "parquet":
@@ -87,6 +107,12 @@ class Sink:
             return read_iceberg_sink(self.catalog, "out.changes")
         if self.kind == "pgmirror":
             return self._read_mirror()
+        if self.kind == "parquet+s3":
+            return self._read_objects()
+        if self.kind == "iceberg+s3":
+            assert self.s3catalog is not None
+            table = self.s3catalog.try_load("out.changes")
+            return table.scan().to_arrow() if table is not None and table.current_snapshot() is not None else None
         raise ValueError(f"{self.kind}: use read_jsonl")
 
     def read_jsonl(self) -> tuple[list[dict[str, Any]], int]:
@@ -114,6 +140,23 @@ class Sink:
                 torn += 1
         return objects, torn
 
+    def _read_objects(self) -> pa.Table | None:
+        """The committed chunks of the parquet+s3 sink: data objects that have a commit record."""
+        import pyarrow.dataset as ds
+        from pyarrow import fs
+
+        assert self.server is not None
+        s3 = self.server.fs()
+        prefix = f"{self.bucket}/changes"
+        records = s3.get_file_info(fs.FileSelector(f"{prefix}/_committed", allow_not_found=True))
+        names = sorted(Path(i.path).name.removesuffix(".json") for i in records if i.path.endswith(".json"))
+        if not names:
+            return None
+        paths = [f"{prefix}/{n}.parquet" for n in names]
+        dataset = ds.dataset(paths, filesystem=s3, format="parquet")
+        schema = pa.unify_schemas([f.physical_schema for f in dataset.get_fragments()], promote_options="permissive")
+        return ds.dataset(paths, filesystem=s3, format="parquet", schema=schema).to_table()
+
     def _read_mirror(self) -> pa.Table | None:
         assert self.schema is not None
         try:
@@ -132,7 +175,18 @@ class Sink:
             pg_execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
-def new_sink(kind: str, work: Path, proxy_port: int | None) -> Sink:
+def new_sink(
+    kind: str, work: Path, proxy_port: int | None, server: MotoServer | None = None, s3_port: int | None = None
+) -> Sink:
+    """The trial's sink; the S3 sinks need the `server` and the port of the proxy in front of it."""
+    if kind in S3_SINKS:
+        assert server is not None and s3_port is not None
+        endpoint = f"http://127.0.0.1:{s3_port}"
+        if kind == "parquet+s3":
+            bucket = new_bucket(server)
+            return Sink(kind, f"parquet+s3://{bucket}/changes", server=server, bucket=bucket, endpoint=endpoint)
+        s3cat = new_s3_catalog(server, work / "sinkcatalog", "chaoss3sink")
+        return Sink(kind, "iceberg://chaoss3sink/out.changes", server=server, s3catalog=s3cat, endpoint=endpoint)
     if kind == "parquet":
         path = (work / "sink").resolve()
         return Sink(kind, f"parquet://{path}", path=path)

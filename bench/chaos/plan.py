@@ -5,10 +5,25 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-KINDS = ("append-delete", "cow-overwrite", "schema-evolution")
+KINDS = ("append-delete", "cow-overwrite", "schema-evolution", "mor-v2", "dv-v3", "eq-deletes", "wap")
+JAVA_KINDS = ("mor-v2", "dv-v3", "eq-deletes", "wap")  # written by Java Iceberg (bench/chaos/java_source.py)
 STORES = ("sqlite", "postgresql")
-SINKS = ("parquet", "jsonl", "iceberg", "pgmirror")
-FAULTS = ("sigkill", "sigterm", "pg-cut")
+SINKS = ("parquet", "jsonl", "iceberg", "pgmirror", "parquet+s3", "iceberg+s3")
+FAULTS = (
+    "sigkill",
+    "sigterm",
+    "pg-cut",
+    "s3-stop",
+    "s3-slow",
+    "s3-503",
+    "catalog-lock",
+    "disk-full-sink",
+    "disk-full-state",
+    "reset-sink",
+)
+DISK_FAULTS = ("disk-full-sink", "disk-full-state")
+LOCAL_SINKS = ("parquet", "jsonl", "iceberg")  # the sinks a small local filesystem can be put under
+S3_FAULTS = ("s3-stop", "s3-slow", "s3-503")
 
 
 @dataclass(frozen=True)
@@ -28,10 +43,24 @@ class TrialSpec:
     def uses_postgresql(self) -> bool:
         return self.store == "postgresql" or self.sink == "pgmirror"
 
+    @property
+    def uses_s3(self) -> bool:
+        return self.sink.endswith("+s3")
+
 
 def applicable(store: str, sink: str, fault: str) -> bool:
-    """A PostgreSQL cut needs something that talks to PostgreSQL."""
-    return fault != "pg-cut" or store == "postgresql" or sink == "pgmirror"
+    """A PostgreSQL cut needs something that talks to PostgreSQL, an S3 fault an S3 sink."""
+    if fault == "pg-cut":
+        return store == "postgresql" or sink == "pgmirror"
+    if fault in S3_FAULTS:
+        return sink.endswith("+s3")
+    if fault == "disk-full-sink":
+        return sink in LOCAL_SINKS
+    if fault == "disk-full-state":
+        return store == "sqlite"
+    if fault == "reset-sink":
+        return sink in ("parquet", "jsonl")  # a second sink of the same kind beside the first
+    return True
 
 
 def plan_trials(

@@ -1,5 +1,7 @@
-"""A TCP proxy in front of PostgreSQL that the harness can cut: every live connection is dropped
-at once and new ones are refused for a while, as when the server restarts or the network drops.
+"""A TCP proxy in front of PostgreSQL or the S3 server that the harness can hurt: `cut` drops every
+live connection at once and refuses new ones for a while (the server restarted or stopped, the
+network dropped); `slow` delays every answer for a while (a server slower than the client's
+timeouts); `throttle` answers every HTTP request with S3's `503 SlowDown` for a while.
 
 Threads, not asyncio: two pumps per connection, a few connections per trial.
 """
@@ -22,7 +24,11 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._down_until = 0.0
+        self._slow_until = 0.0
+        self._delay = 0.0
+        self._throttle_until = 0.0
         self._closed = False
+        self.throttled = 0  # requests answered 503
         self.connections = 0
         self.cuts = 0
         self.dropped = 0  # connections cut while open
@@ -41,9 +47,23 @@ class CuttableProxy:
         self.dropped += dropped
         return dropped
 
+    def slow(self, seconds: float, delay: float) -> int:
+        """For `seconds`, hold every piece of every answer `delay` s before passing it on; open connections."""
+        with self._lock:
+            self._delay = delay
+            self._slow_until = time.monotonic() + seconds
+            return len(self._sockets) // 2
+
+    def throttle(self, seconds: float) -> int:
+        """For `seconds`, answer every HTTP request 503 SlowDown (open connections are cut, so that the
+        client reconnects into the throttle); how many were cut."""
+        with self._lock:
+            self._throttle_until = time.monotonic() + seconds
+        return self.cut(0)
+
     def wait_up(self) -> None:
-        """Until the outage of the last cut is over: a run it did not hurt must not start inside it."""
-        while (left := self._down_until - time.monotonic()) > 0:
+        """Until the last fault is over: a run it did not hurt must not start inside it."""
+        while (left := max(self._down_until, self._slow_until, self._throttle_until) - time.monotonic()) > 0:
             time.sleep(left)
 
     def close(self) -> None:
@@ -60,6 +80,9 @@ class CuttableProxy:
             if time.monotonic() < self._down_until:
                 _close(client)  # refused while down: the client sees the connection closed at once
                 continue
+            if time.monotonic() < self._throttle_until:
+                threading.Thread(target=self._slow_down, args=(client,), daemon=True).start()
+                continue
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
                 server.settimeout(None)
@@ -69,12 +92,47 @@ class CuttableProxy:
             with self._lock:
                 self._sockets.update((client, server))
                 self.connections += 1
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, answers in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, answers), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _slow_down(self, client: socket.socket) -> None:
+        """Read one HTTP request (headers and a Content-Length body) and answer it 503 SlowDown."""
+        try:
+            client.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                more = client.recv(65536)
+                if not more:
+                    return
+                data += more
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            length = next(
+                (int(v) for k, _, v in (h.partition(":") for h in lines[1:]) if k.lower() == "content-length"), 0
+            )
+            while len(body) < length and (more := client.recv(65536)):
+                body += more
+            xml = (
+                b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+                b"<Message>Please reduce your request rate.</Message><RequestId>chaos</RequestId></Error>"
+            )
+            payload = b"" if lines[0].startswith("HEAD ") else xml
+            client.sendall(
+                b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
+            self.throttled += 1
+        except (OSError, ValueError):
+            pass
+        finally:
+            _close(client)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
+                if answers and time.monotonic() < self._slow_until:
+                    time.sleep(self._delay)  # an answer held back: the client's timeouts run
                 dst.sendall(data)
         except OSError:
             pass

@@ -39,7 +39,7 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
         row.recovered += int(r.ok)
         row.bad_lines += r.bad_lines
         row.leases_left += sum(
-            1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith("sigkill")
+            1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink"))
         )
         row.seconds += r.seconds
         if r.verdict is not None:
@@ -133,8 +133,20 @@ def markdown(doc: dict[str, Any], by: tuple[int, ...] = (0, 1, 2, 3)) -> str:
     return "\n".join(lines)
 
 
+def merged(paths: list[Path]) -> dict[str, Any]:
+    """Several results files (parallel harness runs) as one: their combinations and trials together."""
+    docs = [json.loads(p.read_text()) for p in paths]
+    return {
+        "combinations": [c for d in docs for c in d["combinations"]],
+        "trials": [t for d in docs for t in d["trials"]],
+    }
+
+
 if __name__ == "__main__":
-    results = json.loads(Path(sys.argv[1]).read_text())
-    for spec in sys.argv[2:] or ["0,1,2,3"]:
-        print(markdown(results, tuple(int(i) for i in spec.split(","))))
+    # python -m bench.chaos.report FILE.json [FILE.json ...] [GROUPING ...], GROUPING e.g. 3 or 2,3
+    files = [Path(a) for a in sys.argv[1:] if a.endswith(".json")]
+    groupings = [a for a in sys.argv[1:] if not a.endswith(".json")] or ["0,1,2,3"]
+    doc = merged(files)
+    for spec in groupings:
+        print(markdown(doc, tuple(int(i) for i in spec.split(","))))
         print()

@@ -23,6 +23,20 @@ from tests.support.catalogs import LocalCatalog
 from tests.support.tables import BASE_SCHEMA, make_rows
 
 IDENT = "ns.events"
+LOCKED_RETRY_S = 90.0  # a writer waits out the `catalog-lock` fault (at most 20 s) as a real one would
+
+
+def retry_while_locked(op: Callable[[], None]) -> None:
+    """`op`, again while the catalog's SQLite file is locked by another process ("database is locked")."""
+    deadline = time.monotonic() + LOCKED_RETRY_S
+    while True:
+        try:
+            return op()
+        except Exception as exc:
+            text = str(exc)
+            if ("locked" not in text and "SQLITE_BUSY" not in text) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 @dataclass
@@ -72,7 +86,7 @@ class Writer:
         for op in self.operations():
             time.sleep(self.rng.uniform(*self.gap))
             try:
-                op()
+                retry_while_locked(op)
                 self.committed.append(op.__name__)
             except Exception as exc:  # noqa: BLE001 - a writer failure is a trial finding, not a crash
                 self.errors.append(f"{op.__name__}: {type(exc).__name__}: {exc}")

@@ -3,6 +3,7 @@ until it has caught up, then the sink checked against the source's snapshots."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import subprocess
@@ -11,16 +12,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.chaos.faults import FaultShot, draw, fire
+from bench.chaos.disk import SmallDisk
+from bench.chaos.faults import FaultShot, Targets, draw, fire
+from bench.chaos.java_source import JavaWriter, java_service
 from bench.chaos.places import Sink, Store, new_sink, new_store
-from bench.chaos.plan import TrialSpec
+from bench.chaos.plan import JAVA_KINDS, TrialSpec
 from bench.chaos.proxy import CuttableProxy
+from bench.chaos.s3 import moto
 from bench.chaos.source import IDENT, Writer
-from bench.chaos.verify import Verdict, verify
-from tests.support.catalogs import new_catalog
+from bench.chaos.verify import Verdict, verify, verify_reset
+from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import kill_group
 from tests.support.processes import REPO_ROOT, child_env, icetail_lines
-from tests.support.stores import PG_URL, view_state
+from tests.support.stores import PG_URL, expire_dead_lease, view_state
 
 CONSUMER = "chaos"
 RUN_TIMEOUT = 240.0
@@ -34,6 +38,13 @@ class TrialConfig:
     horizon: float = 12.0  # latest fault moment, s after a run starts (about one run's length)
     writer_gap: tuple[float, float] = (1.0, 4.0)  # s between the writer's commits
     max_runs: int = 8
+
+
+@dataclass(frozen=True)
+class SinkReset:
+    old: Sink
+    cursor: int  # the cursor when the consumer was moved: the old sink's part ends there
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,7 @@ def exit_problem(shot: FaultShot | None, fired: bool, returncode: int, lines: li
         return "java stack trace"
     if returncode == 0:
         return ""
-    if shot is not None and shot.kind == "sigkill" and fired:
+    if shot is not None and shot.kind in ("sigkill", "reset-sink") and fired:
         return ""  # nothing can print under SIGKILL
     if returncode < 0 and any(line.startswith(f"consumer {CONSUMER}: state ") for line in lines):
         return ""  # the signal came after the run's closing lines (its work done), while Python exited
@@ -114,11 +125,32 @@ class TrialRunner:
             host, pg_port = PG_URL.split("@", 1)[1].split("/", 1)[0].split(":")
             self.proxy = CuttableProxy((host, int(pg_port)))
         port = self.proxy.port if self.proxy else None
-        self.source = new_catalog(work / "source", "chaossrc")
+        self.s3proxy: CuttableProxy | None = None
+        server = None
+        if spec.uses_s3:
+            server = moto(work.parent / "moto")
+            self.s3proxy = CuttableProxy(("127.0.0.1", server.port))
+        disk = None
+        if spec.fault == "disk-full-sink":
+            disk = SmallDisk(work / ("sinkcatalog" if spec.sink == "iceberg" else "sink"))
+        elif spec.fault == "disk-full-state":
+            disk = SmallDisk(work / "state")
         self.store: Store = new_store(spec.store, work, port)
-        self.sink: Sink = new_sink(spec.sink, work, port)
-        self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
+        self.sink: Sink = new_sink(spec.sink, work, port, server, self.s3proxy.port if self.s3proxy else None)
+        self.writer: Writer | JavaWriter
+        if spec.kind in JAVA_KINDS:
+            # Java creates the catalog (JdbcCatalog's layout first); a name per trial: the JVM is shared
+            self.source = LocalCatalog(f"chaosj{spec.index}x{spec.seed % 10**6}", (work / "source").resolve())
+            service = java_service(work.parent / "java")
+            wrng = random.Random(spec.seed + 1)
+            self.writer = JavaWriter(self.source, spec.kind, wrng, config.rows, config.writer_gap, service)
+        else:
+            self.source = new_catalog(work / "source", "chaossrc")
+            self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
         self.findings: list[str] = []
+        self.reset: SinkReset | None = None  # reset-sink: the old sink and where the cursor stood
+        self._last_look = 0.0
+        self.targets = Targets(self.proxy, self.s3proxy, self.source.root / "catalog.db", disk)
 
     def command(self) -> list[str]:
         return [
@@ -132,6 +164,7 @@ class TrialRunner:
             "--max-snapshots-per-batch", "1",
             "--chunk-rows", str(self.config.chunk_rows),
             *self.sink.extra_args,
+            *(self.writer.icetail_args if isinstance(self.writer, JavaWriter) else []),
         ]  # fmt: skip
 
     def run(self) -> TrialResult:
@@ -148,6 +181,8 @@ class TrialRunner:
                     self.writer.join()  # the run left to finish starts after the last commit
                 record = self.run_once(index, shot, env)
                 runs.append(record)
+                if shot is not None and shot.kind == "reset-sink" and self.reset is None:
+                    env = self.reset_sink(env)
                 if shot is None and record.returncode == 0:
                     break
                 if shot is None or not record.fired:
@@ -162,14 +197,23 @@ class TrialRunner:
                 self.spec, tuple(runs), verdict, caught_up, time.monotonic() - started, tuple(self.findings)
             )
         finally:
-            if self.proxy is not None:
-                self.proxy.close()
+            for proxy in (self.proxy, self.s3proxy):
+                if proxy is not None:
+                    proxy.close()
+            for locker in self.targets.lockers:
+                locker.kill()
+            if self.targets.disk is not None:
+                self.targets.disk.unmount()
             self.store.drop()
             self.sink.drop()
+            if self.reset is not None:
+                self.reset.old.drop()
+            if isinstance(self.writer, JavaWriter):
+                with contextlib.suppress(Exception):  # the Java process gone: reported by the writer
+                    self.writer.close()
 
     def run_once(self, index: int, shot: FaultShot | None, env: dict[str, str]) -> RunRecord:
-        if self.proxy is not None:
-            self.proxy.wait_up()  # the previous run's cut may outlast it (seen with seed 27, trial 2)
+        self.targets.settle()
         logs = self.work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         err_path = logs / f"run{index:02d}.err"
@@ -182,8 +226,8 @@ class TrialRunner:
             try:
                 while proc.poll() is None:
                     elapsed = time.monotonic() - started
-                    if shot is not None and not fired and elapsed >= shot.delay:
-                        fired, note = True, fire(shot, proc, self.proxy)
+                    if shot is not None and not fired and elapsed >= shot.delay and self._ready_for(shot):
+                        fired, note = True, fire(shot, proc, self.targets)
                     if elapsed > RUN_TIMEOUT:
                         kill_group(proc)
                         note += f"; hung: killed after {RUN_TIMEOUT:.0f}s"
@@ -215,6 +259,53 @@ class TrialRunner:
             stage=stage,
         )
 
+    def _ready_for(self, shot: FaultShot) -> bool:
+        """reset-sink waits until the consumer has a cursor (something to move), checked twice a second."""
+        if shot.kind != "reset-sink":
+            return True
+        now = time.monotonic()
+        if now - self._last_look < 0.5:
+            return False
+        self._last_look = now
+        try:
+            return view_state(self.store.direct_url, CONSUMER).cursor is not None
+        except Exception:  # noqa: BLE001 - no store yet
+            return False
+
+    def reset_sink(self, env: dict[str, str]) -> dict[str, str]:
+        """`icetail reset --sink` to a second sink after the killed run: refused while a batch is in
+        flight (one line, exit 1), then with `--to snapshot:CURSOR` (the batch abandoned); the old
+        sink keeps what it had, the new one gets everything after the cursor."""
+        self.targets.settle()
+        try:
+            state = view_state(self.store.direct_url, CONSUMER)
+        except Exception:  # noqa: BLE001 - no store yet: nothing to move
+            return env
+        if not state.exists or state.cursor is None:
+            return env
+        second = new_sink(self.spec.sink, self.work / "second", None)
+        base = [sys.executable, "-m", "icetail", "reset", "--state", self.store.url, "--consumer", CONSUMER]
+        notes = []
+        for attempt in range(2):
+            extra = ["--to", f"snapshot:{state.cursor}"] if state.inflight_batch or attempt else []
+            if state.inflight_batch and attempt == 0:  # first without --to: must be refused, in one line
+                done = subprocess.run([*base, "--sink", second.url], env=env, capture_output=True, text=True)
+                lines = [x for x in icetail_lines(done.stderr) if x.strip()]
+                notes.append(f"reset --sink refused (exit {done.returncode}): {lines[-1] if lines else ''}")
+                if done.returncode == 0 or len(lines) != 1:  # exit 1: transient (a run may finish the batch)
+                    self.findings.append(f"reset --sink with a batch in flight: exit {done.returncode}, {lines}")
+            done = subprocess.run([*base, "--sink", second.url, *extra], env=env, capture_output=True, text=True)
+            if done.returncode == 0:
+                break
+            owner = expire_dead_lease(self.store.direct_url, CONSUMER)  # what the TTL would do
+            notes.append(f"reset refused ({done.stderr.strip()[-120:]}); lease of {owner} expired")
+        else:
+            self.findings.append(f"reset --sink failed: {done.stderr.strip()[-300:]}")
+            return env
+        self.reset = SinkReset(self.sink, state.cursor, tuple(notes))
+        self.sink = second
+        return {**env, **second.env()}
+
     def _lease_owner(self) -> str | None:
         try:
             return view_state(self.store.direct_url, CONSUMER).lease_owner
@@ -233,7 +324,14 @@ class TrialRunner:
             self.findings.append(f"not caught up: {state}")
         if state.cursor is None:
             return None, caught_up
-        return verify(self.sink, table, state.cursor), caught_up
+        rows_at = None
+        if isinstance(self.writer, JavaWriter):
+            writer = self.writer
+            rows_at = lambda snap: writer.rows_at(snap, self.work)  # noqa: E731
+        if self.reset is not None:
+            old, at = self.reset.old, self.reset.cursor
+            return verify_reset(old, self.sink, table, at, state.cursor, rows_at), caught_up
+        return verify(self.sink, table, state.cursor, rows_at), caught_up
 
 
 def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -> TrialResult:

@@ -11,6 +11,7 @@ checked as what it is, a table: its rows against the source's at the cursor.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +57,20 @@ def ancestry(table: Table, cursor: int) -> list[tuple[int, int | None]]:
     return chain[::-1]
 
 
-def expected_changes(table: Table, cursor: int, columns: list[str]) -> Counter[Change]:
+RowsAt = Callable[[int], pa.Table]  # the reference read of the table at a snapshot
+
+
+def pyiceberg_rows(table: Table) -> RowsAt:
+    """pyiceberg's scan: the reference of the kinds pyiceberg writes (copy-on-write, position deletes)."""
+    return lambda snap: table.scan(snapshot_id=snap).to_arrow()
+
+
+def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: RowsAt | None = None) -> Counter[Change]:
+    read = rows_at or pyiceberg_rows(table)
     out: Counter[Change] = Counter()
     before: Counter[Row] = Counter()
     for snap, _parent in ancestry(table, cursor):
-        now = _rows(table.scan(snapshot_id=snap).to_arrow(), columns)
+        now = _rows(read(snap), columns)
         for row, n in (now - before).items():
             out[("I", snap, row)] += n
         for row, n in (before - now).items():
@@ -104,13 +114,51 @@ def compare(expected: Counter[Any], got: Counter[Any], *, torn: int = 0) -> Verd
     )
 
 
-def verify(sink: Sink, table: Table, cursor: int) -> Verdict:
-    """What `sink` holds against the source table `table` at snapshot `cursor`."""
+def verify(sink: Sink, table: Table, cursor: int, rows_at: RowsAt | None = None) -> Verdict:
+    """What `sink` holds against the source table `table` at snapshot `cursor`; `rows_at` reads the
+    table at a snapshot (default pyiceberg's scan; Java's for the kinds Java writes)."""
     columns = [f.name for f in table.schema().fields]
+    read = rows_at or pyiceberg_rows(table)
     if sink.kind == "pgmirror":
-        return compare(_rows(table.scan(snapshot_id=cursor).to_arrow(), columns), _rows(sink.read(), columns))
-    expected = expected_changes(table, cursor, columns)
+        return compare(_rows(read(cursor), columns), _rows(sink.read(), columns))
+    expected = expected_changes(table, cursor, columns, read)
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
     return compare(expected, delivered_changes(sink.read(), columns))
+
+
+def _sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
+    if sink.kind == "jsonl":
+        objects, torn = sink.read_jsonl()
+        return jsonl_changes(objects, columns), torn
+    return delivered_changes(sink.read(), columns), 0
+
+
+def verify_reset(
+    old: Sink, new: Sink, table: Table, moved_at: int, cursor: int, rows_at: RowsAt | None = None
+) -> Verdict:
+    """`reset --sink` at cursor `moved_at` (a batch in flight abandoned): the new sink holds exactly the
+    changes of the snapshots after `moved_at`; the old one exactly those up to it, plus at most
+    chunks of the abandoned batch (each of its changes at most once: no duplicates, nothing foreign)."""
+    columns = [f.name for f in table.schema().fields]
+    expected = expected_changes(table, cursor, columns, rows_at or pyiceberg_rows(table))
+    before = {snap for snap, _ in ancestry(table, moved_at)}
+    exp_old = Counter({k: n for k, n in expected.items() if k[1] in before})
+    exp_new = expected - exp_old
+    got_old, torn_old = _sink_changes(old, columns)
+    got_new, torn_new = _sink_changes(new, columns)
+    old_part = Counter({k: n for k, n in got_old.items() if k[1] in before})
+    abandoned = got_old - old_part  # chunks of the abandoned batch: a part of exp_new, none twice
+    a = compare(exp_old, old_part, torn=torn_old)
+    b = compare(exp_new, got_new, torn=torn_new)
+    extra = abandoned - exp_new
+    return Verdict(
+        expected=a.expected + b.expected,
+        delivered=a.delivered + b.delivered + sum(abandoned.values()),
+        lost=a.lost + b.lost,
+        duplicated=a.duplicated + b.duplicated + sum(n for k, n in extra.items() if k in exp_new),
+        foreign=a.foreign + b.foreign + sum(n for k, n in extra.items() if k not in exp_new),
+        torn_lines=a.torn_lines + b.torn_lines,
+        examples=a.examples + b.examples,
+    )

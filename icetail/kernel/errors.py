@@ -7,15 +7,31 @@ Exceptions keep their constructor arguments so they survive pickling from Spark 
 
 from __future__ import annotations
 
+import errno
+import re
 from typing import Any
 
 from icetail.kernel.secrets import redact_text
 
+DISK_FULL_HINT = "(a disk is full: free space there, then run again; a batch in flight resumes)"
+_DISK_FULL = re.compile(r"No space left on device|\[errno 28\]|database or disk is full|SQLITE_FULL", re.IGNORECASE)
+
 
 def error_text(exc: BaseException) -> str:
-    """`Type: first line of the message` (the type alone when there is none), for one-line error messages."""
+    """`Type: first line of the message` (the type alone when there is none), for one-line error messages.
+
+    A full disk (ENOSPC, SQLite's SQLITE_FULL) gets the fix appended: the bare OS text names neither
+    the cause a person acts on nor that a rerun after freeing space is all it takes (chaos harness,
+    issue 26: a full filesystem under the sink or the checkpoint store).
+    """
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return f"{text} {DISK_FULL_HINT}" if is_disk_full(exc) else text
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC, or its text as pyarrow, Spark tasks and SQLite pass it on (no errno attached)."""
+    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or bool(_DISK_FULL.search(str(exc)))
 
 
 def message_line(exc: BaseException) -> str:

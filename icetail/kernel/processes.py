@@ -27,6 +27,16 @@ def process_is_running(pid: int) -> bool:
     return True
 
 
+def lease_holder_is_dead(owner: str) -> bool:
+    """True when a lease owner `host:pid:token` names a process of this host that no longer runs."""
+    parts = owner.split(":")
+    if len(parts) != 3 or parts[0] != host_name() or not parts[1].isdigit():
+        return False
+    if int(parts[1]) == os.getpid():
+        return True  # our own pid with another token: a previous run of this container (pid 1)
+    return not process_is_running(int(parts[1]))
+
+
 def child_processes() -> dict[int, str]:
     """This process's direct children and their command lines (Linux /proc; {} where there is none)."""
     me = str(os.getpid())

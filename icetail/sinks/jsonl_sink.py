@@ -9,6 +9,7 @@ themselves, or use the parquet or iceberg sink.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -48,6 +49,8 @@ class JsonlFileSink:
     def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
         if self._file.closed:
             raise SinkRejectedError(f"jsonl sink {str(self.path)!r} is closed")
+        self._file.flush()  # empty after a successful write: the chunk starts at the end of the file
+        start = self._file.tell()
         try:
             for buffer in jsonl_buffers(rows):
                 self._file.write(buffer)
@@ -55,8 +58,20 @@ class JsonlFileSink:
             os.fsync(self._file.fileno())
         except OSError as exc:
             where = str(self.path)
+            self._take_back(start)
             raise SinkError(f"jsonl sink: appending chunk {key.name} to {where!r} failed: {error_text(exc)}") from exc
         return None
+
+    def _take_back(self, start: int) -> None:
+        """Cut what a failed append wrote (a torn line) and drop what it left buffered, so that a retry
+        in this process appends after whole lines (a full disk: chaos harness, issue 26). The file
+        is reopened; if even that fails, the next write says so and a new run cuts the torn tail."""
+        with contextlib.suppress(OSError):
+            self._file.close()  # its flush fails again; the descriptor is closed regardless
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, start)
+        with contextlib.suppress(OSError):
+            self._file = open(self.path, "ab")
 
     def close(self) -> None:
         if not self._file.closed:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from icetail.kernel.errors import ConfigError, ConsumerNotFoundError, IcetailError
+from icetail.kernel.processes import lease_holder_is_dead
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli.arguments import column_list
 from icetail.monitor.cli.progress import Progress, describe
@@ -340,6 +341,11 @@ def cmd_reset(args: argparse.Namespace) -> int:
         checkpoint = store.load(args.consumer)
         if checkpoint is None:
             raise _not_in_store(args.consumer, args.state)
+        lease = checkpoint.lease
+        if lease is not None and checkpoint.lease_is_live() and lease_holder_is_dead(lease.owner):
+            # a run killed on this host (SIGKILL, OOM): as `run` does, take over at once instead of
+            # refusing for the rest of the TTL (chaos harness, issue 26: `reset --sink` after a SIGKILL)
+            store.release_lease(args.consumer, lease.owner)
         cursor = None
         branch = args.branch or checkpoint.branch
         if mode is not None or args.branch is not None:

@@ -32,7 +32,7 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.names import check_consumer_id
-from icetail.kernel.processes import host_name, process_is_running
+from icetail.kernel.processes import host_name, lease_holder_is_dead
 from icetail.monitor.engine.api import (
     NetLineage,
     change_arrow_schema,
@@ -305,7 +305,7 @@ class Pipeline:
                 f"consumer {self.consumer!r} follows {checkpoint.catalog}.{checkpoint.table}, not "
                 f"{self.config.catalog}.{self.config.table}; pick another --consumer"
             )
-        if checkpoint.lease_is_live() and checkpoint.lease is not None and _holder_is_dead(checkpoint.lease.owner):
+        if checkpoint.lease_is_live() and checkpoint.lease is not None and lease_holder_is_dead(checkpoint.lease.owner):
             self._store.release_lease(self.consumer, checkpoint.lease.owner)
         self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         self._lease_renewed_at = time.monotonic()
@@ -1171,16 +1171,6 @@ def _hold_for_test(stop: threading.Event) -> None:
         pass
     while os.path.exists(path) and not stop.wait(_HOLD_POLL_SECONDS):
         pass
-
-
-def _holder_is_dead(owner: str) -> bool:
-    """True when a lease owner `host:pid:token` names a process of this host that no longer runs."""
-    parts = owner.split(":")
-    if len(parts) != 3 or parts[0] != host_name() or not parts[1].isdigit():
-        return False
-    if int(parts[1]) == os.getpid():
-        return True  # our own pid with another token: a previous run of this container (pid 1)
-    return not process_is_running(int(parts[1]))
 
 
 def _sequence_numbers(batch: InflightBatch) -> dict[int, int]:

@@ -1039,3 +1039,36 @@ def test_start_full_delivers_the_current_rows_then_changes(
     ordinal = later.schema.get_field_index("_change_ordinal")
     later = later.set_column(ordinal, later.schema.field(ordinal), pa.array([1] * later.num_rows, pa.int32()))
     assert_sink_holds(tmp_path / "sink2", later)
+
+
+def test_reset_takes_over_the_lease_of_a_run_killed_on_this_host(
+    env: Env, base_state: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chaos harness (issue 26, `reset-sink`): after a SIGKILL, `reset` was refused for the rest of the
+    TTL ("leased to host:pid:token ... stop that run") although that run was gone; `run` already
+    took such a lease over. A holder that still runs on this host is still refused."""
+    from icetail.kernel.processes import host_name
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid of this host that no longer runs
+    with open_store(base_state) as store:
+        store.acquire_lease("base", f"{host_name()}:{gone.pid}:deadbeef", 120)
+    code, out, err = icetail_here(
+        capsys, "reset", "--state", base_state, "--consumer", "base", "--sink", f"parquet://{tmp_path}/moved"
+    )
+    assert (code, out) == (0, ""), err
+    assert recorded_sink(base_state, "base") == f"parquet://{tmp_path}/moved"
+
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        with open_store(base_state) as store:
+            store.acquire_lease("base", f"{host_name()}:{alive.pid}:cafef00d", 120)
+        before = dump_state(base_state)
+        code, _, err = icetail_here(
+            capsys, "reset", "--state", base_state, "--consumer", "base", "--sink", f"parquet://{tmp_path}/again"
+        )
+        assert code == 1 and f"{alive.pid}:cafef00d" in err and err.count("\n") == 1, err
+        assert dump_state(base_state) == before
+    finally:
+        alive.kill()
+        alive.wait()

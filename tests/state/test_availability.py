@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import uuid
 from pathlib import Path
@@ -56,3 +57,38 @@ def test_postgres_reconnects_after_the_server_drops_the_session(pg_schema: str) 
             store.load("c")
         cp = store.load("c")  # the next call opens a new session
         assert cp is not None and cp.cursor == Cursor(1, 1001)
+
+
+def test_sqlite_store_on_a_full_disk_is_transient_and_names_the_fix(tmp_path: Path) -> None:
+    """Chaos harness (issue 26, `disk-full-state`): SQLITE_FULL was a terminal StateError with the bare
+    text; a full disk passes once space is freed, so it is transient and the line says what to do."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a small filesystem to fill needs root (mount -t tmpfs)")
+    disk = tmp_path / "small"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mount -t tmpfs refused here")
+    try:
+        store = open_store(f"sqlite:///{disk}/state.db")
+        store.ensure_consumer("c0", "cat", "db.t", Cursor.before_first_snapshot())
+        filler = disk / "filler"
+        with open(filler, "wb") as f:
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            with contextlib.suppress(OSError):
+                f.close()
+        with pytest.raises(StateUnavailableError, match="disk is full") as info:
+            for i in range(1, 500):  # each consumer a row; the WAL or the file grows until refused
+                store.ensure_consumer(f"c{i}-{'x' * 2000}", "cat", "db.t", Cursor.before_first_snapshot())
+        assert "\n" not in str(info.value)
+        filler.unlink()
+        store.ensure_consumer("after", "cat", "db.t", Cursor.before_first_snapshot())
+        assert store.load("after") is not None
+        store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
