@@ -10,25 +10,13 @@ the batch once space returns. Without this a full disk surfaced as "data file ..
 
 from __future__ import annotations
 
-import errno
 import os
 import tempfile
 from typing import Any
 
-from icetail.kernel.errors import LocalDiskFullError
+from icetail.kernel.errors import LocalDiskFullError, is_disk_full
 
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-# how the JVM and a task's Python traceback say it inside a Spark job's error text
-DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
 HANDOFF_MARKER = "icetail-handoff-"
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """An OSError for a full disk or quota, or a Spark job error whose text says so."""
-    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
-        return True
-    text = str(exc)
-    return any(marker in text for marker in DISK_FULL_TEXTS)
 
 
 def handoff_full(directory: str) -> LocalDiskFullError:

@@ -29,13 +29,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.kernel.errors import ConfigError, DataFileError, IcetailError
+from icetail.kernel.errors import ConfigError, DataFileError, IcetailError, is_disk_full
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
 from icetail.reader.java_runtime import check_java
-from icetail.reader.local_disk import handoff_full, is_disk_full, spark_job_error
+from icetail.reader.local_disk import handoff_full, spark_job_error
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.session_health import quiet_accumulator_server
 from icetail.reader.split_reader import Chunk, read_split

@@ -14,7 +14,9 @@ from typing import Any
 from icetail.kernel.secrets import redact_text
 
 DISK_FULL_HINT = "(a disk is full: free space there, then run again; a batch in flight resumes)"
-_DISK_FULL = re.compile(r"No space left on device|\[errno 28\]|database or disk is full|SQLITE_FULL", re.IGNORECASE)
+_DISK_FULL = re.compile(
+    r"No space left on device|\[errno 28\]|Disk quota exceeded|database or disk is full|SQLITE_FULL", re.IGNORECASE
+)
 
 
 def error_text(exc: BaseException) -> str:
@@ -30,8 +32,9 @@ def error_text(exc: BaseException) -> str:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """ENOSPC, or its text as pyarrow, Spark tasks and SQLite pass it on (no errno attached)."""
-    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or bool(_DISK_FULL.search(str(exc)))
+    """ENOSPC or EDQUOT, or its text as pyarrow, Spark tasks and SQLite pass it on (no errno attached)."""
+    full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return full or bool(_DISK_FULL.search(str(exc)))
 
 
 def message_line(exc: BaseException) -> str:
