@@ -1,14 +1,17 @@
 """The Iceberg mirror: `iceberg://CATALOG/NS.TABLE?mode=mirror` keeps an Iceberg table equal to the
 followed table by key, exactly once.
 
-The rows come to the driver, as for the PostgreSQL mirror: the pipeline hands over a group of
+The change rows come to the driver, as for the PostgreSQL mirror: the pipeline hands over a group of
 chunks (`GroupWriteSink`, bounded by --sink-commit-rows/--sink-commit-interval), the group is
 folded to one net change per key (`keyed_merge.local_merge`: commit order, key changes as a
 delete of the old key) and applied as ONE overwrite snapshot (`iceberg_mirror_apply`) whose
 summary names the group's chunks, as the changelog sink's appends do (`iceberg_ledger`). The
 commit is made on the metadata the sink holds and lands only if the table has not moved
-(`iceberg_commit`); a replayed group (applied, offsets not committed) is found in the ledger and
-left out, whole or in part, however the replay is grouped (`IcebergTarget._append_once`). Another
+(`iceberg_commit`). The target's files that hold an affected key are read and rewritten in Spark
+tasks when they hold enough bytes and the pipeline gave the sink its session (`use_spark`,
+`iceberg_mirror_tasks`), else in the driver. A replayed group (applied, offsets not committed) is
+found in the ledger and left out, whole or in part, however the replay is grouped
+(`IcebergTarget._append_once`). Another
 writer's commit makes ours fail as a whole: reloaded, looked up again and redone (SinkError when
 the retries run out, so the pipeline retries).
 
@@ -37,6 +40,7 @@ from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS, evolve_by_field_id
 from icetail.sinks.iceberg_ledger import chunk_summary
 from icetail.sinks.iceberg_mirror_apply import GroupRewrite, plan_rewrite
 from icetail.sinks.iceberg_mirror_schema import check_target, source_columns, target_schema
+from icetail.sinks.iceberg_mirror_tasks import SessionProvider, choose_rewrite
 from icetail.sinks.iceberg_sink import IcebergTarget
 from icetail.sinks.keyed_merge import local_merge
 
@@ -55,6 +59,12 @@ class IcebergMirrorSink(IcebergTarget):
         self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
         self.duplicates = 0  # inserts of a key the target already held, since open (last writer wins)
         self.last: GroupRewrite | None = None  # the last group's commit: files read, replaced, rows
+        self._spark: SessionProvider | None = None  # set by the pipeline: big rewrites run in Spark tasks
+
+    def use_spark(self, session: SessionProvider) -> None:
+        """Rewrite the files of a group that reads enough bytes in Spark tasks on `session()` (asked
+        for when a group needs it); without it every group is rewritten in the driver."""
+        self._spark = session
 
     def bind(self, key: tuple[str, ...], schema: pa.Schema) -> None:
         """Create the target for change rows of `schema` keyed by `key`, or check the existing one."""
@@ -138,7 +148,7 @@ class IcebergMirrorSink(IcebergTarget):
             # applied chunks form whole earlier groups: what is left is a suffix, still in commit order
             table = self._evolve(table, schema)  # a source schema change, before the group's commit
             rows = pa.concat_tables([chunks[i][1].cast(schema) for i in pending])
-            rewrite = plan_rewrite(table, local_merge(rows, key), key)
+            rewrite = plan_rewrite(table, local_merge(rows, key), key, choose_rewrite(self._spark))
             self.last = rewrite
             applied[:] = pending
             return table, rewrite.stage(chunk_summary(self.consumer, [counts[i] for i in pending]))
@@ -147,11 +157,13 @@ class IcebergMirrorSink(IcebergTarget):
         if applied and self.last is not None:
             last = self.last
             log.debug(
-                "%s: %d chunk(s) applied in snapshot %s: %d file(s) read, %d replaced, %d row(s) deleted, %d upserted",
+                "%s: %d chunk(s) applied in snapshot %s: %d file(s) read (%s), %d replaced, %d row(s) deleted, "
+                "%d upserted",
                 self._where(),
                 len(applied),
                 tokens[applied[0]],
                 last.files_read,
+                f"{last.spark_tasks} Spark task(s)" if last.spark_tasks else "in the driver",
                 len(last.replaced),
                 last.rows_deleted,
                 last.rows_upserted,
