@@ -15,9 +15,9 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
+from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
-from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.iceberg_mirror import IcebergMirrorSink
 from icetail.sinks.iceberg_sink import IcebergTableSink
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
