@@ -59,6 +59,8 @@ class IcebergMirrorSink(IcebergTarget):
         self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
         self.duplicates = 0  # inserts of a key the target already held, since open (last writer wins)
         self.last: GroupRewrite | None = None  # the last group's commit: files read, replaced, rows
+        self.files_replaced = 0  # files of the target rewritten (or dropped) by the commits since open
+        self.spark_tasks = 0  # Spark tasks those rewrites ran in, since open (0: all in the driver)
         self._spark: SessionProvider | None = None  # set by the pipeline: big rewrites run in Spark tasks
 
     def use_spark(self, session: SessionProvider) -> None:
@@ -156,6 +158,8 @@ class IcebergMirrorSink(IcebergTarget):
         tokens = self._append_once(counts, table, appended, replayed=lambda i: None)
         if applied and self.last is not None:
             last = self.last
+            self.files_replaced += len(last.replaced)
+            self.spark_tasks += last.spark_tasks
             log.debug(
                 "%s: %d chunk(s) applied in snapshot %s: %d file(s) read (%s), %d replaced, %d row(s) deleted, "
                 "%d upserted",
