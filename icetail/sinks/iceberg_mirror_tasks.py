@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import functools
 import heapq
+import importlib.util
+import logging
 import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +60,7 @@ DEFAULT_TASK_BYTES = 64 * 1024 * 1024
 TASKS_PER_CORE = 2  # a slow file does not leave the other cores idle for the rest of the job
 _RESULT_SCHEMA = "file int, ok boolean, payload binary"
 
+log = logging.getLogger("icetail.sinks.iceberg_mirror")
 SessionProvider = Callable[[], Any]  # the SparkSession to run tasks on, asked for when a group needs it
 
 
@@ -89,11 +92,23 @@ def choose_rewrite(session: SessionProvider | None) -> RewriteFiles:
         affected: AffectedKeys,
         transform: FileTransform,
     ) -> tuple[list[FileRewrite], int]:
-        if session is None or not in_tasks(files, task_bytes(metadata.properties)):
+        if session is None or not in_tasks(files, task_bytes(metadata.properties)) or not _can_map_in_arrow():
             return rewrite_in_driver(metadata, io, files, affected, transform)
         return rewrite_in_tasks(session(), metadata, io, files, affected, transform)
 
     return rewrite
+
+
+@functools.lru_cache(maxsize=1)
+def _can_map_in_arrow() -> bool:
+    """PySpark's mapInArrow imports pandas; without it the files are rewritten in the driver (said once)."""
+    if importlib.util.find_spec("pandas") is not None:
+        return True
+    log.warning(
+        "the Iceberg mirror rewrites its target's files in the driver: Spark tasks need pandas "
+        "(pip install 'icetail[dataframe]')"
+    )
+    return False
 
 
 def rewrite_in_tasks(
