@@ -96,7 +96,9 @@ def bench_spark() -> object:
     """icetail's own local[2] session, its Python workers warmed by one job."""
     from icetail.reader.spark import spark_session
 
-    spark = spark_session(conf={"spark.master": "local[2]"})
+    # as `icetail run` on a local master: icetail's worker daemon (the task modules preloaded)
+    daemon = {"spark.python.daemon.module": "icetail.reader.spark_daemon"}
+    spark = spark_session(conf={"spark.master": "local[2]", **daemon})
     spark.range(0, 2, 1, 2).count()  # type: ignore[attr-defined]
     return spark
 
@@ -285,7 +287,7 @@ def tasks_case(workdir: Path, files: int, file_rows: int, keys: list[int], round
     sink.close()
 
 
-def memory_case(workdir: Path, groups: list[int], target_rows: int, file_rows: int) -> None:
+def memory_case(workdir: Path, groups: list[int], target_rows: int, file_rows: int, places: list[str]) -> None:
     """Each group size in a fresh process (its own peak), in the driver and in Spark tasks."""
     print(f"memory: one group of N spread key updates into a target of {target_rows:,} rows ({file_rows:,} a file)")
     print(f"  before: {load_note()}")
@@ -294,7 +296,7 @@ def memory_case(workdir: Path, groups: list[int], target_rows: int, file_rows: i
     catalog = open_bench_catalog(workdir)
     build_target(catalog, "b.t", target_rows // file_rows, file_rows)  # each group rewrites it: same size after
     for n in groups:
-        for place in ("driver", "tasks"):
+        for place in places:
             command = [sys.executable, "-m", "bench.iceberg_mirror", "--workdir", str(workdir)]
             command += ["--cases", "memory-one", "--memory-one", f"{n},{target_rows},{place}"]
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -343,6 +345,7 @@ def main() -> None:
     parser.add_argument("--crossover", default="1,2,4,8,16,32")
     parser.add_argument("--memory-groups", default="10000,100000,1000000")
     parser.add_argument("--memory-target-rows", type=int, default=2_000_000)
+    parser.add_argument("--memory-places", default="driver,tasks")
     parser.add_argument("--memory-one", default="")
     args = parser.parse_args()
     cases = set(args.cases.split(","))
@@ -355,7 +358,8 @@ def main() -> None:
         tasks_case(args.workdir, args.task_files, args.task_file_rows, keys, args.rounds, crossover)
     if "memory" in cases:
         groups = [int(v) for v in args.memory_groups.split(",")]
-        memory_case(args.workdir, groups, args.memory_target_rows, args.task_file_rows)
+        places = args.memory_places.split(",")
+        memory_case(args.workdir, groups, args.memory_target_rows, args.task_file_rows, places)
     if "touched" in cases:
         files = [int(v) for v in args.files.split(",")]
         keys = [int(v) for v in args.keys.split(",")]
