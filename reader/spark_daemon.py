@@ -8,8 +8,8 @@ Select it with `spark.python.daemon.module=reader.spark_daemon` (done for local 
   skip it here.
 * A worker runs `gc.collect()` after every task; a full collection walks every object the
   read path's imports created (~100 ms with pyarrow, pyiceberg and pydantic loaded). The read
-  path is imported here once, before the daemon forks, and frozen (`gc.freeze`), so the
-  collector skips it in every forked worker.
+  path (and the Iceberg mirror's rewrite tasks) is imported here once, before the daemon forks,
+  and frozen (`gc.freeze`), so the collector skips it in every forked worker.
 * The JVM sends a task in two flushes over a TCP socket with Nagle's algorithm on, and the
   worker's kernel delays its ACK of the first (~40 ms, Linux's minimum delayed ACK), so the
   second waits: 40 ms a task. The worker re-arms TCP_QUICKACK before reading each task and
@@ -32,6 +32,7 @@ zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[meth
 
 with contextlib.suppress(ImportError):
     import icetail.reader.split_reader  # noqa: F401
+    import icetail.sinks.iceberg_mirror_tasks  # noqa: F401  (the Iceberg mirror's rewrite tasks)
 
 _pyspark_worker = daemon.worker
 

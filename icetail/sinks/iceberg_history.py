@@ -24,6 +24,7 @@ from icetail.sinks.iceberg_history_schema import check_history_target, history_s
 from icetail.sinks.iceberg_mirror import IcebergMirrorSink
 from icetail.sinks.iceberg_mirror_apply import GroupRewrite
 from icetail.sinks.iceberg_mirror_schema import source_columns
+from icetail.sinks.iceberg_mirror_tasks import choose_rewrite
 
 
 class IcebergHistorySink(IcebergMirrorSink):
@@ -51,7 +52,7 @@ class IcebergHistorySink(IcebergMirrorSink):
         return table
 
     def _plan(self, table: Table, rows: pa.Table, key: tuple[str, ...]) -> GroupRewrite:
-        return plan_history(table, version_changes(rows, key), key)
+        return plan_history(table, version_changes(rows, key), key, choose_rewrite(self._spark))
 
     def _table_schema(self, schema: pa.Schema) -> pa.Schema | Schema:
         return history_schema(schema, self._key_names(schema))

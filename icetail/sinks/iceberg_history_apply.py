@@ -19,7 +19,6 @@ held no open version), as in the PostgreSQL history (pg_mirror/apply_history.py)
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,9 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, BooleanExpression, IsNull
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-from pyiceberg.manifest import DataFile
+from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, IsNull
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
 
 from icetail.sinks.history_versions import (
@@ -42,6 +40,7 @@ from icetail.sinks.history_versions import (
     VersionChanges,
 )
 from icetail.sinks.iceberg_mirror_apply import GroupRewrite, key_predicate
+from icetail.sinks.iceberg_mirror_files import AffectedKeys, FileChange, RewriteFiles, rewrite_in_driver
 from icetail.sinks.iceberg_schema import conform
 
 _ROW, _CLOSE = "__icetail_row", "__icetail_close"
@@ -112,44 +111,50 @@ def closes_of(changes: VersionChanges, key: Sequence[str]) -> pa.Table:
     return rows.select([*key, VALID_FROM_SNAPSHOT_ID, VALID_FROM]).append_column(FRESH_CLOSE, fresh)
 
 
-def plan_history(table: Table, changes: VersionChanges, key: Sequence[str]) -> GroupRewrite:
-    """Read the files that can hold an open version of a touched key, write their rewrites and the
-    new versions (uncommitted). In the GroupRewrite, `rows_deleted` counts the open versions closed
-    or replaced and `rows_upserted` the versions added."""
+def plan_history(
+    table: Table, changes: VersionChanges, key: Sequence[str], rewrite: RewriteFiles = rewrite_in_driver
+) -> GroupRewrite:
+    """Have `rewrite` (the driver, or Spark tasks: `iceberg_mirror_tasks`) read the files that can hold
+    an open version of a touched key and write their rewrites, then write the new versions
+    (uncommitted). In the GroupRewrite, `rows_deleted` counts the open versions closed or replaced
+    and `rows_upserted` the versions added."""
     schema = table.schema()
     arrow = schema.as_arrow()
     closes = closes_of(changes, key)
-    transform = CloseOpenVersions(closes, tuple(key))
     empty = table.current_snapshot() is None or not closes.num_rows
     predicate = AlwaysFalse() if empty else And(key_predicate(closes.select(list(key)), table), _open())
-    commit_uuid = uuid.uuid4()
-    counter = itertools.count(0)
-    replaced: list[tuple[DataFile, tuple[DataFile, ...]]] = []
-    files_read = rewritten = duplicates = 0
-    if not empty:
-        scan = ArrowScan(table.metadata, table.io, projected_schema=schema, row_filter=AlwaysTrue())
-        for task in table.scan(row_filter=predicate).plan_files():
-            files_read += 1
-            result = transform(scan.to_table([task]))
-            if not result.changed:
-                continue
-            rewritten += result.closed + result.replaced
-            duplicates += result.duplicates
-            written = (
-                tuple(_dataframe_to_data_files(table.metadata, result.rows, table.io, commit_uuid, counter))
-                if result.rows.num_rows
-                else ()
-            )
-            replaced.append((task.file, written))
+    files = [] if empty else list(table.scan(row_filter=predicate).plan_files())
+    fresh = closes.column(FRESH_CLOSE).combine_chunks()
+    affected = AffectedKeys(tuple(key), closes.select(list(key)), fresh)
+    transform = ClosingTransform(CloseOpenVersions(closes, tuple(key)))
+    outcomes, spark_tasks = rewrite(table.metadata, table.io, files, affected, transform) if files else ([], 0)
+    replaced = tuple((o.old, o.new) for o in outcomes if o.new is not None)
     versions = conform(changes.rows.filter(pc.equal(changes.ops, VERSION)), arrow)
     added = (
-        tuple(_dataframe_to_data_files(table.metadata, versions, table.io, commit_uuid, counter))
-        if versions.num_rows
-        else ()
+        tuple(_dataframe_to_data_files(table.metadata, versions, table.io, uuid.uuid4())) if versions.num_rows else ()
     )
     return GroupRewrite(
-        predicate, tuple(replaced), added, files_read, rewritten, versions.num_rows, duplicates + changes.duplicates
+        predicate,
+        replaced,
+        added,
+        len(files),
+        sum(o.affected for o in outcomes),
+        versions.num_rows,
+        sum(o.duplicates for o in outcomes) + changes.duplicates,
+        spark_tasks,
     )
+
+
+@dataclass(frozen=True)
+class ClosingTransform:
+    """`CloseOpenVersions` as the mirror's file runners take a transform (iceberg_mirror_files): the
+    same step in the driver and in Spark tasks. `closes` carries what the keys alone do not."""
+
+    close: CloseOpenVersions
+
+    def __call__(self, rows: pa.Table, affected: AffectedKeys, /) -> FileChange:
+        result = self.close(rows)
+        return FileChange(result.rows, result.closed + result.replaced, result.duplicates)
 
 
 def _open() -> BooleanExpression:

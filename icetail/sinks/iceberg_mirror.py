@@ -1,14 +1,17 @@
 """The Iceberg mirror: `iceberg://CATALOG/NS.TABLE?mode=mirror` keeps an Iceberg table equal to the
 followed table by key, exactly once.
 
-The rows come to the driver, as for the PostgreSQL mirror: the pipeline hands over a group of
+The change rows come to the driver, as for the PostgreSQL mirror: the pipeline hands over a group of
 chunks (`GroupWriteSink`, bounded by --sink-commit-rows/--sink-commit-interval), the group is
 folded to one net change per key (`keyed_merge.local_merge`: commit order, key changes as a
 delete of the old key) and applied as ONE overwrite snapshot (`iceberg_mirror_apply`) whose
 summary names the group's chunks, as the changelog sink's appends do (`iceberg_ledger`). The
 commit is made on the metadata the sink holds and lands only if the table has not moved
-(`iceberg_commit`); a replayed group (applied, offsets not committed) is found in the ledger and
-left out, whole or in part, however the replay is grouped (`IcebergTarget._append_once`). Another
+(`iceberg_commit`). The target's files that hold an affected key are read and rewritten in Spark
+tasks when they hold enough bytes and the pipeline gave the sink its session (`use_spark`,
+`iceberg_mirror_tasks`), else in the driver. A replayed group (applied, offsets not committed) is
+found in the ledger and left out, whole or in part, however the replay is grouped
+(`IcebergTarget._append_once`). Another
 writer's commit makes ours fail as a whole: reloaded, looked up again and redone (SinkError when
 the retries run out, so the pipeline retries).
 
@@ -41,6 +44,7 @@ from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS, evolve_by_field_id
 from icetail.sinks.iceberg_ledger import chunk_summary
 from icetail.sinks.iceberg_mirror_apply import GroupRewrite, plan_rewrite
 from icetail.sinks.iceberg_mirror_schema import check_target, source_columns, target_schema
+from icetail.sinks.iceberg_mirror_tasks import SessionProvider, choose_rewrite
 from icetail.sinks.iceberg_sink import IcebergTarget
 from icetail.sinks.keyed_merge import local_merge
 
@@ -59,6 +63,14 @@ class IcebergMirrorSink(IcebergTarget):
         self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
         self.duplicates = 0  # inserts of a key the target already held, since open (last writer wins)
         self.last: GroupRewrite | None = None  # the last group's commit: files read, replaced, rows
+        self.files_replaced = 0  # files of the target rewritten (or dropped) by the commits since open
+        self.spark_tasks = 0  # Spark tasks those rewrites ran in, since open (0: all in the driver)
+        self._spark: SessionProvider | None = None  # set by the pipeline: big rewrites run in Spark tasks
+
+    def use_spark(self, session: SessionProvider) -> None:
+        """Rewrite the files of a group that reads enough bytes in Spark tasks on `session()` (asked
+        for when a group needs it); without it every group is rewritten in the driver."""
+        self._spark = session
 
     def bind(self, key: tuple[str, ...], schema: pa.Schema) -> None:
         """Create the target for change rows of `schema` keyed by `key`, or check the existing one."""
@@ -132,7 +144,7 @@ class IcebergMirrorSink(IcebergTarget):
 
     def _plan(self, table: Table, rows: pa.Table, key: tuple[str, ...]) -> GroupRewrite:
         """The group's commit: the rewrites of the files its keys are in, and the rows it adds."""
-        return plan_rewrite(table, local_merge(rows, key), key)
+        return plan_rewrite(table, local_merge(rows, key), key, choose_rewrite(self._spark))
 
     def _evolve(self, table: Table, schema: pa.Schema) -> Table:
         """Follow the source's schema by field id, dropped columns dropped; commits nothing when equal."""
@@ -168,12 +180,16 @@ class IcebergMirrorSink(IcebergTarget):
         tokens = self._append_once(counts, table, appended, replayed=lambda i: None)
         if applied and self.last is not None:
             last = self.last
+            self.files_replaced += len(last.replaced)
+            self.spark_tasks += last.spark_tasks
             log.debug(
-                "%s: %d chunk(s) applied in snapshot %s: %d file(s) read, %d replaced, %d row(s) deleted, %d upserted",
+                "%s: %d chunk(s) applied in snapshot %s: %d file(s) read (%s), %d replaced, %d row(s) deleted, "
+                "%d upserted",
                 self._where(),
                 len(applied),
                 tokens[applied[0]],
                 last.files_read,
+                f"{last.spark_tasks} Spark task(s)" if last.spark_tasks else "in the driver",
                 len(last.replaced),
                 last.rows_deleted,
                 last.rows_upserted,

@@ -9,7 +9,9 @@ column bounds. pyiceberg's metrics evaluators give up on an `In` of more than 20
 (`IN_PREDICATE_LIMIT`: every file "might match"), so the values go in slices of 200 joined by `Or`.
 Each file that can hold a key is read (its position deletes applied), and only if it holds one is
 it replaced by a file without those rows (none when nothing is left); the others are kept as they
-are. The rows are matched by an Arrow semi-join on the key columns.
+are (`iceberg_mirror_files`: the rows matched by an Arrow semi-join on the key columns). The files
+are read and written in the driver, or, when they hold enough bytes and the mirror has a Spark
+session, in Spark tasks (`iceberg_mirror_tasks`): the commit is the same either way.
 
 Why not position deletes or deletion vectors: pyiceberg (0.12) writes neither (its own delete
 rewrites files, and warns that merge-on-read is not supported), so copy-on-write of the touched
@@ -43,10 +45,17 @@ from pyiceberg.expressions import (
     Or,
 )
 from pyiceberg.expressions.visitors import bind
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
+from icetail.sinks.iceberg_mirror_files import (
+    AffectedKeys,
+    FileTransform,
+    RewriteFiles,
+    drop_affected,
+    rewrite_in_driver,
+)
 from icetail.sinks.iceberg_mirror_manifests import carry_live_only
 from icetail.sinks.iceberg_schema import conform
 from icetail.sinks.keyed_merge import DELETE, FRESH, NetChanges
@@ -55,7 +64,6 @@ IN_LIMIT = 200  # pyiceberg's IN_PREDICATE_LIMIT: metrics are not evaluated for 
 RANGE_OVER = 2_000  # distinct values of a key column over which the filter is ranges, not INs
 MAX_RANGES = 64  # ranges of such a filter
 RANGED = (int, str, datetime.date, datetime.datetime, decimal.Decimal)  # the key types ranges are made of
-_ROW = "__icetail_row"
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class GroupRewrite:
     rows_deleted: int  # rows of the target removed (old rows of affected keys)
     rows_upserted: int
     duplicates: int  # rows of keys the group inserts fresh that the target held already
+    spark_tasks: int = 0  # the Spark tasks that rewrote the files read (0: the driver did)
 
     def stage(self, summary: dict[str, str]) -> Callable[[Transaction], None]:
         """The transaction step: one overwrite snapshot carrying `summary`."""
@@ -154,65 +163,35 @@ def _and(left: BooleanExpression, right: BooleanExpression) -> BooleanExpression
     return And(left, right)
 
 
-def plan_rewrite(table: Table, net: NetChanges, key: Sequence[str]) -> GroupRewrite:
-    """Read the files that can hold an affected key, write their rewrites and the upserts (uncommitted)."""
+def plan_rewrite(
+    table: Table,
+    net: NetChanges,
+    key: Sequence[str],
+    rewrite: RewriteFiles = rewrite_in_driver,
+    transform: FileTransform = drop_affected,
+) -> GroupRewrite:
+    """Plan the files that can hold an affected key, have `rewrite` read and rewrite them (in the
+    driver or in Spark tasks: `iceberg_mirror_tasks`), write the upserts; nothing committed."""
     schema = table.schema()
     arrow = schema.as_arrow()
     keys = net.rows.select(list(key))
-    fresh = keys.filter(pc.equal(net.ops, FRESH))
+    fresh = pc.equal(net.ops, FRESH)
+    affected = AffectedKeys(tuple(key), keys, fresh.combine_chunks() if isinstance(fresh, pa.ChunkedArray) else fresh)
     # an empty target (a first load) has no file to prune: the filter (~20 us a key) is not built
     empty = table.current_snapshot() is None
     predicate = AlwaysFalse() if empty else key_predicate(keys, table)
-    commit_uuid = uuid.uuid4()
-    counter = itertools.count(0)
-    replaced: list[tuple[DataFile, tuple[DataFile, ...]]] = []
-    files_read = rows_deleted = duplicates = 0
-    if not empty:
-        scan = ArrowScan(table.metadata, table.io, projected_schema=schema, row_filter=AlwaysTrue())
-        for task in table.scan(row_filter=predicate).plan_files():
-            files_read += 1
-            rows = scan.to_table([task])
-            hit = matches(rows, keys, key)
-            found = int(hit.sum())
-            if not found:
-                continue
-            rows_deleted += found
-            if fresh.num_rows:
-                duplicates += int(matches(rows.filter(pa.array(hit)), fresh, key).sum())
-            kept = rows.filter(pa.array(~hit))
-            written = (
-                tuple(_dataframe_to_data_files(table.metadata, kept, table.io, commit_uuid, counter))
-                if kept.num_rows
-                else ()
-            )
-            replaced.append((task.file, written))
+    files = [] if empty else list(table.scan(row_filter=predicate).plan_files())
+    outcomes, spark_tasks = rewrite(table.metadata, table.io, files, affected, transform) if files else ([], 0)
+    replaced = tuple((o.old, o.new) for o in outcomes if o.new is not None)
     upserts = conform(net.rows.filter(pc.not_equal(net.ops, DELETE)), arrow)
-    added = (
-        tuple(_dataframe_to_data_files(table.metadata, upserts, table.io, commit_uuid, counter))
-        if upserts.num_rows
-        else ()
-    )
+    added = tuple(_dataframe_to_data_files(table.metadata, upserts, table.io, uuid.uuid4())) if upserts.num_rows else ()
     return GroupRewrite(
-        predicate, tuple(replaced), added, files_read, rows_deleted, upserts.num_rows, duplicates + net.duplicates
+        predicate,
+        replaced,
+        added,
+        len(files),
+        sum(o.affected for o in outcomes),
+        upserts.num_rows,
+        sum(o.duplicates for o in outcomes) + net.duplicates,
+        spark_tasks,
     )
-
-
-def matches(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> np.ndarray:
-    """For each row of `rows`: whether its key is one of `keys` (a semi-join on the key columns)."""
-    n = rows.num_rows
-    if not n or not keys.num_rows:
-        return np.zeros(n, dtype=bool)
-    left = {f"k{i}": _plain(rows.column(name)) for i, name in enumerate(key)}
-    right = {f"k{i}": _plain(keys.column(name)).cast(left[f"k{i}"].type) for i, name in enumerate(key)}
-    left[_ROW] = pa.array(np.arange(n))
-    names = [f"k{i}" for i in range(len(key))]
-    joined = pa.table(left).join(pa.table(right), keys=names, join_type="left semi")
-    hit = np.zeros(n, dtype=bool)
-    hit[joined.column(_ROW).to_numpy()] = True
-    return hit
-
-
-def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """`column` as one array a join takes (an extension type, such as uuid, by its storage)."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return array.storage if isinstance(array.type, pa.BaseExtensionType) else array

@@ -9,8 +9,8 @@ sink might apply in either order. `bind` is called once at start, before any row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -39,3 +39,14 @@ class GroupWriteSink(Sink, Protocol):
     def write_group(self, chunks: Sequence[tuple[ChunkKey, pa.Table]]) -> list[str | None]:
         """Apply `chunks` (never empty; one batch, delivery order) durably in one commit; a token each."""
         ...
+
+
+@runtime_checkable
+class SparkTaskSink(Protocol):
+    """A driver-side sink that can hand heavy work to Spark tasks (the Iceberg mirror's file rewrites).
+
+    Sinks do not start Spark: the pipeline gives them its session, as a function called when
+    the work needs it (the session may still be starting; the caller's scheduler pool is set).
+    """
+
+    def use_spark(self, session: Callable[[], Any]) -> None: ...

@@ -87,11 +87,18 @@ from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangeP
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.reconcile import HIDDEN_PREFIX
-from icetail.reader.spark import BackgroundSession, SplitRequest, is_connect, run_splits
+from icetail.reader.spark import (
+    BackgroundSession,
+    SplitRequest,
+    current_scheduler_pool,
+    is_connect,
+    run_splits,
+    use_scheduler_pool,
+)
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.sinks.debezium import EnvelopeSink, check_format
-from icetail.sinks.keyed import GroupWriteSink, KeyedSink
+from icetail.sinks.keyed import GroupWriteSink, KeyedSink, SparkTaskSink
 from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
 from icetail.state.store import HISTORY_LIMIT, CheckpointStore, open_store
 
@@ -315,6 +322,8 @@ class Pipeline:
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
             self._check_sink(self._store.record_sink(self.consumer, self.sink_identity, owner=self._owner))
             self._bind_keyed_sink()
+            if isinstance(self.sink, SparkTaskSink):
+                self.sink.use_spark(self._task_session)
         except BaseException:
             self._forget_if_unstarted()
             self._store.release_lease(self.consumer, self._owner)
@@ -547,6 +556,13 @@ class Pipeline:
         self._start_session()
         assert self._own_session is not None
         return self._own_session.result()
+
+    def _task_session(self) -> Any:
+        """The session a sink runs its Spark tasks on (SparkTaskSink), its jobs in this thread's pool."""
+        session = self._session()
+        if not is_connect(session):
+            use_scheduler_pool(session.sparkContext, current_scheduler_pool())
+        return session
 
     # planning --------------------------------------------------------------------------
     def _load_table(self) -> Table:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.sinks import iceberg_mirror_tasks
 from icetail.state.store import open_store
 from tests.support import mirror_workload
 from tests.support.mirror_checks import history_problems
@@ -30,6 +31,13 @@ from tests.support.pg_mirror import row_set
 from tests.support.workloads import COW, MOR
 
 TARGET = "ns.m"
+
+
+@pytest.fixture(autouse=True, params=["driver", "tasks"])
+def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the target's files rewritten in the driver, and in Spark tasks (threshold 0)."""
+    monkeypatch.setattr(iceberg_mirror_tasks, "DEFAULT_TASK_BYTES", 0 if request.param == "tasks" else -1)
+    return str(request.param)
 
 
 def _config(catalog: Any, tmp_path: Path, mode: str = "mirror") -> PipelineConfig:

@@ -15,11 +15,19 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.sinks import iceberg_mirror_tasks
 from tests.pipeline.test_pg_mirror import ARROW, CrashBeforeOffsetCommit, _append, _Crash, _source
 from tests.support.catalogs import LocalCatalog
 from tests.support.mirror_checks import assert_target_equals_source, mirror_config
 
 TARGET = "tgt.t"
+
+
+@pytest.fixture(autouse=True, params=["driver", "tasks"])
+def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the target's files rewritten in the driver, and in Spark tasks (threshold 0)."""
+    monkeypatch.setattr(iceberg_mirror_tasks, "DEFAULT_TASK_BYTES", 0 if request.param == "tasks" else -1)
+    return str(request.param)
 
 
 def _config(cat: LocalCatalog, tmp_path: Path, **overrides: Any) -> PipelineConfig:
@@ -61,6 +69,26 @@ def test_mirror_follows_inserts_updates_key_changes_and_deletes(tmp_path: Path, 
     assert_mirrors(cat, config)
     commits = [s for s in cat.load(TARGET).snapshots() if (s.summary or {}).get("icetail.consumer") == "mirror"]
     assert commits and len(commits) == len(cat.load(TARGET).snapshots()), "every target commit names its chunks"
+
+
+def test_a_batch_over_many_target_files_rewrites_them_all(
+    tmp_path: Path, spark: Any, use_catalogs: Any, place: str
+) -> None:
+    """Groups of 10 rows make a target of 12 files; then an overwrite updates a key in each (pyiceberg
+    commits a delete, then an append: two groups): the deletes' group rewrites the 12 files, the
+    inserts' group reads them again, in Spark tasks or in the driver; the target equals the source."""
+    cat = _source(tmp_path, use_catalogs)
+    for f in range(12):
+        _append(cat, list(range(f * 10, f * 10 + 10)), "a")
+    small = _config(cat, tmp_path, chunk_rows=10, sink_commit_rows=10, sink_commit_interval_seconds=600)
+    _run(small, spark)
+    assert len(cat.load(TARGET).inspect.files()) == 12
+    keys = [f * 10 + 3 for f in range(12)]
+    cat.load("ns.t").overwrite(pa.table({"id": keys, "v": ["u"] * 12}, schema=ARROW), In("id", keys))  # updates
+    sink = _run(_config(cat, tmp_path), spark)
+    assert_mirrors(cat, _config(cat, tmp_path))
+    assert sink.files_replaced == 12 and sink.last is not None and sink.last.files_read == 12
+    assert sink.spark_tasks == (8 if place == "tasks" else 0), "2 x 12 files in 2 cores x 2 tasks a core, or none"
 
 
 def test_start_full_loads_the_current_rows_then_follows(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:

@@ -15,6 +15,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
+from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
 from icetail.sinks.iceberg_history import IcebergHistorySink
@@ -53,9 +54,24 @@ def _key(batch: str, index: int) -> ChunkKey:
     return ChunkKey("c1", batch, index, f"s{index}", 0)
 
 
+_SESSION: list[Any] = []  # the Spark session the sinks of a `tasks` run rewrite files with
+
+
+@pytest.fixture(autouse=True, params=["driver", "tasks"])
+def place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the files rewritten in the driver, and in Spark tasks (the threshold at 0)."""
+    if request.param == "tasks":
+        monkeypatch.setattr(iceberg_mirror_tasks, "DEFAULT_TASK_BYTES", 0)
+        monkeypatch.setattr(f"{__name__}._SESSION", [request.getfixturevalue("spark")])
+    return str(request.param)
+
+
 def _open(key: tuple[str, ...] = ("id",), schema: pa.Schema = SCHEMA) -> IcebergMirrorSink:
     sink = open_sink(URL, consumer="c1")
     assert isinstance(sink, IcebergMirrorSink)
+    if _SESSION:
+        session = _SESSION[0]
+        sink.use_spark(lambda: session)
     sink.bind(key, schema)
     return sink
 
@@ -132,17 +148,19 @@ def test_a_replayed_group_is_skipped_whole_or_in_part(sql_catalog: SqlCatalog) -
     assert _target(sql_catalog)[0] == "y" and len(sql_catalog.load_table("tgt.m").snapshots()) == snapshots + 1
 
 
-def test_only_files_that_can_hold_an_affected_key_are_read_and_rewritten(sql_catalog: SqlCatalog) -> None:
+def test_only_files_that_can_hold_an_affected_key_are_read_and_rewritten(sql_catalog: SqlCatalog, place: str) -> None:
     sink = _open()
     for f in range(10):  # ten files of disjoint key ranges
         sink.write_group([(_key("b1", f), _rows([("INSERT", f * 100 + j, "a", 1) for j in range(50)]))])
     sink.write_group([(_key("b2", 0), _rows([("UPDATE_BEFORE", 305, "a", 2), ("UPDATE_AFTER", 305, "b", 2)]))])
     assert sink.last is not None and sink.last.files_read == 1 and len(sink.last.replaced) == 1
+    assert sink.last.spark_tasks == (1 if place == "tasks" else 0)
     assert sink.last.rows_deleted == 1 and sink.last.rows_upserted == 1
     # more keys than pyiceberg evaluates in one IN (200): still pruned, to the two files they are in
     keys = [700 + j for j in range(50)] + [900 + j for j in range(50)] + list(range(5000, 5200))
     sink.write_group([(_key("b3", 0), _rows([("DELETE", k, "a", 3) for k in keys]))])
     assert sink.last.files_read == 2 and [len(new) for _, new in sink.last.replaced] == [0, 0]
+    assert sink.last.spark_tasks == (2 if place == "tasks" else 0), "a task a file (2 cores x 2 a core)"
     target = _target(sql_catalog)
     assert len(target) == 400 and target[305] == "b" and 700 not in target
 
