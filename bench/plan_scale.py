@@ -201,6 +201,7 @@ def main() -> None:
     parser.add_argument("--range", type=int, default=1000, dest="span")
     parser.add_argument("--threads", default=f"1,{DEFAULT_PLANNING_THREADS}", help="planning threads to compare")
     parser.add_argument("--no-java", action="store_true")
+    parser.add_argument("--ranges", default=None, help="new_snapshot,range_1000,whole_history (default: all)")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = args.workdir.resolve()
@@ -222,7 +223,10 @@ def main() -> None:
     }
     threads = [int(t) for t in args.threads.split(",")]
     java = None if args.no_java else JavaPlanner(workdir, args.table)
+    wanted = set(args.ranges.split(",")) if args.ranges else None
     for name, bounds in ranges(table, args.span).items():
+        if wanted is not None and name not in wanted:
+            continue
         log(f"{args.table} {name}: icetail")
         entry: dict[str, Any] = {"from_exclusive": bounds[0], "to_inclusive": bounds[1]}
         for count in threads:
@@ -235,6 +239,7 @@ def main() -> None:
                 entry[f"java_{kind}"] = java.rounds(kind, bounds, args.rounds)
                 entry[f"icetail_vs_java_{kind}_min"] = round(best / max(entry[f"java_{kind}"]["min_s"], 1e-6), 2)
         result["ranges"][name] = entry
+        log(f"{args.table} {name}: {json.dumps(entry)}")  # each range as it is done: a cut-short run still tells
     new = ranges(table, args.span)["new_snapshot"]
     log(f"{args.table}: serve cycle")
     result["serve_next_cycle"] = serve_cycle(table, new)
