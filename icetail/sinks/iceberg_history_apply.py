@@ -19,7 +19,6 @@ held no open version), as in the PostgreSQL history (pg_mirror/apply_history.py)
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, IsNull
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
 
 from icetail.sinks.history_versions import (
@@ -39,8 +37,8 @@ from icetail.sinks.history_versions import (
     VERSION,
     VersionChanges,
 )
-from icetail.sinks.iceberg_mirror_apply import GroupRewrite, key_predicate
-from icetail.sinks.iceberg_mirror_files import AffectedKeys, FileChange, RewriteFiles, rewrite_in_driver
+from icetail.sinks.iceberg_mirror_apply import GroupRewrite, group_rewrite, key_predicate
+from icetail.sinks.iceberg_mirror_files import AffectedKeys, FileChange, RewriteFiles, joinable, rewrite_in_driver
 from icetail.sinks.iceberg_schema import conform
 
 _ROW, _CLOSE = "__icetail_row", "__icetail_close"
@@ -123,26 +121,11 @@ def plan_history(
     closes = closes_of(changes, key)
     empty = table.current_snapshot() is None or not closes.num_rows
     predicate = AlwaysFalse() if empty else And(key_predicate(closes.select(list(key)), table), _open())
-    files = [] if empty else list(table.scan(row_filter=predicate).plan_files())
     fresh = closes.column(FRESH_CLOSE).combine_chunks()
     affected = AffectedKeys(tuple(key), closes.select(list(key)), fresh)
     transform = ClosingTransform(CloseOpenVersions(closes, tuple(key)))
-    outcomes, spark_tasks = rewrite(table.metadata, table.io, files, affected, transform) if files else ([], 0)
-    replaced = tuple((o.old, o.new) for o in outcomes if o.new is not None)
     versions = conform(changes.rows.filter(pc.equal(changes.ops, VERSION)), arrow)
-    added = (
-        tuple(_dataframe_to_data_files(table.metadata, versions, table.io, uuid.uuid4())) if versions.num_rows else ()
-    )
-    return GroupRewrite(
-        predicate,
-        replaced,
-        added,
-        len(files),
-        sum(o.affected for o in outcomes),
-        versions.num_rows,
-        sum(o.duplicates for o in outcomes) + changes.duplicates,
-        spark_tasks,
-    )
+    return group_rewrite(table, predicate, affected, transform, rewrite, versions, changes.duplicates)
 
 
 @dataclass(frozen=True)
@@ -168,16 +151,10 @@ def _close_index(rows: pa.Table, closes: pa.Table, key: Sequence[str]) -> np.nda
     found = np.full(n, -1, dtype=np.int64)
     if not n or not closes.num_rows:
         return found
-    left = {f"k{i}": _plain(rows.column(name)) for i, name in enumerate(key)}
-    right = {f"k{i}": _plain(closes.column(name)).cast(left[f"k{i}"].type) for i, name in enumerate(key)}
+    left = {f"k{i}": joinable(rows.column(name)) for i, name in enumerate(key)}
+    right = {f"k{i}": joinable(closes.column(name)).cast(left[f"k{i}"].type) for i, name in enumerate(key)}
     left[_ROW] = pa.array(np.arange(n))
     right[_CLOSE] = pa.array(np.arange(closes.num_rows))
     joined = pa.table(left).join(pa.table(right), keys=[f"k{i}" for i in range(len(key))], join_type="inner")
     found[joined.column(_ROW).to_numpy()] = joined.column(_CLOSE).to_numpy()
     return found
-
-
-def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """`column` as one array a join takes (an extension type, such as uuid, by its storage)."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return array.storage if isinstance(array.type, pa.BaseExtensionType) else array

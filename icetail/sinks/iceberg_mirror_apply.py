@@ -180,18 +180,31 @@ def plan_rewrite(
     # an empty target (a first load) has no file to prune: the filter (~20 us a key) is not built
     empty = table.current_snapshot() is None
     predicate = AlwaysFalse() if empty else key_predicate(keys, table)
-    files = [] if empty else list(table.scan(row_filter=predicate).plan_files())
-    outcomes, spark_tasks = rewrite(table.metadata, table.io, files, affected, transform) if files else ([], 0)
-    replaced = tuple((o.old, o.new) for o in outcomes if o.new is not None)
     upserts = conform(net.rows.filter(pc.not_equal(net.ops, DELETE)), arrow)
-    added = tuple(_dataframe_to_data_files(table.metadata, upserts, table.io, uuid.uuid4())) if upserts.num_rows else ()
+    return group_rewrite(table, predicate, affected, transform, rewrite, upserts, net.duplicates)
+
+
+def group_rewrite(
+    table: Table,
+    predicate: BooleanExpression,
+    affected: AffectedKeys,
+    transform: FileTransform,
+    rewrite: RewriteFiles,
+    appended: pa.Table,
+    duplicates: int,
+) -> GroupRewrite:
+    """The files `predicate` leaves, rewritten by `rewrite` with `transform`, and `appended` written:
+    a group's commit, prepared (the mirror's upserts or the history's new versions)."""
+    files = [] if isinstance(predicate, AlwaysFalse) else list(table.scan(row_filter=predicate).plan_files())
+    outcomes, spark_tasks = rewrite(table.metadata, table.io, files, affected, transform) if files else ([], 0)
+    written = _dataframe_to_data_files(table.metadata, appended, table.io, uuid.uuid4()) if appended.num_rows else ()
     return GroupRewrite(
         predicate,
-        replaced,
-        added,
+        tuple((o.old, o.new) for o in outcomes if o.new is not None),
+        tuple(written),
         len(files),
         sum(o.affected for o in outcomes),
-        upserts.num_rows,
-        sum(o.duplicates for o in outcomes) + net.duplicates,
+        appended.num_rows,
+        sum(o.duplicates for o in outcomes) + duplicates,
         spark_tasks,
     )

@@ -127,8 +127,8 @@ def matches(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> np.ndarray:
     n = rows.num_rows
     if not n or not keys.num_rows:
         return np.zeros(n, dtype=bool)
-    left = {f"k{i}": _plain(rows.column(name)) for i, name in enumerate(key)}
-    right = {f"k{i}": _plain(keys.column(name)).cast(left[f"k{i}"].type) for i, name in enumerate(key)}
+    left = {f"k{i}": joinable(rows.column(name)) for i, name in enumerate(key)}
+    right = {f"k{i}": joinable(keys.column(name)).cast(left[f"k{i}"].type) for i, name in enumerate(key)}
     left[_ROW] = pa.array(np.arange(n))
     names = [f"k{i}" for i in range(len(key))]
     joined = pa.table(left).join(pa.table(right), keys=names, join_type="left semi")
@@ -137,7 +137,7 @@ def matches(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> np.ndarray:
     return hit
 
 
-def _plain(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+def joinable(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """`column` as one array a join takes (an extension type, such as uuid, by its storage)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     return array.storage if isinstance(array.type, pa.BaseExtensionType) else array
