@@ -30,6 +30,8 @@ from icetail.sinks.iceberg_mirror_tasks import choose_rewrite
 class IcebergHistorySink(IcebergMirrorSink):
     """Keeps every version of every key of the followed table in NS.TABLE; see docs/sinks.md."""
 
+    history = True  # a version per change: the pipeline refuses --keep-carry-over (carry-overs as versions)
+
     _kind = "history's"
 
     def _wanted_identifiers(self, table: Table) -> list[int | None]:

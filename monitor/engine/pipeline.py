@@ -361,6 +361,12 @@ class Pipeline:
         """A mirror learns its key and checks its target before any batch; batches pair by that key."""
         if not isinstance(self.sink, KeyedSink):
             return
+        if getattr(self.sink, "history", False) and not self.config.carry_over_removal:
+            raise ConfigError(
+                "a history sink keeps a version per change: with --keep-carry-over the rows a rewrite "
+                "carries over unchanged (a compaction, an UPDATE that changes nothing) would become versions; "
+                "drop --keep-carry-over"
+            )
         table = self._load_table()
         key = mirror_key(table, None, self.config.identifier_columns)
         schema = change_arrow_schema(table, None, with_row_lineage=keyed_by_row_id(key))

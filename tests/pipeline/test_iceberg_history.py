@@ -16,7 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import ancestors_of
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from icetail.kernel.errors import SinkRejectedError
+from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
 from icetail.state.store import open_store
 from tests.pipeline.test_pg_mirror import ARROW, CrashBeforeOffsetCommit, _append, _Crash, _source
@@ -220,3 +220,14 @@ def test_a_target_that_does_not_fit_is_refused_in_one_line(tmp_path: Path, spark
     message = str(info.value)
     assert "_valid_from_snapshot_id" in message and "\n" not in message, message
     assert Counter(cat.load(TARGET).scan().to_arrow().column("id").to_pylist()) == {1: 1}
+
+
+def test_history_refuses_keep_carry_over_before_anything_is_written(
+    tmp_path: Path, spark: Any, use_catalogs: Any
+) -> None:
+    """Carry-over rows kept would be recorded as versions of keys that did not change."""
+    cat = _source(tmp_path, use_catalogs)
+    _append(cat, [1], "a")
+    with pytest.raises(ConfigError, match="--keep-carry-over"):
+        _run(_config(cat, tmp_path, carry_over_removal=False), spark)
+    assert not cat.catalog().table_exists(TARGET)
