@@ -214,6 +214,7 @@ def _downgrade_to_schema_3(db: Path) -> None:
     """The store as the release before branches, net and schema ids wrote it: store schema 3, split format 2."""
     conn = sqlite3.connect(db)
     with conn:
+        conn.execute("DROP TABLE icetail_stopped_consumers")  # store schema 8
         conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # store schema 4
         for name in ("icetail_inflight_batches", "icetail_history"):
             for column in ("net", "schema_id", "reconcile_partition_bytes"):  # store schemas 5, 6 and 7
