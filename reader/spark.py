@@ -134,6 +134,11 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
 # `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
 SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
 ABANDON_SECONDS = 2.0
+# Test seam: while the file this variable names exists, a BackgroundSession's start waits before
+# it asks for the JVM (marking the wait by creating `<file>.held`), so a test can stop a run whose
+# session is provably still starting instead of racing the JVM's start.
+HOLD_SESSION_START_ENV = "ICETAIL_TEST_HOLD_SESSION_START"
+_HOLD_POLL_SECONDS = 0.05
 
 
 class SessionAbandoned(Exception):
@@ -204,6 +209,7 @@ class BackgroundSession:
             from pyspark import SparkContext
 
             running = SparkContext._active_spark_context is not None  # its workers are warm already
+            self._hold_for_test()
             with self._lock:
                 if self._closing:  # abandoned before the JVM was asked for: never start it
                     raise SessionAbandoned("the Spark session was abandoned before it started")
@@ -228,6 +234,18 @@ class BackgroundSession:
         finally:
             with self._lock:
                 self._warming = None
+
+    def _hold_for_test(self) -> None:
+        path = os.environ.get(HOLD_SESSION_START_ENV)
+        if not path or not os.path.exists(path):
+            return
+        with open(path + ".held", "w", encoding="utf-8"):
+            pass
+        while os.path.exists(path):
+            with self._lock:
+                if self._closing:
+                    return
+            time.sleep(_HOLD_POLL_SECONDS)
 
 
 def is_connect(spark: Any) -> bool:
@@ -463,8 +481,10 @@ def _publish_partition(
             count += 1
         _publish(os.path.join(handoff, f"{key}.end"), b"")
     except OSError as exc:  # no file can carry the error now: it goes back as the task's result
-        error = handoff_full(os.path.dirname(handoff)) if is_disk_full(exc) else IcetailError(
-            f"cannot write icetail's handoff file in {handoff}: {exc}"
+        error = (
+            handoff_full(os.path.dirname(handoff))
+            if is_disk_full(exc)
+            else IcetailError(f"cannot write icetail's handoff file in {handoff}: {exc}")
         )
         yield TaskErrorPayload(type(error).__module__, type(error).__name__, str(error))
         return

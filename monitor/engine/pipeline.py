@@ -285,8 +285,10 @@ class Pipeline:
         self.open()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        # leaving on an error or a stop (SIGTERM, Ctrl-C): a JVM still starting is given up, not
+        # waited for (it can take tens of seconds under load, past a supervisor's grace period)
+        self.close(abandon_session=exc_type is not None)
 
     def open(self) -> None:
         """Check the sink and the consumer, then take the consumer's lease.
@@ -396,7 +398,12 @@ class Pipeline:
                 "cursor too)"
             )
 
-    def close(self) -> None:
+    def close(self, *, abandon_session: bool = False) -> None:
+        """Release the lease, close the sink and the store, and stop icetail's own Spark session.
+
+        `abandon_session`: a session still starting is stopped at once (BackgroundSession.abandon)
+        instead of being waited for.
+        """
         try:
             self._store.release_lease(self.consumer, self._owner)
         finally:
@@ -405,7 +412,10 @@ class Pipeline:
             if self._owns_store:
                 self._store.close()
             if self._own_session is not None:
-                self._own_session.close()
+                if abandon_session:
+                    self._own_session.abandon()
+                else:
+                    self._own_session.close()
 
     def checkpoint(self) -> Checkpoint | None:
         """The consumer's stored state (cursor, in-flight batch)."""
@@ -1205,8 +1215,4 @@ def _is_full_start(batch: InflightBatch) -> bool:
     history): it starts before everything yet holds one commit that has a parent. From the batch
     as stored, so a resumed batch says the same."""
     commits = {s.task.commit for s in batch.splits}
-    return (
-        batch.from_snapshot_exclusive is None
-        and len(commits) == 1
-        and next(iter(commits)).parent_id is not None
-    )
+    return batch.from_snapshot_exclusive is None and len(commits) == 1 and next(iter(commits)).parent_id is not None
