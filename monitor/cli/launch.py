@@ -47,4 +47,10 @@ def entry() -> None:
         code = main.run_command()
     except Terminated:
         code = stopped()
+    finally:
+        # The command is over and its last line written. A stop during the interpreter's teardown
+        # (~0.5 s: pyspark, threads, modules) changes nothing, so it is ignored: a Python handler
+        # would raise into an atexit callback, and Python restores the default action for its
+        # handlers late in the teardown (an exit by signal 15, silent). SIG_IGN outlives that.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)

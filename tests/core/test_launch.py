@@ -42,6 +42,34 @@ def test_a_sigterm_while_the_command_imports_ends_in_one_line(module: str) -> No
     assert out.stdout == ""
 
 
+SIGTERM_AT_EXIT = """
+import atexit, os, signal, sys, time
+
+def stop_while_exiting():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)  # the signal is handled (or not) before the teardown goes on
+
+atexit.register(stop_while_exiting)
+sys.argv = ["icetail", *sys.argv[1:]]
+from icetail.monitor.cli.launch import entry
+
+entry()
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"), [(["--version"], 0), (["status", "--state", "sqlite:////nonexistent/x.db"], 2)]
+)
+def test_a_sigterm_after_the_command_ended_keeps_its_exit_status_and_lines(argv: list[str], code: int) -> None:
+    """A stop while the interpreter tears down (the command said its last line) is ignored: the
+    exit status is the command's, and nothing is added to its output (it used to raise into an
+    atexit callback, or end the process by signal 15 silently: chaos harness, issue 26)."""
+    out = subprocess.run([sys.executable, "-c", SIGTERM_AT_EXIT, *argv], capture_output=True, text=True, timeout=60)
+    assert out.returncode == code, out.stderr
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
+    assert len(out.stderr.splitlines()) == (0 if code == 0 else 1), out.stderr
+
+
 def test_the_launcher_imports_nothing_of_icetail_but_its_packages() -> None:
     """What runs before the handler is installed: the package roots only, no pyspark, no metadata."""
     probe = (
