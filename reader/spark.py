@@ -170,6 +170,11 @@ class BackgroundSession:
     def result(self) -> Any:
         return self._future.result()
 
+    @property
+    def starting(self) -> bool:
+        """The JVM start has not finished (neither succeeded nor failed) yet."""
+        return not self._future.done()
+
     def close(self) -> None:
         """Wait for the start to finish, cancel the warm-up job if it runs and wait for it too.
 
