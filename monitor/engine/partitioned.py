@@ -13,9 +13,9 @@ outputs below it are neither reconciled nor written again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -35,6 +35,7 @@ from icetail.state.store import CheckpointStore
 # estimated (compressed parquet) split bytes per partition: about 400k change rows of a table of 8
 # narrow columns, ~350 MB peak in the Python worker that reconciles them (bench/RESULTS.md, R27)
 DEFAULT_RECONCILE_PARTITION_BYTES = 8 * 1024 * 1024
+T = TypeVar("T")
 MAX_RECONCILE_PARTITIONS = 4096  # per phase; a bound on Spark tasks, not on snapshot size
 
 
@@ -77,6 +78,25 @@ def partitioned_snapshots(
         if partitions > 1:
             found[snapshot_id] = PartitionedSnapshot(snapshot_id, own, tuple(indexes), partitions)
     return found
+
+
+def segments_in_order(
+    requests: list[SplitRequest],
+    index_of: Mapping[str, int],
+    partitioned: Iterable[PartitionedSnapshot],
+    released_from: Callable[[list[SplitRequest]], Iterator[T]],
+) -> Iterator[T | PartitionedSnapshot]:
+    """What `requests` release (in plan order), with each partitioned snapshot in its place among
+    them: the requests before it are read (one `released_from` call) and released first."""
+    pending = list(requests)
+    for snapshot in sorted(partitioned, key=lambda p: p.indexes[0]):
+        before = [r for r in pending if index_of[r.split.split_id] < snapshot.indexes[0]]
+        pending = pending[len(before) :]
+        if before:
+            yield from released_from(before)
+        yield snapshot
+    if pending:
+        yield from released_from(pending)
 
 
 def key_columns(read_schema: pa.Schema, identifiers: Sequence[str]) -> tuple[str, ...]:
@@ -155,8 +175,8 @@ def deliver_partitioned(
 
 def partition_spec(
     snapshot: PartitionedSnapshot,
-    progress: Mapping[str, SplitProgress],
     *,
+    first_output: int,
     read_schema: pa.Schema,
     identifiers: tuple[str, ...],
     carry_over_removal: bool,
@@ -165,7 +185,8 @@ def partition_spec(
     chunk_rows: int | None,
     stage_as: SplitSlot | None,
 ) -> ShuffleSpec:
-    """The shuffle of `snapshot`, resuming after the outputs its anchor records as delivered."""
+    """The shuffle of `snapshot`, from output `first_output` (inclusive): a resumed snapshot starts
+    after the outputs its anchor records as delivered."""
     reads_lineage = with_row_lineage or lineage_pairing
     return ShuffleSpec(
         requests=tuple(SplitRequest(s, 0, with_row_lineage=reads_lineage) for s in snapshot.splits),
@@ -177,7 +198,7 @@ def partition_spec(
         carry_over_removal=carry_over_removal,
         lineage_pairing=lineage_pairing,
         with_row_lineage=with_row_lineage,
-        first_output=progress[snapshot.anchor.split_id].parts_done or 0,
+        first_output=first_output,
         chunk_rows=chunk_rows,
         stage_as=stage_as,
         anchor_split_id=snapshot.anchor.split_id,

@@ -54,6 +54,7 @@ from icetail.monitor.engine.partitioned import (
     deliver_partitioned,
     partition_spec,
     partitioned_snapshots,
+    segments_in_order,
 )
 from icetail.monitor.engine.release import (
     Pairing,
@@ -776,7 +777,7 @@ class Pipeline:
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
             if snapshot_id in partitioned:
-                continue  # reconciled by Spark tasks, in its place among the others (_segments)
+                continue  # reconciled by Spark tasks, in its place among the others (segments_in_order)
             if snapshot_id in gathered:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
                     # reconcile needs the whole snapshot again, with the row ids it pairs by
@@ -810,13 +811,13 @@ class Pipeline:
             )
 
         for release in self._committing_on_failure(
-            _segments(requests, index_of, list(partitioned.values()), released_from), batch, group, tally
+            segments_in_order(requests, index_of, partitioned.values(), released_from), batch, group, tally
         ):
             if isinstance(release, PartitionedSnapshot):
                 self._commit_group(batch, group, tally)
                 spec = partition_spec(
                     release,
-                    progress,
+                    first_output=progress[release.anchor.split_id].parts_done or 0,
                     read_schema=read_schema,
                     identifiers=identifiers,
                     carry_over_removal=carry_over_removal,
@@ -1123,25 +1124,6 @@ def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
     if batch.shape.schema_id is not None:
         return batch.shape.schema_id
     return schema_id_of(table, batch.to_snapshot_inclusive)
-
-
-def _segments(
-    requests: list[SplitRequest],
-    index_of: dict[str, int],
-    partitioned: list[PartitionedSnapshot],
-    released_from: Callable[[list[SplitRequest]], Iterator[Release]],
-) -> Iterator[Release | PartitionedSnapshot]:
-    """The releases of `requests` (in batch order), with each partitioned snapshot in its place in
-    the batch: the requests before it are read (one `run_splits`) and released first."""
-    pending = list(requests)
-    for snapshot in sorted(partitioned, key=lambda p: p.indexes[0]):
-        before = [r for r in pending if index_of[r.split.split_id] < snapshot.indexes[0]]
-        pending = pending[len(before) :]
-        if before:
-            yield from released_from(before)
-        yield snapshot
-    if pending:
-        yield from released_from(pending)
 
 
 def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:
