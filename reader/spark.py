@@ -58,6 +58,17 @@ DEFAULT_CONF = {
 }
 
 
+# Arrow's allocator in the Python workers (mimalloc, pyarrow's default) hands freed pages back to
+# the OS 10 ms after a task frees them, at the next task's first allocations: that task then
+# faults every page of its working set in again, in the kernel (warm reads of 8M rows spent 0.2 to
+# 1.5 s of worker system CPU per round for the same 0.7 s of user CPU, the bimodal tail of issue
+# 24 s5; bench/RESULTS.md R41). Kept for a minute instead, memory freed by one task is reused by the
+# next; an idle worker returns it at its next task, and a task that ends with
+# `release_unused()` (the reconcile partitions) still returns it at once.
+PURGE_DELAY_ENV = "MIMALLOC_PURGE_DELAY"
+WORKER_PURGE_DELAY_MS = "60000"
+
+
 # The Spark scheduler pool of the jobs a thread submits (`serve` gives each followed table its
 # own): under `spark.scheduler.mode=FAIR` a big table's waves then share the cores with the small
 # tables' instead of queueing them behind every task (Spark's FIFO). The jobs are submitted from
@@ -120,6 +131,8 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
         settings.setdefault("spark.python.daemon.module", "icetail.reader.spark_daemon")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
+        settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
     for key, value in settings.items():
