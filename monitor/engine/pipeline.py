@@ -257,8 +257,11 @@ class Pipeline:
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_chunk: Callable[[Chunk], None] | None = None,
         on_check: Callable[[SnapshotCheck], None] | None = None,
+        share_manifest_cache: bool = False,
     ) -> None:
         self.config = config
+        # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
+        self._share_manifest_cache = share_manifest_cache
         self.consumer = config.consumer_id
         self._owns_store = store is None
         self._store: CheckpointStore = store or open_store(config.state_url, history_limit=config.history_retention)
@@ -591,6 +594,7 @@ class Pipeline:
                 self.config.target_split_bytes,
                 branch=self.config.branch,
                 manifest_cache_entries=self.config.manifest_cache_entries,
+                share_manifest_cache=self._share_manifest_cache,
             )
         else:
             self._planner.refresh(table)

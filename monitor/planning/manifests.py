@@ -51,6 +51,42 @@ _Out = TypeVar("_Out")
 DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000
 """File entries (and manifest-list records) a ManifestReader keeps decoded: ~0.5 KB each (R33)."""
 
+
+@dataclass(frozen=True)
+class ManifestCache:
+    """Decoded manifests (by path) and manifest lists, bounded together by the entries they hold.
+
+    Manifests are immutable and their paths unique, so one cache can serve every table of a
+    process: `serve` shares one (`shared_manifest_cache`), so its memory is one bound however many
+    tables it follows, not one bound per table (issue 24 s3; each of 50 tables could fill ~0.1 GB).
+    """
+
+    entries: LRU[str, tuple[FileEntry, ...]]
+    lists: LRU[str, tuple[ManifestFile, ...]]
+
+    @classmethod
+    def bounded(cls, max_entries: int) -> ManifestCache:
+        return cls(LRU(max_entries, weigh=_size), LRU(max_entries // 4, weigh=_size))
+
+    @property
+    def weight(self) -> int:
+        """File entries and manifest-list records held now."""
+        return self.entries.weight + self.lists.weight
+
+
+_shared_caches: dict[int, ManifestCache] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_manifest_cache(max_entries: int) -> ManifestCache:
+    """The process's one cache of that bound, shared by every reader that asks for it."""
+    with _shared_lock:
+        cache = _shared_caches.get(max_entries)
+        if cache is None:
+            cache = _shared_caches[max_entries] = ManifestCache.bounded(max_entries)
+        return cache
+
+
 DEFAULT_PLANNING_THREADS = 4
 """Manifests read at once while planning a range: the waits of reads overlap (an object store's
 latency per file), while decoding holds the GIL, so on a local disk it gains little."""
@@ -180,21 +216,26 @@ class ManifestReader:
         early_stop: bool = True,
         may_match: Callable[[DataFile], bool] | None = None,
         threads: int = DEFAULT_PLANNING_THREADS,
+        cache: ManifestCache | None = None,
     ) -> None:
         """`may_match`: a row filter's file test (planning/pruning.py); the data files it rejects
-        are collected in `pruned_paths` as their manifests are read.
+        are collected in `pruned_paths` as their manifests are read (so such a reader keeps a
+        cache of its own: a manifest another reader decoded would never be tested).
 
         `max_cached_entries` bounds the decoded manifests and manifest lists kept (by their
-        entries, see `DEFAULT_MANIFEST_CACHE_ENTRIES`); 0 keeps none. `threads`: manifests read
-        at once (1: one after the other, in the caller's thread).
+        entries, see `DEFAULT_MANIFEST_CACHE_ENTRIES`); 0 keeps none. `cache`: use this one
+        instead (shared with other readers; `max_cached_entries` is then its bound's business).
+        `threads`: manifests read at once (1: one after the other, in the caller's thread).
         """
         self._io = io
         self._early_stop = early_stop
         self._may_match = may_match
         self._threads = max(1, threads)
         self.pruned_paths: set[str] = set()
-        self._entries: LRU[str, tuple[FileEntry, ...]] = LRU(max_cached_entries, weigh=_size)
-        self._lists: LRU[str, tuple[ManifestFile, ...]] = LRU(max_cached_entries // 4, weigh=_size)
+        if cache is None or may_match is not None:
+            cache = ManifestCache.bounded(max_cached_entries)
+        self._entries = cache.entries
+        self._lists = cache.lists
         self._lock = threading.Lock()  # guards the counters
         self.manifests_read = 0  # cache misses, for planning metrics and benchmarks
         self.list_entries_read = 0  # manifest-list records decoded, for tests and benchmarks

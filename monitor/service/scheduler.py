@@ -267,6 +267,7 @@ class Service:
                     stop_event=self._stop,
                     on_batch=self._on_batch(config),
                     on_check=self._on_check(config),
+                    share_manifest_cache=True,  # one bound for the process, not one per table
                 )
                 pipeline.open()
                 job.pipeline = pipeline
