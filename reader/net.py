@@ -128,13 +128,27 @@ class NetChanges:
         cancelled[rest] = cancelled_rows(codes[rest], is_delete[rest]) if len(rest) else False
         if self._lineage and cancelled.any():
             self._follow_lost_lineage(rows, codes, is_delete, cancelled)
+        self._hold_restarting(rows, cancelled)
+        self._add_singles(rows.filter(pa.array(~settled & ~cancelled)))
+        self._compact_if_due()
+
+    def add_reconciled(self, rows: pa.Table, cancelled: np.ndarray) -> None:
+        """A snapshot's rows whose carry-overs (`cancelled`) were found already: the content phase of a
+        partitioned fold (reader/net_shuffle.py), which settled lineage pairs and lost lineage before."""
+        if not rows.num_rows:
+            return
+        rows = rows.cast(self.schema)
+        self._hold_restarting(rows, cancelled)
+        self._add_singles(rows.filter(pa.array(~cancelled)))
+        self._compact_if_due()
+
+    def _hold_restarting(self, rows: pa.Table, cancelled: np.ndarray) -> None:
+        """Carry-over pairs of rows inserted earlier in the range go into the count: Java counts them."""
         if cancelled.any() and self._inserted:
             pairs = rows.filter(pa.array(cancelled))
             restarting = _matching(pairs.select(self._columns), pa.concat_tables(self._inserted))
             if restarting.any():  # a copy-on-write rewrite of a row inserted in the range: Java counts it
                 self._hold(pairs.filter(pa.array(restarting)), track_inserts=False)
-        self._add_singles(rows.filter(pa.array(~settled & ~cancelled)))
-        self._compact_if_due()
 
     def add_rows(self, rows: pa.Table) -> None:
         """Rows of a snapshot that only deletes or only inserts (nothing to cancel): any chunk size."""
@@ -231,44 +245,54 @@ class NetChanges:
         self._compact_at = max(self._compact_at, 2 * self.rows_held)
         self._deletes_since_compaction = False
 
+    def survivors(self) -> pa.Table:
+        """The net rows of the count (rows followed by no row id), unpaired."""
+        if not self._held:
+            return self.schema.empty_table()
+        rows = pa.concat_tables(self._held)
+        return rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
+
     def result(self, key_columns: Sequence[str] = ()) -> pa.Table:
         """The net change rows, ordered by `_change_ordinal`; within one: DELETEs, UPDATE pairs, INSERTs."""
-        survivors = self.schema.empty_table()
-        if self._held:
-            rows = pa.concat_tables(self._held)
-            survivors = rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
+        survivors = self.survivors()
         if not self._by_row_id:
             return paired_in_order(survivors, key_columns) if survivors.num_rows else survivors
         singles, before, after = (
-            t.drop_columns([ROW_KEY]) for t in self._net_by_row_id(pa.concat_tables(self._by_row_id))
+            t.drop_columns([ROW_KEY]) for t in net_by_row_id(pa.concat_tables(self._by_row_id), self._columns)
         )
-        singles = pa.concat_tables([survivors, singles])
-        # a net DELETE and a net INSERT of identical rows no row id pairs are the same content removed
-        # and added (a writer that does not keep lineage rewrote it, or it was deleted and re-inserted):
-        # they cancel, as carry-overs do within a snapshot, so the multiset rule holds
-        cancelled = cancelled_rows(row_codes(singles.select(self._columns)), _is_delete(singles))
-        survivors = singles.filter(pa.array(~cancelled))
-        rows = pa.concat_tables([survivors, before, after])
-        first_before = survivors.num_rows
-        pre_before = np.arange(first_before, first_before + before.num_rows, dtype=np.int64)
-        return paired_in_order(rows, key_columns, (pre_before, pre_before + before.num_rows))
+        return finished(pa.concat_tables([survivors, singles]), before, after, self._columns, key_columns)
 
-    def _net_by_row_id(self, rows: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
-        """(DELETE/INSERT rows, UPDATE_BEFORE images, their UPDATE_AFTER images) of the rows with a row id;
-        each stamped with the commit of its id's last change."""
-        first, last = first_and_last_by_row_id(rows)
-        is_delete = _is_delete(rows)
-        was_there, is_there = is_delete[first], ~is_delete[last]
-        codes = row_codes(rows.select(self._columns).take(pa.array(np.r_[first, last], pa.int64())))
-        changed = codes[: len(first)] != codes[len(first) :]
-        deleted = was_there & ~is_there
-        updated = was_there & is_there & changed
-        inserted = ~was_there & is_there
-        stamped = _stamped(rows, first, last)  # first images, last stamps
-        singles = pa.concat_tables(
-            [stamped.filter(pa.array(deleted)), rows.take(pa.array(last[inserted], pa.int64()))]
-        )
-        return singles, stamped.filter(pa.array(updated)), rows.take(pa.array(last[updated], pa.int64()))
+
+def finished(
+    singles: pa.Table, before: pa.Table, after: pa.Table, columns: Sequence[str], key_columns: Sequence[str]
+) -> pa.Table:
+    """The last step with row lineage: `singles` (net DELETE/INSERT rows of the count and of row ids)
+    cancelled by content, then paired by key; `before`/`after` are the row ids' UPDATE pairs."""
+    # a net DELETE and a net INSERT of identical rows no row id pairs are the same content removed
+    # and added (a writer that does not keep lineage rewrote it, or it was deleted and re-inserted):
+    # they cancel, as carry-overs do within a snapshot, so the multiset rule holds
+    cancelled = cancelled_rows(row_codes(singles.select(list(columns))), _is_delete(singles))
+    survivors = singles.filter(pa.array(~cancelled))
+    rows = pa.concat_tables([survivors, before, after])
+    first_before = survivors.num_rows
+    pre_before = np.arange(first_before, first_before + before.num_rows, dtype=np.int64)
+    return paired_in_order(rows, key_columns, (pre_before, pre_before + before.num_rows))
+
+
+def net_by_row_id(rows: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(DELETE/INSERT rows, UPDATE_BEFORE images, their UPDATE_AFTER images) of rows keyed by `ROW_KEY`;
+    each stamped with the commit of its key's last change."""
+    first, last = first_and_last_by_row_id(rows)
+    is_delete = _is_delete(rows)
+    was_there, is_there = is_delete[first], ~is_delete[last]
+    codes = row_codes(rows.select(list(columns)).take(pa.array(np.r_[first, last], pa.int64())))
+    changed = codes[: len(first)] != codes[len(first) :]
+    deleted = was_there & ~is_there
+    updated = was_there & is_there & changed
+    inserted = ~was_there & is_there
+    stamped = _stamped(rows, first, last)  # first images, last stamps
+    singles = pa.concat_tables([stamped.filter(pa.array(deleted)), rows.take(pa.array(last[inserted], pa.int64()))])
+    return singles, stamped.filter(pa.array(updated)), rows.take(pa.array(last[updated], pa.int64()))
 
 
 def first_and_last_by_row_id(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -349,6 +373,11 @@ def _matching(rows: pa.Table, others: pa.Table) -> np.ndarray:
     if len(candidates):
         mask[candidates] = rows_matching(rows.take(pa.array(candidates, pa.int64())), narrowed)
     return mask
+
+
+def is_delete_row(rows: pa.Table) -> np.ndarray:
+    """Mask of the DELETE rows."""
+    return _is_delete(rows)
 
 
 def _is_delete(rows: pa.Table) -> np.ndarray:

@@ -1,0 +1,148 @@
+"""`run --net` folded in partitions by Spark tasks delivers what the driver fold delivers, exactly once.
+
+The source is the crash tests' mixed table (pyiceberg: appends, a copy-on-write delete with
+carry-overs, an overwrite as delete + append of the same ids, deletes of rows appended shortly
+before, a schema change). Each net batch is delivered twice: folded whole in the driver
+(`reconcile_partition_bytes=0`) and in partitions of a few KB (reader/net_shuffle.py, a chunk
+each). The two sinks must hold the same rows (multisets of full rows, stamps included), with and
+without identifier columns, and the net rows replayed onto the empty table give its rows at the
+end. A crash between partitions resumes at the partition: what was committed is never written
+again, and the sink ends with the driver fold's rows once. (v3 row lineage and Java's
+copy-on-write statements: tests/differential/test_partitioned_net.py.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.table import Table
+
+from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.state.store import open_store
+from tests.support.catalogs import LocalCatalog, new_catalog
+from tests.support.compare import diff_report, row_multiset
+from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
+from tests.support.tables import build_mixed_table
+
+TABLE = "ns.events"
+TINY = 3_000  # estimated bytes per partition: a dozen partitions per batch here
+ADDED, REMOVED = ("INSERT", "UPDATE_AFTER"), ("DELETE", "UPDATE_BEFORE")
+
+
+@dataclass(frozen=True)
+class Source:
+    catalog: LocalCatalog
+    table: Table
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
+    cat = new_catalog(tmp_path_factory.mktemp("net-fold"), "netfold")
+    return Source(cat, build_mixed_table(cat, TABLE))
+
+
+def _config(source: Source, root: Path, partition_bytes: int, **overrides: Any) -> PipelineConfig:
+    root.mkdir(parents=True, exist_ok=True)
+    values: dict[str, Any] = {
+        "catalog": source.catalog.name,
+        "table": TABLE,
+        "state_url": f"sqlite:///{root / 'state.db'}",
+        "sink_url": f"parquet://{root / 'sink'}",
+        "consumer": "net",
+        "net": True,
+        "chunk_rows": 100,
+        "reconcile_partition_bytes": partition_bytes,
+        **overrides,
+    }
+    return PipelineConfig(**values)
+
+
+def _run(config: PipelineConfig, spark: Any, sink: Any = None) -> tuple[pa.Table, int]:
+    with Pipeline(config, sink=sink, spark=spark) as pipeline:
+        outcomes = pipeline.run()
+    assert outcomes and all(o.completed for o in outcomes), outcomes
+    rows = read_parquet_sink(Path(config.sink_url.split("://", 1)[1]))
+    assert rows is not None
+    return rows, sum(o.chunks for o in outcomes)
+
+
+def _replayed(net: pa.Table, columns: list[str]) -> Counter[tuple[Any, ...]]:
+    """The rows at the end, from the empty table and the net rows of its whole history."""
+    kinds = net.column("_change_type").to_pylist()
+    rows = list(zip(*(net.column(c).to_pylist() for c in columns), strict=True))
+    added = Counter(r for r, k in zip(rows, kinds, strict=True) if k in ADDED)
+    removed = Counter(r for r, k in zip(rows, kinds, strict=True) if k in REMOVED)
+    assert not removed - added, "the net rows remove rows that were never there"
+    return added - removed
+
+
+@pytest.mark.parametrize("identifiers", [("id",), None], ids=["identifiers", "no-identifiers"])
+def test_partitioned_net_equals_the_driver_fold(
+    source: Source, tmp_path: Path, spark: Any, use_catalogs: Any, identifiers: tuple[str, ...] | None
+) -> None:
+    use_catalogs(source.catalog)
+    driver, driver_chunks = _run(_config(source, tmp_path / "driver", 0, identifier_columns=identifiers), spark)
+    folded, chunks = _run(_config(source, tmp_path / "parts", TINY, identifier_columns=identifiers), spark)
+    assert chunks > driver_chunks + 5, (chunks, driver_chunks)  # the partitioned fold really ran
+    expected, got = row_multiset(driver, driver.schema), row_multiset(folded, driver.schema)
+    assert expected == got, diff_report(expected, got)
+    kinds = Counter(driver.column("_change_type").to_pylist())
+    assert kinds["DELETE"] + kinds["UPDATE_BEFORE"] > 0, kinds  # the batches net out rows, not only inserts
+    table = source.catalog.catalog().load_table(TABLE)
+    end = table.scan().to_arrow()
+    columns = [f.name for f in end.schema]
+    at_end = Counter(zip(*(end.column(c).to_pylist() for c in columns), strict=True))
+    assert _replayed(folded, columns) == at_end
+
+
+class _Recording:
+    """A parquet sink that records the keys it is asked to write."""
+
+    exactly_once = True
+
+    def __init__(self, directory: Path) -> None:
+        self.inner = ParquetDirSink(directory, consumer="net")
+        self.keys: list[ChunkKey] = []
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        self.keys.append(key)
+        return self.inner.write(key, rows)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.parametrize(("crash_on", "after_write"), [(2, False), (4, True)])
+def test_a_crash_between_net_partitions_resumes_at_the_partition(
+    source: Source, tmp_path: Path, spark: Any, use_catalogs: Any, crash_on: int, after_write: bool
+) -> None:
+    use_catalogs(source.catalog)
+    driver, _ = _run(_config(source, tmp_path / "driver", 0, identifier_columns=("id",)), spark)
+    config = _config(source, tmp_path / "parts", TINY, identifier_columns=("id",))
+    sink = ParquetDirSink(tmp_path / "parts" / "sink", consumer="net")
+    crashing = CrashingSink(sink, crash_on, after_write=after_write)
+    with pytest.raises(SimulatedCrash), Pipeline(config, sink=crashing, spark=spark) as first:
+        first.run()
+    with open_store(config.state_url) as store:
+        checkpoint = store.load("net")
+    assert checkpoint is not None and checkpoint.inflight is not None
+    anchor = checkpoint.inflight.progress[0]
+    parts_done = anchor.parts_done or 0
+    assert parts_done >= crash_on - 1 and not any(p.done for p in checkpoint.inflight.progress)
+    assert [p.parts_done for p in checkpoint.inflight.progress[1:]] == [None] * (len(checkpoint.inflight.progress) - 1)
+
+    recording = _Recording(tmp_path / "parts" / "sink")
+    delivered, _ = _run(config, spark, sink=recording)
+    first_batch = [k for k in recording.keys if k.batch_id == checkpoint.inflight.batch.batch_id]
+    written = [k.row_start_inclusive for k in first_batch]
+    assert written and min(written) == parts_done and written == sorted(written), (parts_done, written)
+    assert {(k.split_index, k.split_id) for k in first_batch} == {(0, anchor.split_id)}
+    expected, got = row_multiset(driver, driver.schema), row_multiset(delivered, driver.schema)
+    assert expected == got, diff_report(expected, got)
