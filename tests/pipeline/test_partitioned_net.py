@@ -13,6 +13,8 @@ copy-on-write statements: tests/differential/test_partitioned_net.py.)
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +24,16 @@ import pyarrow as pa
 import pytest
 from pyiceberg.table import Table
 
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, row_multiset
+from tests.support.crash import kill_group
+from tests.support.processes import child_env, icetail_command
 from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
+from tests.support.stores import expire_dead_lease
 from tests.support.tables import build_mixed_table
 
 TABLE = "ns.events"
@@ -144,5 +149,56 @@ def test_a_crash_between_net_partitions_resumes_at_the_partition(
     written = [k.row_start_inclusive for k in first_batch]
     assert written and min(written) == parts_done and written == sorted(written), (parts_done, written)
     assert {(k.split_index, k.split_id) for k in first_batch} == {(0, anchor.split_id)}
+    expected, got = row_multiset(driver, driver.schema), row_multiset(delivered, driver.schema)
+    assert expected == got, diff_report(expected, got)
+
+
+@pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+def test_sigkill_between_net_partitions_resumes_at_the_partition(
+    source: Source, tmp_path: Path, spark: Any, use_catalogs: Any
+) -> None:
+    """A real `icetail run --net` killed while held after its first committed partition."""
+    use_catalogs(source.catalog)
+    driver, _ = _run(_config(source, tmp_path / "driver", 0, identifier_columns=("id",)), spark)
+    config = _config(source, tmp_path / "parts", TINY, identifier_columns=("id",))
+    hold = tmp_path / "hold"
+    hold.touch()
+    env = {**child_env([source.catalog], tmp_path / "spark"), HOLD_AFTER_CHUNK_ENV: str(hold)}
+    cmd = [
+        *icetail_command(),
+        "run",
+        "--catalog", config.catalog,
+        "--table", TABLE,
+        "--state", config.state_url,
+        "--sink", config.sink_url,
+        "--consumer", "net",
+        "--once",
+        "--net",
+        "--identifier-columns", "id",
+        "--chunk-rows", "100",
+        "--reconcile-partition-bytes", str(TINY),
+    ]  # fmt: skip
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while not Path(str(hold) + ".held").exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            kill_group(proc)
+    assert proc.returncode is not None and proc.returncode < 0, f"the run was not killed:\n{log.read_text()}"
+    expire_dead_lease(config.state_url, "net")
+    with open_store(config.state_url) as store:
+        checkpoint = store.load("net")
+    assert checkpoint is not None and checkpoint.inflight is not None
+    parts_done = checkpoint.inflight.progress[0].parts_done
+    assert parts_done is not None and parts_done >= 1
+    sink = tmp_path / "parts" / "sink"
+    before = {p.name: p.stat().st_mtime_ns for p in sink.glob("*.parquet")}
+
+    delivered, _ = _run(config, spark)
+    after = {p.name: p.stat().st_mtime_ns for p in sink.glob("*.parquet")}
+    assert all(name in after and after[name] == before[name] for name in before)  # committed: never touched
     expected, got = row_multiset(driver, driver.schema), row_multiset(delivered, driver.schema)
     assert expected == got, diff_report(expected, got)
