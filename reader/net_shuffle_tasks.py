@@ -79,17 +79,23 @@ def net_read_task(
                         continue
                     rows = with_order(pa.Table.from_batches([chunk.batch]), split_index, seq)
                     seq += rows.num_rows
-                    if not spec.row_lineage:
-                        yield from _sent(spec, rows, key, "rows:N", _key_hash(spec, rows))
-                        continue
-                    has_id = rows.column(ROW_ID).is_valid()
-                    yield from _sent(spec, rows.filter(has_id), key, "rows:A", (ROW_ID,))
-                    no_id = rows.filter(pc.invert(has_id))
-                    yield from _sent(spec, no_id, key, "rows:B", _key_hash(spec, no_id))
+                    yield from routed(spec, rows, key)
             except (IcetailError, OSError, pa.ArrowException) as exc:
                 yield spec.first_output, ((0, split_index, -1), _ERROR, task_error(exc, request))
                 return
     release_memory()
+
+
+def routed(spec: NetShuffleSpec, rows: pa.Table, key: tuple[int, int, int]) -> Iterator[_Record]:
+    """Read rows (with their place in the plan) to their first stage: by key without lineage; with it,
+    rows with a row id to stage A by it, the others to stage B by key."""
+    if not spec.row_lineage:
+        yield from _sent(spec, rows, key, "rows:N", _key_hash(spec, rows))
+        return
+    has_id = rows.column(ROW_ID).is_valid()
+    yield from _sent(spec, rows.filter(has_id), key, "rows:A", (ROW_ID,))
+    no_id = rows.filter(pc.invert(has_id))
+    yield from _sent(spec, no_id, key, "rows:B", _key_hash(spec, no_id))
 
 
 def lineage_stage(spec: NetShuffleSpec, stage: str, p: int, part: Iterable[_Record]) -> Iterator[_Record]:
