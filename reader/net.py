@@ -33,6 +33,9 @@ change (or carry-over); unpaired identical rows cancel as carry-overs (writers t
 lineage, e.g. INSERT OVERWRITE), and such a carry-over of a row already changed in the range
 moves it to its new row id (its later changes are followed as the same row); rows without a row
 id go through the count above.
+
+Every rule groups by content, by key or by row id, so `run` folds a big batch in partitions by a
+stable hash of those, one Spark task each (reader/net_shuffle.py), with the same rows.
 """
 
 from __future__ import annotations
