@@ -125,11 +125,13 @@ def deliver_partitioned(
     """
     stored = progress[snapshot.anchor.split_id].parts_key
     if stored is not None and stored != spec.fingerprint:
-        what = "the net changes" if isinstance(spec, NetShuffleSpec) else f"snapshot {snapshot.snapshot_id}"
+        net = isinstance(spec, NetShuffleSpec)
+        what = "the net changes" if net else f"snapshot {snapshot.snapshot_id}"
+        settings = "--identifier-columns" if net else "--identifier-columns, --keep-carry-over"
         raise ConfigError(
             f"{what} of batch {delivery.batch_id} was partly delivered in partitions cut as "
-            f"{stored}, but this run cuts them as {spec.fingerprint}: run with the identifier columns and carry-over "
-            "setting (--identifier-columns, --keep-carry-over) and the icetail release that began the batch"
+            f"{stored}, but this run cuts them as {spec.fingerprint}: run with the settings ({settings}) "
+            "and the icetail release that began the batch"
         )
     slot = SplitSlot(delivery.consumer, delivery.batch_id, snapshot.indexes[0])
     next_rows: dict[str, int] = {}

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import Table
 
+from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.parquet_sink import ParquetDirSink
@@ -163,6 +164,23 @@ def test_a_crash_between_net_partitions_resumes_at_the_partition(
     assert {(k.split_index, k.split_id) for k in first_batch} == {(0, anchor.split_id)}
     expected, got = row_multiset(driver, driver.schema), row_multiset(delivered, driver.schema)
     assert expected == got, diff_report(expected, got)
+
+
+def test_a_net_batch_cut_by_one_key_is_not_resumed_cut_by_another(
+    source: Source, tmp_path: Path, spark: Any, use_catalogs: Any
+) -> None:
+    """Partitions delivered by `id` cannot be completed by partitions of content: one line, nothing written."""
+    use_catalogs(source.catalog)
+    config = _config(source, tmp_path, TINY, identifier_columns=("id",))
+    crashing = CrashingSink(ParquetDirSink(tmp_path / "sink", consumer="net"), 3, after_write=False)
+    with pytest.raises(SimulatedCrash), Pipeline(config, sink=crashing, spark=spark) as first:
+        first.run()
+    written = sorted(p.name for p in (tmp_path / "sink").glob("*.parquet"))
+    other = _config(source, tmp_path, TINY, identifier_columns=None)
+    with pytest.raises(ConfigError, match=r"the net changes of batch .* partly delivered .*--identifier-columns"):
+        with Pipeline(other, spark=spark) as second:
+            second.run()
+    assert sorted(p.name for p in (tmp_path / "sink").glob("*.parquet")) == written
 
 
 @pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
