@@ -9,6 +9,10 @@ snapshot's first split), then committed as the anchor's `parts_done = i + 1`; th
 commit also marks every split of the snapshot done, in the same transaction. A crash resumes at
 the first output not committed: the splits are read again to rebuild the shuffle, and the
 outputs below it are neither reconciled nor written again.
+
+A `--net` batch over the same size is delivered the same way, as one "snapshot" of all its splits
+anchored at its first (`net_partitioned`, `net_spec`): its outputs are the partitions of its net
+fold (reader/net_shuffle.py).
 """
 
 from __future__ import annotations
