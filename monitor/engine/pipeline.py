@@ -52,6 +52,8 @@ from icetail.monitor.engine.partitioned import (
     PartitionDelivery,
     PartitionedSnapshot,
     deliver_partitioned,
+    net_partitioned,
+    net_spec,
     partition_spec,
     partitioned_snapshots,
     segments_in_order,
@@ -87,6 +89,7 @@ from icetail.monitor.planning.manifests import DEFAULT_MANIFEST_CACHE_ENTRIES
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
+from icetail.reader.net_shuffle import NetFoldNotExact
 from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import (
     BackgroundSession,
@@ -100,7 +103,15 @@ from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.sinks.debezium import EnvelopeSink, check_format
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink, SparkTaskSink
-from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
+from icetail.state.checkpoint import (
+    BatchShape,
+    Checkpoint,
+    ChunkCommit,
+    Cursor,
+    Inflight,
+    InflightBatch,
+    SplitProgress,
+)
 from icetail.state.store import HISTORY_LIMIT, CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
@@ -712,6 +723,7 @@ class Pipeline:
             net=self.config.net,
             schema_id=plan.schema_id,
             reconcile_partition_bytes=self._reconcile_partition_bytes(),
+            net_partitioned=self.config.net,
         )
 
     def _reconcile_partition_bytes(self) -> int | None:
@@ -974,6 +986,17 @@ class Pipeline:
         )
         schema = lineage.read_schema(table, schema_id, with_schema_id=with_schema_id)
         splits = _with_commit_schema_ids(table, batch.splits)
+        partitioned = (
+            net_partitioned(splits, batch.shape.reconcile_partition_bytes) if batch.shape.net_partitioned else None
+        )
+        if partitioned is not None:
+            progress = {p.split_id: p for p in inflight.progress}
+            try:
+                return self._deliver_net_partitioned(table, batch, partitioned, progress, schema, identifiers, tally)
+            except NetFoldNotExact as exc:
+                if progress[partitioned.anchor.split_id].parts_done:  # cannot be: the flag precedes every output
+                    raise
+                log.info("batch %s: net changes folded in the driver: %s", batch.batch_id, exc)
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in splits]
         context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
@@ -1012,6 +1035,36 @@ class Pipeline:
         self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
         tally.add_rows(rows)
         return True
+
+    def _deliver_net_partitioned(
+        self,
+        table: Table,
+        batch: InflightBatch,
+        partitioned: PartitionedSnapshot,
+        progress: dict[str, SplitProgress],
+        schema: pa.Schema,
+        identifiers: tuple[str, ...],
+        tally: _Tally,
+    ) -> bool:
+        """The batch's net changes folded by Spark tasks in partitions (reader/net_shuffle.py), a chunk
+        each, committed as the partitions of a reconciled snapshot are (monitor/engine/partitioned.py):
+        a crash resumes at the first partition not committed. NetFoldNotExact before any output when
+        the driver must fold it."""
+        schema_id = batch_schema_id(table, batch)
+        with_schema_id = self.config.with_schema_id
+        spec = net_spec(
+            partitioned,
+            progress,
+            read_schema=schema,
+            identifiers=identifiers,
+            row_lineage=has_row_lineage(table),
+            output_lineage=self.config.with_row_lineage or keyed_by_row_id(self._sink_key),
+            chunk_rows=batch.shape.chunk_rows,
+        )
+        context = read_context(table, schema_id, [s.task for s in partitioned.splits], with_schema_id=with_schema_id)
+        verifier = self._verifier(table, batch)  # every split is read from its first row
+        delivery = self._partition_delivery(batch, tally, verifier)
+        return deliver_partitioned(self._session(), context, spec, partitioned, progress, None, delivery)
 
     def _verifier(
         self, table: Table, batch: InflightBatch, fully_read_split_ids: set[str] | None = None
