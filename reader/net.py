@@ -58,6 +58,7 @@ from icetail.reader.metadata_columns import (
 )
 from icetail.reader.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs, one_delete_one_insert
 from icetail.reader.row_lineage import LINEAGE_COLUMNS, ROW_ID
+from icetail.reader.sorted_sets import in_sorted, sorted_unique
 
 
 def data_columns(schema: pa.Schema) -> list[str]:
@@ -124,7 +125,7 @@ class NetChanges:
             unchanged = codes[before] == codes[after]
             changed = np.r_[before[~unchanged], after[~unchanged]]
             carried = np.r_[before[unchanged], after[unchanged]]
-            carried = carried[_in_sorted(self._keys(rows.take(pa.array(carried, pa.int64()))), self._held_row_ids)]
+            carried = carried[in_sorted(self._keys(rows.take(pa.array(carried, pa.int64()))), self._held_row_ids)]
             self._hold_by_row_id(rows.take(pa.array(np.sort(np.r_[changed, carried]), pa.int64())))
         rest = np.flatnonzero(~settled)
         cancelled = np.zeros(rows.num_rows, dtype=bool)
@@ -182,7 +183,7 @@ class NetChanges:
         both = np.asarray(pc.and_(old.is_valid(), new.is_valid()).to_numpy(zero_copy_only=False))
         old_ids, new_ids = _plain_ids(old)[both], _plain_ids(new)[both]
         keys = self._key_of(old_ids)
-        moved = _in_sorted(keys, self._held_row_ids) & (old_ids != new_ids)
+        moved = in_sorted(keys, self._held_row_ids) & (old_ids != new_ids)
         self._first_id.update(zip(new_ids[moved].tolist(), keys[moved].tolist(), strict=True))
 
     def _keys(self, rows: pa.Table) -> np.ndarray:
@@ -205,7 +206,7 @@ class NetChanges:
         keys = self._keys(rows)
         self._by_row_id.append(rows.append_column(ROW_KEY, pa.array(keys, pa.int64())))
         self.rows_held += rows.num_rows
-        self._held_row_ids = _sorted_unique(np.concatenate([self._held_row_ids, np.sort(keys)]))
+        self._held_row_ids = sorted_unique(np.concatenate([self._held_row_ids, np.sort(keys)]))
 
     def _hold(self, rows: pa.Table, *, track_inserts: bool) -> None:
         if not rows.num_rows:
@@ -241,7 +242,7 @@ class NetChanges:
             first, last = first_and_last_by_row_id(by_id)
             is_delete = _is_delete(by_id)
             needed = is_delete[first] | is_delete[last]  # an INSERT first matters only if a DELETE is last
-            by_id = by_id.take(pa.array(_sorted_unique(np.r_[first[needed], last]), pa.int64()))
+            by_id = by_id.take(pa.array(sorted_unique(np.r_[first[needed], last]), pa.int64()))
             self._by_row_id = [by_id]
         held_by_id = sum(t.num_rows for t in self._by_row_id)
         self.rows_held = survivors.num_rows + held_by_id
@@ -307,21 +308,6 @@ def first_and_last_by_row_id(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     starts = np.r_[0, np.flatnonzero(sorted_ids[1:] != sorted_ids[:-1]) + 1]
     ends = np.r_[starts[1:], len(ids)]
     return order[starts], order[ends - 1]
-
-
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values. Not np.unique/np.union1d: numpy 2.4 takes a hash path for int64 that
-    costs seconds per million values; a stable sort merges already sorted runs in linear time."""
-    ordered = np.sort(values, kind="stable")
-    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
-
-
-def _in_sorted(values: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
-    """Mask of `values` found in `sorted_values` (sorted, distinct)."""
-    if not len(sorted_values):
-        return np.zeros(len(values), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
-    return np.asarray(sorted_values[at] == values, dtype=bool)
 
 
 def _row_ids(rows: pa.Table) -> np.ndarray:
