@@ -39,7 +39,9 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
         row.recovered += int(r.ok)
         row.bad_lines += r.bad_lines
         row.leases_left += sum(
-            1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink"))
+            1
+            for run in r.runs
+            if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink", "keyed-kill"))
         )
         row.seconds += r.seconds
         if r.verdict is not None:
