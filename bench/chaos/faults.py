@@ -12,7 +12,8 @@ the source catalog's SQLite file in `BEGIN EXCLUSIVE` for 2-20 s (a writer commi
 `reset-sink`: a SIGKILL, then `icetail reset --sink` to a second sink before the next run.
 `disk-full-sink` / `disk-full-state`: the small filesystem under the sink folder / the SQLite
 checkpoint store is filled to the last byte (it is emptied before the next run).
-`keyed-kill` / `keyed-term`: SIGKILL / SIGTERM at an observed moment of a batch (moments.py).
+`keyed-kill` / `keyed-term`: SIGKILL / SIGTERM at an observed moment of a batch (moments.py);
+`keyed-repair` is either inside a repair by direct diff (repair.py).
 `reset-to` and `verify-strict` hurt no run: the first is `icetail reset --to` an earlier snapshot
 after a run that caught up, the second a snapshot whose summary lies (trial.py).
 """
@@ -67,7 +68,7 @@ def draw(kind: str, rng: random.Random, horizon: float) -> FaultShot:
         return FaultShot(kind, moment, rng.uniform(4.0, 15.0), rng.uniform(3.5, 8.0))
     if kind == "catalog-lock":
         return FaultShot(kind, moment, rng.uniform(2.0, 20.0))
-    if kind in ("keyed-kill", "keyed-term", "reset-to", "verify-strict"):
+    if kind in ("keyed-kill", "keyed-term", "keyed-repair", "reset-to", "verify-strict"):
         return FaultShot(kind, 0.0)  # at a moment observed, or none at all
     return FaultShot(kind, moment)
 

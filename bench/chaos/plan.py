@@ -24,6 +24,7 @@ FAULTS = (
     "verify-strict",
     "keyed-kill",
     "keyed-term",
+    "keyed-repair",
     "serve-pg-cut",
     "serve-s3-stop",
     "serve-s3-slow",
@@ -72,8 +73,9 @@ class TrialSpec:
 
 def applicable(store: str, sink: str, fault: str, kind: str = "append-delete") -> bool:
     """A PostgreSQL cut needs something that talks to PostgreSQL, an S3 fault an S3 sink; a lying
-    summary (`verify-strict`) is written by the pyiceberg writer only."""
-    if fault == "verify-strict":
+    summary (`verify-strict`) is written by the pyiceberg writer only, and only its tables are
+    expired by the harness (`keyed-repair`)."""
+    if fault in ("verify-strict", "keyed-repair"):
         return kind not in JAVA_KINDS
     fault = fault.removeprefix(SERVE_PREFIX)
     if fault == "pg-cut":

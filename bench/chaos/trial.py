@@ -467,9 +467,13 @@ def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     if spec.serve:
-        from bench.chaos.serve_trial import ServeTrialRunner  # it builds on this module
+        from bench.chaos.serve_trial import ServeTrialRunner  # they build on this module
 
         result = ServeTrialRunner(spec, config, work).run()
+    elif spec.fault == "keyed-repair":
+        from bench.chaos.repair import RepairTrialRunner
+
+        result = RepairTrialRunner(spec, config, work).run()
     else:
         result = TrialRunner(spec, config, work).run()
     if result.ok and not keep:

@@ -40,7 +40,7 @@ class Verdict:
         return self.lost == 0 and bad_extra == 0 and self.torn_lines == 0
 
 
-def _rows(table: pa.Table | None, columns: list[str]) -> Counter[Row]:
+def row_counts(table: pa.Table | None, columns: list[str]) -> Counter[Row]:
     if table is None or table.num_rows == 0:
         return Counter()
     data = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows for c in columns]
@@ -70,7 +70,7 @@ def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: Row
     out: Counter[Change] = Counter()
     before: Counter[Row] = Counter()
     for snap, _parent in ancestry(table, cursor):
-        now = _rows(read(snap), columns)
+        now = row_counts(read(snap), columns)
         for row, n in (now - before).items():
             out[("I", snap, row)] += n
         for row, n in (before - now).items():
@@ -82,7 +82,7 @@ def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: Row
 def delivered_changes(rows: pa.Table | None, columns: list[str]) -> Counter[Change]:
     if rows is None or rows.num_rows == 0:
         return Counter()
-    data = _rows(rows, ["_change_type", "_commit_snapshot_id", *columns])
+    data = row_counts(rows, ["_change_type", "_commit_snapshot_id", *columns])
     out: Counter[Change] = Counter()
     for (change, snap, *row), n in data.items():
         out[(SIDE[change], int(snap), tuple(row))] += n
@@ -124,7 +124,7 @@ def verify(
     columns = [f.name for f in table.schema().fields]
     read = rows_at or pyiceberg_rows(table)
     if sink.kind == "pgmirror":
-        return compare(_rows(read(cursor), columns), _rows(sink.read(), columns))
+        return compare(row_counts(read(cursor), columns), row_counts(sink.read(), columns))
     expected = expected_changes(table, cursor, columns, read)
     expected.update(Counter({k: n for k, n in expected.items() if k[1] in replayed}))
     if sink.kind == "jsonl":
