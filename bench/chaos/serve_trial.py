@@ -99,6 +99,11 @@ class ServeTrialRunner(TrialRunner):
         text = err_path.read_text(errors="replace")
         failed = text.count('"cycle failed"')
         lines = [line for line in text.splitlines() if line.strip()]
+        problem = ""  # serve logs JSON lines: a stack trace among them is what a run's one-line rule forbids
+        if "Traceback (most recent call last)" in text:
+            problem = "traceback"
+        elif "Exception in thread" in text or any(line.startswith("\tat ") for line in lines):
+            problem = "java stack trace"
         return RunRecord(
             index=0,
             shot="; ".join(str(s) for s in shots),
@@ -108,7 +113,7 @@ class ServeTrialRunner(TrialRunner):
             seconds=seconds,
             last_line=lines[-1] if lines else "",
             tail=tuple(lines[-4:]),
-            problem="",
+            problem=problem,
             lease_left=False,
             stage=self._stage(),
         )
