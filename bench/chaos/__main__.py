@@ -1,6 +1,6 @@
 """`python -m bench.chaos --trials N --seed S [--kinds ...] [--stores ...] [--sinks ...] [--faults ...]`
 
-Runs the trials one at a time (each `icetail run` starts a JVM), prints a line per trial and the
+Runs the trials one at a time, or two (`--jobs 2`; each `icetail run` starts a JVM), prints a line per trial and the
 per-combination table, and writes everything as JSON (`--out`, default
 /tmp/icetail-bench/chaos-<time>.json). Exit status 0 when every trial recovered exactly and every
 run stopped by a fault said so in one line, 1 if not, 2 when PostgreSQL is needed and unreachable.
@@ -12,7 +12,9 @@ import argparse
 import signal
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ if str(REPO) not in sys.path:  # `tests.support` is not an installed package
 
 from bench.chaos.disk import can_mount  # noqa: E402
 from bench.chaos.java_source import close_java_service  # noqa: E402
-from bench.chaos.plan import DISK_FAULTS, FAULTS, KINDS, SINKS, STORES, plan_trials  # noqa: E402
+from bench.chaos.plan import DISK_FAULTS, FAULTS, KINDS, SINKS, STORES, TrialSpec, plan_trials  # noqa: E402
 from bench.chaos.report import combine, print_table, write_json  # noqa: E402
 from bench.chaos.s3 import close_moto  # noqa: E402
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial  # noqa: E402
@@ -51,6 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-faults", type=int, default=TrialConfig.max_faults, help="faulted runs per trial, 1..N")
     p.add_argument("--horizon", type=float, default=TrialConfig.horizon, help="latest fault moment in a run, s")
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--jobs", type=int, choices=(1, 2), default=1, help="trials at a time (each runs its own JVMs)")
     p.add_argument("--keep", action="store_true", help="keep the work folders of trials that passed too")
     p.add_argument("--out", type=Path, default=None, help="the JSON results file")
     return p.parse_args(argv)
@@ -81,12 +84,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = args.out or Path("/tmp/icetail-bench") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}.json"
     recorded = {k: str(v) for k, v in vars(args).items()}
-    try:
-        for spec in specs:
-            result = run_trial(spec, config, root, keep=args.keep)
+    done = threading.Lock()
+
+    def one(spec: TrialSpec) -> None:
+        result = run_trial(spec, config, root, keep=args.keep)
+        with done:  # printed and recorded whole, in the order trials end
             results.append(result)
             print_trial(result, root)
             write_json(out, recorded, results, combine(results))  # after every trial: a stopped run keeps its figures
+
+    try:
+        if args.jobs == 1:
+            for spec in specs:
+                one(spec)
+        else:
+            with ThreadPoolExecutor(args.jobs, thread_name_prefix="trial") as pool:
+                for future in [pool.submit(one, spec) for spec in specs]:
+                    future.result()
     finally:
         close_java_service()
         close_moto()

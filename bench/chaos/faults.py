@@ -12,6 +12,10 @@ the source catalog's SQLite file in `BEGIN EXCLUSIVE` for 2-20 s (a writer commi
 `reset-sink`: a SIGKILL, then `icetail reset --sink` to a second sink before the next run.
 `disk-full-sink` / `disk-full-state`: the small filesystem under the sink folder / the SQLite
 checkpoint store is filled to the last byte (it is emptied before the next run).
+`keyed-kill` / `keyed-term`: SIGKILL / SIGTERM at an observed moment of a batch (moments.py);
+`keyed-repair` is either inside a repair by direct diff (repair.py).
+`reset-to` and `verify-strict` hurt no run: the first is `icetail reset --to` an earlier snapshot
+after a run that caught up, the second a snapshot whose summary lies (trial.py).
 """
 
 from __future__ import annotations
@@ -41,8 +45,13 @@ class FaultShot:
     delay: float
     down: float = 0.0  # how long the fault lasts (pg-cut, the S3 faults)
     hold: float = 0.0  # s3-slow: how long each answer is held
+    moment: str = ""  # keyed faults: the moment of the batch (moments.py)
 
     def __str__(self) -> str:
+        if self.moment:
+            return f"{self.kind} at {self.moment}"
+        if self.kind in ("reset-to", "verify-strict"):
+            return self.kind
         extra = f", for {self.down:.1f}s" if self.down else ""
         extra += f", answers held {self.hold:.1f}s" if self.hold else ""
         return f"{self.kind} at {self.delay:.1f}s{extra}"
@@ -59,6 +68,8 @@ def draw(kind: str, rng: random.Random, horizon: float) -> FaultShot:
         return FaultShot(kind, moment, rng.uniform(4.0, 15.0), rng.uniform(3.5, 8.0))
     if kind == "catalog-lock":
         return FaultShot(kind, moment, rng.uniform(2.0, 20.0))
+    if kind in ("keyed-kill", "keyed-term", "keyed-repair", "reset-to", "verify-strict"):
+        return FaultShot(kind, 0.0)  # at a moment observed, or none at all
     return FaultShot(kind, moment)
 
 
@@ -107,10 +118,10 @@ class Targets:
 
 def fire(shot: FaultShot, proc: subprocess.Popen[Any], targets: Targets) -> str:
     """Inject `shot` into the running `proc`; a note of what happened."""
-    if shot.kind in ("sigkill", "reset-sink"):
+    if shot.kind in ("sigkill", "reset-sink", "keyed-kill"):
         kill_group(proc)
-        return "killed" if shot.kind == "sigkill" else "killed, then icetail reset --sink"
-    if shot.kind == "sigterm":
+        return "killed, then icetail reset --sink" if shot.kind == "reset-sink" else "killed"
+    if shot.kind in ("sigterm", "keyed-term"):
         try:
             os.kill(proc.pid, signal.SIGTERM)
         except ProcessLookupError:

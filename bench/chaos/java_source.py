@@ -89,14 +89,16 @@ class JavaService:
 
 
 _service: JavaService | None = None
+_starting = threading.Lock()  # two trials at a time (--jobs 2) share one process
 
 
 def java_service(log_dir: Path) -> JavaService:
     """The shared process, started on first use (its JVM start is not counted in any trial's runs)."""
     global _service
-    if _service is None:
-        _service = JavaService(log_dir)
-    return _service
+    with _starting:
+        if _service is None:
+            _service = JavaService(log_dir)
+        return _service
 
 
 def close_java_service() -> None:

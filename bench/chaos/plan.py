@@ -20,10 +20,24 @@ FAULTS = (
     "disk-full-sink",
     "disk-full-state",
     "reset-sink",
+    "reset-to",
+    "verify-strict",
+    "keyed-kill",
+    "keyed-term",
+    "keyed-repair",
+    "serve-pg-cut",
+    "serve-s3-stop",
+    "serve-s3-slow",
+    "serve-s3-503",
+    "serve-catalog-lock",
+    "serve-disk-full-sink",
+    "serve-disk-full-state",
 )
-DISK_FAULTS = ("disk-full-sink", "disk-full-state")
+SERVE_PREFIX = "serve-"  # `icetail serve` under a transient fault, recovering without a restart (serve_trial.py)
+DISK_FAULTS = ("disk-full-sink", "disk-full-state", "serve-disk-full-sink", "serve-disk-full-state")
 LOCAL_SINKS = ("parquet", "jsonl", "iceberg")  # the sinks a small local filesystem can be put under
 S3_FAULTS = ("s3-stop", "s3-slow", "s3-503")
+KEYED_FAULTS = ("keyed-kill", "keyed-term")  # a signal at an observed moment (bench/chaos/moments.py)
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,15 @@ class TrialSpec:
         return f"{self.kind} {self.store} {self.sink} {self.fault}"
 
     @property
+    def serve(self) -> bool:
+        return self.fault.startswith(SERVE_PREFIX)
+
+    @property
+    def base_fault(self) -> str:
+        """The fault as injected: `serve-pg-cut` is a `pg-cut` under `icetail serve`."""
+        return self.fault.removeprefix(SERVE_PREFIX)
+
+    @property
     def uses_postgresql(self) -> bool:
         return self.store == "postgresql" or self.sink == "pgmirror"
 
@@ -48,8 +71,13 @@ class TrialSpec:
         return self.sink.endswith("+s3")
 
 
-def applicable(store: str, sink: str, fault: str) -> bool:
-    """A PostgreSQL cut needs something that talks to PostgreSQL, an S3 fault an S3 sink."""
+def applicable(store: str, sink: str, fault: str, kind: str = "append-delete") -> bool:
+    """A PostgreSQL cut needs something that talks to PostgreSQL, an S3 fault an S3 sink; a lying
+    summary (`verify-strict`) is written by the pyiceberg writer only, and only its tables are
+    expired by the harness (`keyed-repair`)."""
+    if fault in ("verify-strict", "keyed-repair"):
+        return kind not in JAVA_KINDS
+    fault = fault.removeprefix(SERVE_PREFIX)
     if fault == "pg-cut":
         return store == "postgresql" or sink == "pgmirror"
     if fault in S3_FAULTS:
@@ -74,7 +102,9 @@ def plan_trials(
     """Seeded choices; the combinations are visited round-robin in a shuffled order so that a short
     run covers as many as it can instead of repeating a few."""
     rng = random.Random(seed)
-    combos = [(k, st, si, f) for k in kinds for st in stores for si in sinks for f in faults if applicable(st, si, f)]
+    combos = [
+        (k, st, si, f) for k in kinds for st in stores for si in sinks for f in faults if applicable(st, si, f, k)
+    ]
     if not combos:
         raise ValueError("no combination of the given kinds, stores, sinks and faults is applicable")
     rng.shuffle(combos)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,9 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
         row.recovered += int(r.ok)
         row.bad_lines += r.bad_lines
         row.leases_left += sum(
-            1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink"))
+            1
+            for run in r.runs
+            if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink", "keyed-kill"))
         )
         row.seconds += r.seconds
         if r.verdict is not None:
@@ -142,11 +145,53 @@ def merged(paths: list[Path]) -> dict[str, Any]:
     }
 
 
+def summary(doc: dict[str, Any]) -> str:
+    """The figures docs/reliability.md quotes: trials, faults that landed by kind and keyed moment,
+    rows checked, lost, twice, bad lines, exits, where the faults landed, serve's failed cycles."""
+    trials = doc["trials"]
+    runs = [run for t in trials for run in t["runs"]]
+
+    def kind(run: dict[str, Any]) -> str:
+        return str(run["shot"]).split(" at ")[0].split(";")[0]
+
+    fired = Counter(kind(run) for run in runs if run["fired"])
+    drawn = Counter(kind(run) for run in runs if run["shot"])
+    moments = Counter((run["shot"].split(" at ")[1], run["fired"]) for run in runs if run["shot"].startswith("keyed-"))
+    checked = [t for t in trials if t["verdict"]]
+    once = [t["verdict"] for t in checked if t["spec"]["sink"] != "jsonl"]
+    repeats = sum(t["verdict"]["duplicated"] for t in checked if t["spec"]["sink"] == "jsonl")
+    bad = [(t["spec"]["index"], t["spec"]["seed"], r["problem"]) for t in trials for r in t["runs"] if r["problem"]]
+    stages = Counter("in flight" if "flight" in r["stage"] else r["stage"].split(" (")[0] for r in runs if r["fired"])
+    serve = [t for t in trials if t["spec"]["fault"].startswith("serve-")]
+    felt = [int(m.group(1)) for t in serve if (m := re.search(r"(\d+) cycles failed", t["runs"][0]["note"]))]
+    combos = len({c["combo"] for c in doc["combinations"]})
+    lines = [
+        f"trials {len(trials)}, recovered {sum(t['ok'] for t in trials)}, combinations {combos}",
+        f"runs {len(runs)}, faults that landed {sum(fired.values())} of {sum(drawn.values())} drawn: "
+        f"{dict(fired.most_common())}",
+        f"keyed moments (moment, landed): {dict(sorted(moments.items()))}",
+        f"rows checked {sum(t['verdict']['expected'] for t in checked)}, "
+        f"lost {sum(t['verdict']['lost'] for t in checked)}, "
+        f"twice (exactly-once sinks) {sum(v['duplicated'] + v['foreign'] for v in once)}, jsonl repeats {repeats}",
+        f"runs without one clear line {len(bad)}: {bad}",
+        f"exits {dict(Counter(r['returncode'] for r in runs).most_common())}; faults landed {dict(stages)}",
+        f"serve trials {len(serve)}, cycles failed (faults felt) {sum(felt)} in {sum(1 for n in felt if n)} "
+        f"trials, recovered in place {sum(t['ok'] for t in serve)}",
+        f"time {sum(t['seconds'] for t in trials):.0f} s in trials",
+        "findings: " + "; ".join(f"trial {t['spec']['index']} seed {t['spec']['seed']}: {t['findings']}"
+                                 for t in trials if t["findings"]),
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    # python -m bench.chaos.report FILE.json [FILE.json ...] [GROUPING ...], GROUPING e.g. 3 or 2,3
+    # python -m bench.chaos.report FILE.json [FILE.json ...] [GROUPING ... | summary], GROUPING e.g. 3 or 2,3
     files = [Path(a) for a in sys.argv[1:] if a.endswith(".json")]
     groupings = [a for a in sys.argv[1:] if not a.endswith(".json")] or ["0,1,2,3"]
     doc = merged(files)
     for spec in groupings:
+        if spec == "summary":
+            print(summary(doc))
+            continue
         print(markdown(doc, tuple(int(i) for i in spec.split(","))))
         print()

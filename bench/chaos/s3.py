@@ -4,20 +4,23 @@ the harness reads it directly."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
 from tests.support.s3 import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, MotoServer
 
 _server: MotoServer | None = None
+_starting = threading.Lock()  # two trials at a time (--jobs 2) share one server
 
 
 def moto(log_dir: Path) -> MotoServer:
     global _server
-    if _server is None or _server.process.poll() is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        _server = MotoServer.start(log_dir)
-    return _server
+    with _starting:
+        if _server is None or _server.process.poll() is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            _server = MotoServer.start(log_dir)
+        return _server
 
 
 def close_moto() -> None:

@@ -9,6 +9,8 @@ identified by (change, snapshot, row).
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import threading
 import time
@@ -20,6 +22,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
 from tests.support.catalogs import LocalCatalog
+from tests.support.summaries import metadata_path
 from tests.support.tables import BASE_SCHEMA, make_rows
 
 IDENT = "ns.events"
@@ -52,6 +55,8 @@ class Writer:
     version: int = 0
     committed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    liar: bool = False  # `verify-strict`: the first append after the table's creation gets a lying summary
+    lie: int | None = None  # the snapshot whose summary lies
     _thread: threading.Thread | None = None
 
     def create(self) -> Table:
@@ -100,6 +105,8 @@ class Writer:
 
     def append(self) -> None:
         self._append(self.cat.load(IDENT), self.rng.randint(self.rows // 4, self.rows // 2))
+        if self.liar and self.lie is None:
+            self.lie = lie_about_added_records(self.cat.load(IDENT))
 
     def delete(self) -> None:
         lo = self.rng.randrange(0, max(1, self.next_id - 50))
@@ -123,3 +130,22 @@ class Writer:
         table = self.cat.load(IDENT)
         with table.update_schema() as update:
             update.add_column("note", StringType())
+
+
+def lie_about_added_records(table: Table) -> int:
+    """The current snapshot's summary made to claim one row more than it added (a broken writer).
+
+    Neither pyiceberg nor Java lets a commit set its counts, so the table's current metadata file
+    is rewritten, by the writer thread itself right after its commit (nothing else commits to the
+    table meanwhile), and atomically (a run reading it sees the old file or the new one)."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    path = metadata_path(table)
+    with open(path, encoding="utf-8") as stream:
+        metadata = json.load(stream)
+    (entry,) = [s for s in metadata["snapshots"] if s["snapshot-id"] == snapshot.snapshot_id]
+    entry["summary"]["added-records"] = str(int(entry["summary"]["added-records"]) + 1)
+    with open(f"{path}.lie", "w", encoding="utf-8") as stream:
+        json.dump(metadata, stream)
+    os.replace(f"{path}.lie", path)
+    return snapshot.snapshot_id

@@ -4,6 +4,7 @@ until it has caught up, then the sink checked against the source's snapshots."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import shutil
 import subprocess
@@ -15,12 +16,13 @@ from pathlib import Path
 from bench.chaos.disk import SmallDisk
 from bench.chaos.faults import FaultShot, Targets, draw, fire
 from bench.chaos.java_source import JavaWriter, java_service
+from bench.chaos.moments import MomentWatch, draw_moment, run_args
 from bench.chaos.places import Sink, Store, new_sink, new_store
-from bench.chaos.plan import JAVA_KINDS, TrialSpec
+from bench.chaos.plan import JAVA_KINDS, KEYED_FAULTS, TrialSpec
 from bench.chaos.proxy import CuttableProxy
 from bench.chaos.s3 import moto
 from bench.chaos.source import IDENT, Writer
-from bench.chaos.verify import Verdict, verify, verify_reset
+from bench.chaos.verify import Verdict, ancestry, sink_changes, verify, verify_reset
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.crash import kill_group
 from tests.support.processes import REPO_ROOT, child_env, icetail_lines
@@ -45,6 +47,16 @@ class SinkReset:
     old: Sink
     cursor: int  # the cursor when the consumer was moved: the old sink's part ends there
     notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """`icetail reset --to` after a run that caught up: the snapshots after `to` up to `cursor` are
+    delivered again, on purpose (docs/delivery.md: reset --to moves the cursor like a Kafka offset reset)."""
+
+    cursor: int  # where the consumer stood
+    to: str  # the position given: snapshot:ID or earliest
+    replayed: frozenset[int]  # the snapshots delivered a second time
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,7 @@ def exit_problem(shot: FaultShot | None, fired: bool, returncode: int, lines: li
         return "java stack trace"
     if returncode == 0:
         return ""
-    if shot is not None and shot.kind in ("sigkill", "reset-sink") and fired:
+    if shot is not None and shot.kind in ("sigkill", "reset-sink", "keyed-kill") and fired:
         return ""  # nothing can print under SIGKILL
     if returncode < 0 and any(line.startswith(f"consumer {CONSUMER}: state ") for line in lines):
         return ""  # the signal came after the run's closing lines (its work done), while Python exited
@@ -131,9 +143,9 @@ class TrialRunner:
             server = moto(work.parent / "moto")
             self.s3proxy = CuttableProxy(("127.0.0.1", server.port))
         disk = None
-        if spec.fault == "disk-full-sink":
+        if spec.base_fault == "disk-full-sink":
             disk = SmallDisk(work / ("sinkcatalog" if spec.sink == "iceberg" else "sink"))
-        elif spec.fault == "disk-full-state":
+        elif spec.base_fault == "disk-full-state":
             disk = SmallDisk(work / "state")
         self.store: Store = new_store(spec.store, work, port)
         self.sink: Sink = new_sink(spec.sink, work, port, server, self.s3proxy.port if self.s3proxy else None)
@@ -149,6 +161,16 @@ class TrialRunner:
             self.writer = Writer(self.source, spec.kind, random.Random(spec.seed + 1), config.rows, config.writer_gap)
         self.findings: list[str] = []
         self.reset: SinkReset | None = None  # reset-sink: the old sink and where the cursor stood
+        self.rewind: Rewind | None = None  # reset-to: what is delivered twice on purpose
+        self.verify_mode = "strict" if spec.fault == "verify-strict" else ""
+        self.refusals = 0  # verify-strict: runs refused
+        if spec.fault == "verify-strict" and isinstance(self.writer, Writer):
+            self.writer.liar = True
+        self.watch: MomentWatch | None = None
+        if spec.fault in KEYED_FAULTS:
+            moment = draw_moment(spec.kind, spec.sink, self.rng)
+            self.watch = MomentWatch(moment, work / "hold" / "hold", self.sink, self.store.direct_url, CONSUMER)
+        self._appends: frozenset[int] | None = None
         self._last_look = 0.0
         self.targets = Targets(self.proxy, self.s3proxy, self.source.root / "catalog.db", disk)
 
@@ -163,6 +185,8 @@ class TrialRunner:
             "--until-caught-up",
             "--max-snapshots-per-batch", "1",
             "--chunk-rows", str(self.config.chunk_rows),
+            *(["--verify", self.verify_mode] if self.verify_mode else []),
+            *(run_args(self.watch.moment) if self.watch else []),
             *self.sink.extra_args,
             *(self.writer.icetail_args if isinstance(self.writer, JavaWriter) else []),
         ]  # fmt: skip
@@ -176,20 +200,28 @@ class TrialRunner:
             self.writer.start()
             runs: list[RunRecord] = []
             for index in range(self.config.max_runs):
-                shot = draw(self.spec.fault, self.rng, self.config.horizon) if index < planned else None
+                shot = self.shot_for(index, planned)
                 if shot is None:
                     self.writer.join()  # the run left to finish starts after the last commit
                 record = self.run_once(index, shot, env)
-                runs.append(record)
                 if shot is not None and shot.kind == "reset-sink" and self.reset is None:
                     env = self.reset_sink(env)
+                if shot is not None and shot.kind == "reset-to" and record.returncode == 0 and self.rewind is None:
+                    record = self.reset_to(record, env)
+                if self.verify_mode == "strict" and record.returncode != 0:
+                    record = self.refused(record)
+                runs.append(record)
                 if shot is None and record.returncode == 0:
                     break
                 if shot is None or not record.fired:
-                    if record.returncode != 0:
+                    if record.returncode != 0 and not (record.fired and record.shot == "verify-strict"):
                         self.findings.append(f"run {index} failed without a fault: {record.last_line}")
             else:
                 self.findings.append(f"not caught up after {self.config.max_runs} runs")
+            if self.spec.fault == "verify-strict" and not self.refusals:
+                self.findings.append(f"the lying summary of snapshot {self.lie} was never refused by --verify strict")
+            if self.spec.fault == "reset-to" and self.rewind is None:
+                self.findings.append("reset --to never happened (no run caught up before the writer's end)")
             self.writer.join()
             self.findings.extend(f"writer: {e}" for e in self.writer.errors)
             verdict, caught_up = self.check()
@@ -197,23 +229,50 @@ class TrialRunner:
                 self.spec, tuple(runs), verdict, caught_up, time.monotonic() - started, tuple(self.findings)
             )
         finally:
-            for proxy in (self.proxy, self.s3proxy):
-                if proxy is not None:
-                    proxy.close()
-            for locker in self.targets.lockers:
-                locker.kill()
-            if self.targets.disk is not None:
-                self.targets.disk.unmount()
-            self.store.drop()
-            self.sink.drop()
-            if self.reset is not None:
-                self.reset.old.drop()
-            if isinstance(self.writer, JavaWriter):
-                with contextlib.suppress(Exception):  # the Java process gone: reported by the writer
-                    self.writer.close()
+            self.close()
+
+    def close(self) -> None:
+        """Whatever the trial set up, taken down (its work folder stays for the caller to keep or drop)."""
+        for proxy in (self.proxy, self.s3proxy):
+            if proxy is not None:
+                proxy.close()
+        for locker in self.targets.lockers:
+            locker.kill()
+        if self.targets.disk is not None:
+            self.targets.disk.unmount()
+        self.store.drop()
+        self.sink.drop()
+        if self.reset is not None:
+            self.reset.old.drop()
+        if isinstance(self.writer, JavaWriter):
+            with contextlib.suppress(Exception):  # the Java process gone: reported by the writer
+                self.writer.close()
+
+    @property
+    def lie(self) -> int | None:
+        return self.writer.lie if isinstance(self.writer, Writer) else None
+
+    def shot_for(self, index: int, planned: int) -> FaultShot | None:
+        """The fault of run `index`: the trial's for the first `planned` runs; after a `reset --to`
+        the replaying run gets a SIGKILL at a random moment; a `verify-strict` trial runs strict
+        (an unhurt run) until the lie is refused."""
+        if self.spec.fault == "verify-strict":
+            return FaultShot("verify-strict", 0.0) if index < planned and not self.refusals else None
+        if index >= planned:
+            return None
+        if self.spec.fault == "reset-to" and self.rewind is not None:
+            return draw("sigkill", self.rng, self.config.horizon)
+        shot = draw(self.spec.fault, self.rng, self.config.horizon)
+        if self.watch is not None:
+            shot = dataclasses.replace(shot, moment=self.watch.moment)
+        return shot
 
     def run_once(self, index: int, shot: FaultShot | None, env: dict[str, str]) -> RunRecord:
         self.targets.settle()
+        watch = self.watch if shot is not None and shot.kind in KEYED_FAULTS else None
+        if watch is not None:
+            watch.arm()
+            env = {**env, **watch.env()}
         logs = self.work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         err_path = logs / f"run{index:02d}.err"
@@ -228,6 +287,9 @@ class TrialRunner:
                     elapsed = time.monotonic() - started
                     if shot is not None and not fired and elapsed >= shot.delay and self._ready_for(shot):
                         fired, note = True, fire(shot, proc, self.targets)
+                        if watch is not None:
+                            note += f" (holds let go first: {watch.let_go})" if watch.let_go else ""
+                            watch.disarm()
                     if elapsed > RUN_TIMEOUT:
                         kill_group(proc)
                         note += f"; hung: killed after {RUN_TIMEOUT:.0f}s"
@@ -236,6 +298,8 @@ class TrialRunner:
                     time.sleep(0.02)
             finally:
                 kill_group(proc)  # whatever of it lingers (a JVM) goes with it
+                if watch is not None:
+                    watch.disarm()
             seconds = time.monotonic() - started
         lines = [line for line in icetail_lines(err_path.read_text(errors="replace")) if line.strip()]
         returncode = proc.returncode
@@ -260,7 +324,13 @@ class TrialRunner:
         )
 
     def _ready_for(self, shot: FaultShot) -> bool:
-        """reset-sink waits until the consumer has a cursor (something to move), checked twice a second."""
+        """reset-sink waits until the consumer has a cursor (something to move), checked twice a second;
+        a keyed fault for its moment; reset-to and verify-strict fire nothing during a run."""
+        if shot.kind in ("reset-to", "verify-strict"):
+            return False
+        if shot.kind in KEYED_FAULTS:
+            assert self.watch is not None
+            return self.watch.come(self.appends)
         if shot.kind != "reset-sink":
             return True
         now = time.monotonic()
@@ -271,6 +341,63 @@ class TrialRunner:
             return view_state(self.store.direct_url, CONSUMER).cursor is not None
         except Exception:  # noqa: BLE001 - no store yet
             return False
+
+    def appends(self) -> frozenset[int]:
+        """The source's append snapshots (read when a hold is seen; new ones only come from the writer)."""
+        table = self.source.load(IDENT)
+        return frozenset(
+            s.snapshot_id for s in table.metadata.snapshots if s.summary and s.summary.operation.value == "append"
+        )
+
+    def reset_to(self, record: RunRecord, env: dict[str, str]) -> RunRecord:
+        """`icetail reset --to` an earlier snapshot of the cursor's ancestry (or `earliest`) after a run
+        that caught up; the check then wants the snapshots after it delivered twice (once per pass),
+        except by the mirror, which replays idempotently."""
+        state = view_state(self.store.direct_url, CONSUMER)
+        if state.cursor is None or state.inflight_batch is not None:
+            return record
+        chain = [snap for snap, _ in ancestry(self.source.load(IDENT), state.cursor)]
+        pick = self.rng.randrange(len(chain))  # chain[pick - 1] exclusive; 0: earliest
+        to = f"snapshot:{chain[pick - 1]}" if pick else "earliest"
+        base = [sys.executable, "-m", "icetail", "reset", "--state", self.store.url, "--consumer", CONSUMER]
+        done = subprocess.run([*base, "--to", to], env=env, capture_output=True, text=True)
+        lines = [x for x in icetail_lines(done.stderr + done.stdout) if x.strip()]
+        if done.returncode != 0:
+            self.findings.append(f"reset --to {to} failed (exit {done.returncode}): {lines[-3:]}")
+            return record
+        after = view_state(self.store.direct_url, CONSUMER)
+        expected_cursor = chain[pick - 1] if pick else None
+        if after.cursor != expected_cursor or after.inflight_batch is not None:
+            self.findings.append(f"reset --to {to}: the cursor is {after.cursor}, not {expected_cursor}")
+        self.rewind = Rewind(state.cursor, to, frozenset(chain[pick:]))
+        note = f"caught up at {state.cursor}, then reset --to {to}: {len(chain) - pick} snapshots to replay"
+        return dataclasses.replace(record, fired=True, note=note)
+
+    def refused(self, record: RunRecord) -> RunRecord:
+        """A run under `--verify strict` stopped: it must be the lie's refusal (exit 2, one line naming
+        the snapshot), the cursor before the lie, nothing of the lie in the sink. Then the run goes on
+        as the docs say, with `--verify warn` (the table looked at), delivering the rest exactly once."""
+        lie = self.lie
+        if lie is None or record.returncode != 2 or "summary rule" not in record.last_line:
+            return record  # another failure: the loop reports it
+        self.refusals += 1
+        problems = []
+        if str(lie) not in record.last_line:
+            problems.append(f"the refusal does not name snapshot {lie}")
+        state = view_state(self.store.direct_url, CONSUMER)
+        table = self.source.load(IDENT)
+        before = {snap for snap, _ in ancestry(table, lie)} - {lie}
+        if state.cursor is not None and state.cursor not in before:
+            problems.append(f"the cursor {state.cursor} is not before the refused snapshot {lie}")
+        if self.sink.kind != "pgmirror":
+            columns = [f.name for f in table.schema().fields]
+            held = sum(n for (_c, snap, _r), n in sink_changes(self.sink, columns)[0].items() if snap == lie)
+            if held:
+                problems.append(f"{held} changes of the refused snapshot {lie} are in the sink")
+        self.findings.extend(f"verify-strict: {p}" for p in problems)
+        self.verify_mode = "warn"
+        note = f"refused snapshot {lie} (cursor {state.cursor}, {state.stage}); next runs --verify warn"
+        return dataclasses.replace(record, fired=True, note=note, shot="verify-strict")
 
     def reset_sink(self, env: dict[str, str]) -> dict[str, str]:
         """`icetail reset --sink` to a second sink after the killed run: refused while a batch is in
@@ -331,14 +458,24 @@ class TrialRunner:
         if self.reset is not None:
             old, at = self.reset.old, self.reset.cursor
             return verify_reset(old, self.sink, table, at, state.cursor, rows_at), caught_up
-        return verify(self.sink, table, state.cursor, rows_at), caught_up
+        replayed = self.rewind.replayed if self.rewind is not None else frozenset()
+        return verify(self.sink, table, state.cursor, rows_at, replayed=replayed), caught_up
 
 
 def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -> TrialResult:
     work = root / f"trial-{spec.index:03d}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    result = TrialRunner(spec, config, work).run()
+    if spec.serve:
+        from bench.chaos.serve_trial import ServeTrialRunner  # they build on this module
+
+        result = ServeTrialRunner(spec, config, work).run()
+    elif spec.fault == "keyed-repair":
+        from bench.chaos.repair import RepairTrialRunner
+
+        result = RepairTrialRunner(spec, config, work).run()
+    else:
+        result = TrialRunner(spec, config, work).run()
     if result.ok and not keep:
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -40,7 +40,7 @@ class Verdict:
         return self.lost == 0 and bad_extra == 0 and self.torn_lines == 0
 
 
-def _rows(table: pa.Table | None, columns: list[str]) -> Counter[Row]:
+def row_counts(table: pa.Table | None, columns: list[str]) -> Counter[Row]:
     if table is None or table.num_rows == 0:
         return Counter()
     data = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows for c in columns]
@@ -70,7 +70,7 @@ def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: Row
     out: Counter[Change] = Counter()
     before: Counter[Row] = Counter()
     for snap, _parent in ancestry(table, cursor):
-        now = _rows(read(snap), columns)
+        now = row_counts(read(snap), columns)
         for row, n in (now - before).items():
             out[("I", snap, row)] += n
         for row, n in (before - now).items():
@@ -82,7 +82,7 @@ def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: Row
 def delivered_changes(rows: pa.Table | None, columns: list[str]) -> Counter[Change]:
     if rows is None or rows.num_rows == 0:
         return Counter()
-    data = _rows(rows, ["_change_type", "_commit_snapshot_id", *columns])
+    data = row_counts(rows, ["_change_type", "_commit_snapshot_id", *columns])
     out: Counter[Change] = Counter()
     for (change, snap, *row), n in data.items():
         out[(SIDE[change], int(snap), tuple(row))] += n
@@ -114,21 +114,27 @@ def compare(expected: Counter[Any], got: Counter[Any], *, torn: int = 0) -> Verd
     )
 
 
-def verify(sink: Sink, table: Table, cursor: int, rows_at: RowsAt | None = None) -> Verdict:
+def verify(
+    sink: Sink, table: Table, cursor: int, rows_at: RowsAt | None = None, replayed: frozenset[int] = frozenset()
+) -> Verdict:
     """What `sink` holds against the source table `table` at snapshot `cursor`; `rows_at` reads the
-    table at a snapshot (default pyiceberg's scan; Java's for the kinds Java writes)."""
+    table at a snapshot (default pyiceberg's scan; Java's for the kinds Java writes). The changes of
+    the `replayed` snapshots are wanted twice (`reset --to` an earlier snapshot delivers them again);
+    a mirror holds the table either way."""
     columns = [f.name for f in table.schema().fields]
     read = rows_at or pyiceberg_rows(table)
     if sink.kind == "pgmirror":
-        return compare(_rows(read(cursor), columns), _rows(sink.read(), columns))
+        return compare(row_counts(read(cursor), columns), row_counts(sink.read(), columns))
     expected = expected_changes(table, cursor, columns, read)
+    expected.update(Counter({k: n for k, n in expected.items() if k[1] in replayed}))
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
     return compare(expected, delivered_changes(sink.read(), columns))
 
 
-def _sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
+def sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
+    """The change rows a sink holds (not the mirror), and its torn lines."""
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return jsonl_changes(objects, columns), torn
@@ -146,8 +152,8 @@ def verify_reset(
     before = {snap for snap, _ in ancestry(table, moved_at)}
     exp_old = Counter({k: n for k, n in expected.items() if k[1] in before})
     exp_new = expected - exp_old
-    got_old, torn_old = _sink_changes(old, columns)
-    got_new, torn_new = _sink_changes(new, columns)
+    got_old, torn_old = sink_changes(old, columns)
+    got_new, torn_new = sink_changes(new, columns)
     old_part = Counter({k: n for k, n in got_old.items() if k[1] in before})
     abandoned = got_old - old_part  # chunks of the abandoned batch: a part of exp_new, none twice
     a = compare(exp_old, old_part, torn=torn_old)

@@ -151,3 +151,54 @@ def test_serve_keeps_retrying_a_full_disk_and_recovers_when_space_returns(
         serve.kill_group()
     ids = _jsonl_ids(sink)
     assert sorted(ids) == list(range(300_000))  # nothing lost, nothing twice
+
+
+def test_serve_waits_out_a_full_disk_under_its_sink(tmp_path: Path, small_disk: SmallDisk) -> None:
+    """The sink's disk full (not the handoff's): waited out too, not counted toward --max-failures.
+
+    Found by the chaos harness (`serve-disk-full-sink`): the sink's ENOSPC was an ordinary transient
+    failure, so a disk full for 15 s stopped a one-table service after its five failures."""
+    warehouse = Warehouse(tmp_path / "wh")
+    table = warehouse.create_table("small", ID_NAME)
+    table.append(_random_rows(0, 2_000))
+    filler = small_disk.path / "filler"
+    with open(filler, "wb") as stream, pytest.raises(OSError):
+        while True:
+            stream.write(b"\0" * 65536)
+            stream.flush()
+    sink = small_disk.path / "out.jsonl"
+    port = free_port()
+    config = {
+        "catalog": CATALOG_NAME,
+        "state": f"sqlite:///{tmp_path / 'state.db'}",
+        "interval": "1s",
+        "max_failures": 1,  # any other failure would stop the process at once
+        "metrics_host": "127.0.0.1",
+        "metrics_port": port,
+        "tables": [{"table": f"{NAMESPACE}.small", "consumer": "sinkfull", "sink": f"jsonl://{sink}"}],
+    }
+    path = tmp_path / "icetail.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = child_env(extra=warehouse.env())
+    serve = Serve(["--config", str(path)], env=env, cwd=tmp_path, name="serve", port=port)
+    try:
+
+        def full_sink_cycles() -> int:
+            return sum(
+                1
+                for e in serve.events()
+                if e.get("msg") == "cycle failed" and e.get("stage") == "sink" and "disk is full" in str(e.get("error"))
+            )
+
+        wait_until(lambda: full_sink_cycles() >= 2, timeout=180, what="two cycles failed on the full sink", child=serve)
+        assert serve.alive(), serve.diagnostics()
+        reason = serve.wait_status("/readyz", 503, 10)
+        assert "waiting" in reason, reason
+        filler.unlink()  # space returns
+        wait_until(lambda: len(_jsonl_ids(sink)) >= 2_000, timeout=180, what="the batch delivered", child=serve)
+        serve.wait_status("/readyz", 200, 60)
+        serve.signal(signal.SIGTERM)
+        assert serve.wait(60) == 0, serve.diagnostics()
+    finally:
+        serve.kill_group()
+    assert sorted(_jsonl_ids(sink)) == list(range(2_000))  # nothing lost, nothing twice
