@@ -18,7 +18,7 @@ and manifest list, but metadata.json, which grows with the history, is written o
 checkpoint, and no Transaction re-reads the manifest lists it committed to clean up), and old
 metadata.json files are deleted as the table goes (`write.metadata.delete-after-commit.enabled`).
 `--reuse` keeps tables that are already complete. Prints the build time of each table: 5,000
-snapshots of 20 files in ~6 min a table on 2 loaded cores (R40).
+snapshots of 20 files in ~6.5 min a table on 2 loaded cores (R40).
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ def main() -> None:
                 rounds = args.java_rounds if args.java_rounds is not None else args.rounds
                 entry[f"java_{kind}"] = java.rounds(kind, bounds, rounds, warmup)
                 if "min_s" in entry[f"java_{kind}"]:
-                    entry[f"icetail_vs_java_{kind}_min"] = round(best / max(entry[f"java_{kind}"]["min_s"], 1e-6), 2)
+                    entry[f"icetail_vs_java_{kind}_min"] = round(best / max(entry[f"java_{kind}"]["min_s"], 1e-6), 4)
         result["ranges"][name] = entry
         log(f"{args.table} {name}: {json.dumps(entry)}")  # each range as it is done: a cut-short run still tells
     if threads:

@@ -6,7 +6,7 @@
 // The snapshots are committed to an in-memory TableOperations (MemOps) and the catalog gets the
 // result every `snapshots-per-transaction` snapshots: one metadata.json and one catalog update per
 // checkpoint, as a Transaction would, but without a Transaction's clean-up pass, which re-reads the
-// manifest list of every snapshot it committed (a quarter of the build at 1,600 snapshots).
+// manifest list of every snapshot it committed (R40).
 import java.net.URI;
 import java.nio.file.Files;
 import java.nio.file.Path;

@@ -299,12 +299,13 @@ class ManifestReader:
         The manifest list's `added_files_count` and `deleted_files_count` of a manifest count its
         entries of status ADDED and DELETED (the spec; Java's and pyiceberg's ManifestWriter count
         each `add` and `delete`), so once that many are found every later entry is EXISTING. A
-        merged manifest (Java's and pyiceberg's ManifestMergeManager write the committing
-        snapshot's new entries first, then the EXISTING ones) then costs its commit's own entries,
-        not the 100,000 files it carries over; a filtered one (an overwrite) stops after its last
-        DELETED entry. Without both counts, or with `early_stop=False`, the whole manifest is read
-        (and cached as whole). The changes are cached apart from whole manifests, by their own
-        count, so the cache holds a range's changes rather than every carried-over entry.
+        merged manifest (Java's ManifestMergeManager writes the committing snapshot's new entries
+        first, then the EXISTING ones) then costs its commit's own entries, not the 100,000 files
+        it carries over; a filtered one (an overwrite) stops after its last DELETED entry. The
+        order only decides how early the read stops, never what it finds. Without both counts, or
+        with `early_stop=False`, the whole manifest is read (and cached as whole). The changes are
+        cached apart from whole manifests, by their own count, so the cache holds a range's
+        changes rather than every carried-over entry.
         """
         key = _entries_key(manifest)
         whole = self._entries.get(key)
