@@ -249,6 +249,9 @@ class ManifestReader:
         """
         key = snapshot.manifest_list
         whole_list_cached = key in self._lists
+        own_key = f"own:{key}"
+        if not whole_list_cached and (cached_own := self._lists.get(own_key)) is not None:
+            return cached_own  # a partly read list's result: a warm plan does not open the list again
         totals = changed_file_counts(snapshot) if self._early_stop and not whole_list_cached else None
         if totals is None:
             return tuple(m for m in self.manifest_list(snapshot) if m.added_snapshot_id == snapshot.snapshot_id)
@@ -275,6 +278,7 @@ class ManifestReader:
                     if can_stop and (data, deletes) == totals:
                         with self._lock:
                             self.list_entries_read += len(every)
+                        self._lists.put(own_key, tuple(own))
                         return tuple(own)
         except (OSError, ValueError) as exc:
             raise _list_error(snapshot, exc) from exc
