@@ -75,7 +75,7 @@ def ranges(table: Any, span: int) -> dict[str, tuple[int | None, int]]:
 
 
 def icetail_rounds(table: Any, bounds: tuple[int | None, int], rounds: int, threads: int) -> dict[str, Any]:
-    times, cpu, warm, plan, cold_read = [], [], [], None, 0
+    times, cpu, warm, warm_cpu, plan, cold_read = [], [], [], [], None, 0
     for _ in range(rounds):
         planner = Planner(table, planning_threads=threads)  # cold: a fresh manifest cache
         started, started_cpu = time.perf_counter(), time.process_time()
@@ -84,9 +84,10 @@ def icetail_rounds(table: Any, bounds: tuple[int | None, int], rounds: int, thre
         cpu.append(time.process_time() - started_cpu)
         cold_read = plan.manifests_read
         del plan
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         plan = planner.plan(*bounds)  # warm: the same Planner, its manifest cache kept
         warm.append(time.perf_counter() - started)
+        warm_cpu.append(time.process_time() - started_cpu)
         del planner
     assert plan is not None
     return {
@@ -94,6 +95,7 @@ def icetail_rounds(table: Any, bounds: tuple[int | None, int], rounds: int, thre
         "median_s": round(statistics.median(times), 4),
         "cpu_min_s": round(min(cpu), 4),  # the process's CPU seconds: less disturbed by a loaded machine
         "warm_min_s": round(min(warm), 4),
+        "warm_cpu_min_s": round(min(warm_cpu), 4),
         "warm_manifests_read": plan.manifests_read,
         "manifests_read": cold_read,
         "tasks": len(plan.tasks),
