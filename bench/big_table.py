@@ -1,8 +1,9 @@
 """Build tables of 100,000+ data files in thousands of manifests and snapshots, cheaply (issue 24 §2).
 
-    .venv/bin/python -m bench.big_table --workdir /tmp/icetail-bigplan [--snapshots 5000] [--files 20] [--reuse]
+    .venv/bin/python -m bench.big_table --workdir /tmp/icetail-bench/bigplan [--snapshots 5000] [--files 20] [--reuse]
 
-Two tables in one JDBC/SQLite catalog (`bigplan`) under `--workdir` (never the repository), both
+Two tables in one JDBC/SQLite catalog (`bigplan`) under `--workdir` (never the repository; build
+the two tables at once only in two workdirs: two builders lock each other out of one SQLite file), both
 `--snapshots` append snapshots of `--files` data files each (5,000 x 20 = 100,000 files):
 
 * `ns.unmerged`: Java `newFastAppend`, one new manifest per snapshot, never merged: the head's
@@ -11,11 +12,13 @@ Two tables in one JDBC/SQLite catalog (`bigplan`) under `--workdir` (never the r
   a snapshot now and then rewrites the small manifests into one big one (EXISTING entries).
 
 The cheap parts: the data files are one 10-row parquet file, hard-linked once per data file (real,
-readable files, no bytes copied); the snapshots are committed `--per-commit` at a time in one
-Java transaction (each snapshot still gets its own manifest and manifest list, but metadata.json,
-which grows with the history, is written once per transaction), and old metadata.json files are
-deleted as the table goes (`write.metadata.delete-after-commit.enabled`). `--reuse` keeps tables
-that are already complete. Prints the build time of each table.
+readable files, no bytes copied); the snapshots are committed to the table's metadata in memory
+and the catalog gets it every `--per-commit` snapshots (each snapshot still gets its own manifest
+and manifest list, but metadata.json, which grows with the history, is written once per
+checkpoint, and no Transaction re-reads the manifest lists it committed to clean up), and old
+metadata.json files are deleted as the table goes (`write.metadata.delete-after-commit.enabled`).
+`--reuse` keeps tables that are already complete. Prints the build time of each table: 5,000
+snapshots of 20 files in ~6.5 min a table on 2 loaded cores (R40).
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def build(workdir: Path, name: str, snapshots: int, files: int, per_commit: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/icetail-bigplan"))
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/icetail-bench/bigplan"))
     parser.add_argument("--snapshots", type=int, default=5000)
     parser.add_argument("--files", type=int, default=20, help="data files per snapshot")
     parser.add_argument("--per-commit", type=int, default=250, help="snapshots per Java transaction")

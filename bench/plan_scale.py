@@ -1,6 +1,6 @@
 """Planning tables of 100,000+ files: icetail's `Planner.plan` against Java's incremental scans (issue 24 §2).
 
-    .venv/bin/python -m bench.plan_scale --workdir /tmp/icetail-bigplan --table unmerged [--rounds 3] [--range 1000]
+    .venv/bin/python -m bench.plan_scale --workdir /tmp/icetail-bench/bigplan --table unmerged [--rounds 3]
 
 On a table built by `bench.big_table` (the same `--workdir`), three ranges ending at the head
 snapshot S_n: one new snapshot (S_n-1, S_n], a range (S_n-1000, S_n] and the whole history
@@ -9,12 +9,16 @@ snapshot S_n: one new snapshot (S_n-1, S_n], a range (S_n-1000, S_n] and the who
 * icetail cold: a fresh `Planner` per round (an empty manifest cache; what `icetail plan` and
   the first batch of `run` do), with `--threads` planning threads (default: 1 and the default,
   for the A/B); seconds (min and median of `--rounds`), the process's CPU seconds (min), manifests
-  read, tasks;
+  read, tasks; warm: the same Planner plans the range again (its manifest cache filled by the
+  cold plan, as a serve that replans after a failure);
 * Java: `newIncrementalAppendScan()` and `newIncrementalChangelogScan()` of the same range
   (`fromSnapshotExclusive(a).toSnapshot(b)`; the whole history: `toSnapshot(b)` alone), the
   table loaded afresh each round (so no manifest list is cached in its Snapshot objects), one
-  JVM (Spark 3.5 with the iceberg-spark-runtime jar, C2 on), a warm-up round first; timed in the
-  JVM (`System.nanoTime` around the full iteration of `planFiles()`, in the JVM);
+  JVM (Spark 3.5 with the iceberg-spark-runtime jar, C2 on, `--java-heap`); timed in the JVM
+  (`System.nanoTime` around the full iteration of `planFiles()`, in the JVM). A warm-up round
+  comes first on the one-new-snapshot range (the JIT); the big ranges get one only with
+  `--java-warmup` (a warm-up of the whole history costs as much as the plan). A plan that fails
+  (an OutOfMemoryError) is recorded as its error and the run goes on;
 * serve: one Planner that planned (before S_1, S_n-1] plans (S_n-1, S_n] as the next cycle does:
   manifests read and seconds (its cache kept);
 * memory, each range in a child process: the driver's peak RSS above the RSS after loading the
@@ -71,20 +75,27 @@ def ranges(table: Any, span: int) -> dict[str, tuple[int | None, int]]:
 
 
 def icetail_rounds(table: Any, bounds: tuple[int | None, int], rounds: int, threads: int) -> dict[str, Any]:
-    times, cpu, plan = [], [], None
+    times, cpu, warm, plan, cold_read = [], [], [], None, 0
     for _ in range(rounds):
         planner = Planner(table, planning_threads=threads)  # cold: a fresh manifest cache
         started, started_cpu = time.perf_counter(), time.process_time()
         plan = planner.plan(*bounds)
         times.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
+        cold_read = plan.manifests_read
+        del plan
+        started = time.perf_counter()
+        plan = planner.plan(*bounds)  # warm: the same Planner, its manifest cache kept
+        warm.append(time.perf_counter() - started)
         del planner
     assert plan is not None
     return {
         "min_s": round(min(times), 4),
         "median_s": round(statistics.median(times), 4),
         "cpu_min_s": round(min(cpu), 4),  # the process's CPU seconds: less disturbed by a loaded machine
-        "manifests_read": plan.manifests_read,
+        "warm_min_s": round(min(warm), 4),
+        "warm_manifests_read": plan.manifests_read,
+        "manifests_read": cold_read,
         "tasks": len(plan.tasks),
         "snapshots": len(plan.commits),
     }
@@ -182,9 +193,17 @@ class JavaPlanner:
         peak = sum(p.getPeakUsage().getUsed() for p in pools)
         return elapsed, int(tasks), max(0, peak - base) / 2**20
 
-    def rounds(self, kind: str, bounds: tuple[int | None, int], rounds: int) -> dict[str, Any]:
-        self.plan(kind, bounds)  # warm-up: JIT, page cache
-        runs = [self.plan(kind, bounds) for _ in range(rounds)]
+    def rounds(self, kind: str, bounds: tuple[int | None, int], rounds: int, warmup: bool) -> dict[str, Any]:
+        from py4j.protocol import Py4JError
+
+        runs = []
+        try:
+            if warmup:
+                self.plan(kind, bounds)  # warm-up: JIT, page cache
+            for _ in range(rounds):
+                runs.append(self.plan(kind, bounds))
+        except Py4JError as exc:  # an OutOfMemoryError in the JVM: record it, go on with the next
+            return {"error": str(exc).splitlines()[0][:300], "completed_rounds": len(runs)}
         times = [r[0] for r in runs]
         return {
             "min_s": round(min(times), 4),
@@ -196,13 +215,16 @@ class JavaPlanner:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/icetail-bigplan"))
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/icetail-bench/bigplan"))
     parser.add_argument("--table", default="unmerged")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--range", type=int, default=1000, dest="span")
     parser.add_argument("--threads", default=f"1,{DEFAULT_PLANNING_THREADS}", help="planning threads to compare")
     parser.add_argument("--no-java", action="store_true")
-    parser.add_argument("--java-heap", default="1g", help="the JVM's heap (spark.driver.memory)")
+    parser.add_argument("--java-heap", default="8g", help="the JVM's heap (spark.driver.memory)")
+    parser.add_argument("--java-rounds", type=int, default=None, help="Java's rounds (default: --rounds)")
+    parser.add_argument("--java-kinds", default="append,changelog")
+    parser.add_argument("--java-warmup", action="store_true", help="a warm-up round on every range")
     parser.add_argument("--ranges", default=None, help="new_snapshot,range_1000,whole_history (default: all)")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -237,10 +259,13 @@ def main() -> None:
             entry["icetail_memory"] = memory(workdir, args.table, bounds)
         best = min((entry[f"icetail_threads_{count}"]["min_s"] for count in threads), default=float("nan"))
         if java is not None:
-            for kind in ("append", "changelog"):
+            for kind in args.java_kinds.split(","):
                 log(f"{args.table} {name}: Java {kind}")
-                entry[f"java_{kind}"] = java.rounds(kind, bounds, args.rounds)
-                entry[f"icetail_vs_java_{kind}_min"] = round(best / max(entry[f"java_{kind}"]["min_s"], 1e-6), 2)
+                warmup = args.java_warmup or name == "new_snapshot"
+                rounds = args.java_rounds if args.java_rounds is not None else args.rounds
+                entry[f"java_{kind}"] = java.rounds(kind, bounds, rounds, warmup)
+                if "min_s" in entry[f"java_{kind}"]:
+                    entry[f"icetail_vs_java_{kind}_min"] = round(best / max(entry[f"java_{kind}"]["min_s"], 1e-6), 4)
         result["ranges"][name] = entry
         log(f"{args.table} {name}: {json.dumps(entry)}")  # each range as it is done: a cut-short run still tells
     if threads:

@@ -42,6 +42,27 @@ def cpu_by_kind() -> dict[str, float]:
     return out
 
 
+def worker_counters() -> dict[str, float]:
+    """The Python workers' user and system CPU seconds, minor page faults and how many there are
+    (a slow round's cause shows in which of them grew: issue 24 s5)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {"user": 0.0, "system": 0.0, "minor_faults": 0.0, "workers": 0.0}
+    me = os.getpid()
+    for pid in _children(me):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if _rss_and_kind(pid)[1] == "jvm":
+                continue
+            out["user"] += int(fields[11]) / ticks
+            out["system"] += int(fields[12]) / ticks
+            out["minor_faults"] += int(fields[7])
+            out["workers"] += 1
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def _children(pid: int) -> list[int]:
     try:
         import psutil

@@ -21,9 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from icetail._version import installed_version
-
 if TYPE_CHECKING:
+    __version__: str
     from pyiceberg.table import Table
 
     from icetail.kernel.errors import IcetailError, TerminalError, TransientError
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     from icetail.sinks.factory import open_sink
     from icetail.sinks.object_parquet_sink import committed_objects
     from icetail.sinks.parquet_reader import read_parquet_sink
-
-__version__ = installed_version()
 
 _EXPORTS = {
     "changes_batch_reader": "icetail.monitor.engine.api",
@@ -56,6 +53,11 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read from the installed metadata on first use: `icetail` starts faster
+        from icetail._version import installed_version
+
+        globals()[name] = installed_version()
+        return globals()[name]
     if name not in _EXPORTS:
         raise AttributeError(f"module 'icetail' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)

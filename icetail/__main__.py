@@ -1,5 +1,5 @@
 """`python -m icetail`: the same command line as the `icetail` script."""
 
-from icetail.monitor.cli.main import entry
+from icetail.monitor.cli.launch import entry
 
 entry()

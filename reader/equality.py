@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icetail.reader.sorted_sets import sorted_unique
+
 
 def row_codes(table: pa.Table) -> np.ndarray:
     """Dense int64 code per row over all columns of `table`: equal rows <=> equal codes."""
@@ -33,7 +35,7 @@ def rows_matching(data_keys: pa.Table, delete_keys: pa.Table) -> np.ndarray:
         return np.zeros(n_data, dtype=bool)
     both = pa.concat_tables([data_keys, delete_keys.select(data_keys.column_names).cast(data_keys.schema)])
     codes = row_codes(both)
-    return np.isin(codes[:n_data], codes[n_data:])
+    return np.isin(codes[:n_data], codes[n_data:])  # codes are dense (0..n): numpy's table path
 
 
 class DeleteKeySet:
@@ -50,7 +52,7 @@ class DeleteKeySet:
             self._value_set = pc.unique(column)
             if pa.types.is_integer(column.type):
                 self._null_deleted = column.null_count > 0
-                self._sorted_ints = np.unique(column.drop_null().to_numpy().astype(np.int64))
+                self._sorted_ints = sorted_unique(column.drop_null().to_numpy().astype(np.int64))
 
     def matches(self, data_keys: pa.Table) -> np.ndarray:
         """Boolean mask over `data_keys` rows: True where the row equals a delete key (NULL = NULL)."""

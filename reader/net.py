@@ -33,6 +33,9 @@ change (or carry-over); unpaired identical rows cancel as carry-overs (writers t
 lineage, e.g. INSERT OVERWRITE), and such a carry-over of a row already changed in the range
 moves it to its new row id (its later changes are followed as the same row); rows without a row
 id go through the count above.
+
+Every rule groups by content, by key or by row id, so `run` folds a big batch in partitions by a
+stable hash of those, one Spark task each (reader/net_shuffle.py), with the same rows.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from icetail.reader.metadata_columns import (
 )
 from icetail.reader.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs, one_delete_one_insert
 from icetail.reader.row_lineage import LINEAGE_COLUMNS, ROW_ID
+from icetail.reader.sorted_sets import in_sorted, sorted_unique
 
 
 def data_columns(schema: pa.Schema) -> list[str]:
@@ -121,20 +125,34 @@ class NetChanges:
             unchanged = codes[before] == codes[after]
             changed = np.r_[before[~unchanged], after[~unchanged]]
             carried = np.r_[before[unchanged], after[unchanged]]
-            carried = carried[np.isin(self._keys(rows.take(pa.array(carried, pa.int64()))), self._held_row_ids)]
+            carried = carried[in_sorted(self._keys(rows.take(pa.array(carried, pa.int64()))), self._held_row_ids)]
             self._hold_by_row_id(rows.take(pa.array(np.sort(np.r_[changed, carried]), pa.int64())))
         rest = np.flatnonzero(~settled)
         cancelled = np.zeros(rows.num_rows, dtype=bool)
         cancelled[rest] = cancelled_rows(codes[rest], is_delete[rest]) if len(rest) else False
         if self._lineage and cancelled.any():
             self._follow_lost_lineage(rows, codes, is_delete, cancelled)
+        self._hold_restarting(rows, cancelled)
+        self._add_singles(rows.filter(pa.array(~settled & ~cancelled)))
+        self._compact_if_due()
+
+    def add_reconciled(self, rows: pa.Table, cancelled: np.ndarray) -> None:
+        """A snapshot's rows whose carry-overs (`cancelled`) were found already: the content phase of a
+        partitioned fold (reader/net_shuffle.py), which settled lineage pairs and lost lineage before."""
+        if not rows.num_rows:
+            return
+        rows = rows.cast(self.schema)
+        self._hold_restarting(rows, cancelled)
+        self._add_singles(rows.filter(pa.array(~cancelled)))
+        self._compact_if_due()
+
+    def _hold_restarting(self, rows: pa.Table, cancelled: np.ndarray) -> None:
+        """Carry-over pairs of rows inserted earlier in the range go into the count: Java counts them."""
         if cancelled.any() and self._inserted:
             pairs = rows.filter(pa.array(cancelled))
             restarting = _matching(pairs.select(self._columns), pa.concat_tables(self._inserted))
             if restarting.any():  # a copy-on-write rewrite of a row inserted in the range: Java counts it
                 self._hold(pairs.filter(pa.array(restarting)), track_inserts=False)
-        self._add_singles(rows.filter(pa.array(~settled & ~cancelled)))
-        self._compact_if_due()
 
     def add_rows(self, rows: pa.Table) -> None:
         """Rows of a snapshot that only deletes or only inserts (nothing to cancel): any chunk size."""
@@ -165,7 +183,7 @@ class NetChanges:
         both = np.asarray(pc.and_(old.is_valid(), new.is_valid()).to_numpy(zero_copy_only=False))
         old_ids, new_ids = _plain_ids(old)[both], _plain_ids(new)[both]
         keys = self._key_of(old_ids)
-        moved = np.isin(keys, self._held_row_ids) & (old_ids != new_ids)
+        moved = in_sorted(keys, self._held_row_ids) & (old_ids != new_ids)
         self._first_id.update(zip(new_ids[moved].tolist(), keys[moved].tolist(), strict=True))
 
     def _keys(self, rows: pa.Table) -> np.ndarray:
@@ -188,7 +206,7 @@ class NetChanges:
         keys = self._keys(rows)
         self._by_row_id.append(rows.append_column(ROW_KEY, pa.array(keys, pa.int64())))
         self.rows_held += rows.num_rows
-        self._held_row_ids = np.union1d(self._held_row_ids, keys)
+        self._held_row_ids = sorted_unique(np.concatenate([self._held_row_ids, np.sort(keys)]))
 
     def _hold(self, rows: pa.Table, *, track_inserts: bool) -> None:
         if not rows.num_rows:
@@ -224,51 +242,61 @@ class NetChanges:
             first, last = first_and_last_by_row_id(by_id)
             is_delete = _is_delete(by_id)
             needed = is_delete[first] | is_delete[last]  # an INSERT first matters only if a DELETE is last
-            by_id = by_id.take(pa.array(np.unique(np.r_[first[needed], last]), pa.int64()))
+            by_id = by_id.take(pa.array(sorted_unique(np.r_[first[needed], last]), pa.int64()))
             self._by_row_id = [by_id]
         held_by_id = sum(t.num_rows for t in self._by_row_id)
         self.rows_held = survivors.num_rows + held_by_id
         self._compact_at = max(self._compact_at, 2 * self.rows_held)
         self._deletes_since_compaction = False
 
+    def survivors(self) -> pa.Table:
+        """The net rows of the count (rows followed by no row id), unpaired."""
+        if not self._held:
+            return self.schema.empty_table()
+        rows = pa.concat_tables(self._held)
+        return rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
+
     def result(self, key_columns: Sequence[str] = ()) -> pa.Table:
         """The net change rows, ordered by `_change_ordinal`; within one: DELETEs, UPDATE pairs, INSERTs."""
-        survivors = self.schema.empty_table()
-        if self._held:
-            rows = pa.concat_tables(self._held)
-            survivors = rows.take(pa.array(net_row_indices(rows, self._columns), pa.int64()))
+        survivors = self.survivors()
         if not self._by_row_id:
             return paired_in_order(survivors, key_columns) if survivors.num_rows else survivors
         singles, before, after = (
-            t.drop_columns([ROW_KEY]) for t in self._net_by_row_id(pa.concat_tables(self._by_row_id))
+            t.drop_columns([ROW_KEY]) for t in net_by_row_id(pa.concat_tables(self._by_row_id), self._columns)
         )
-        singles = pa.concat_tables([survivors, singles])
-        # a net DELETE and a net INSERT of identical rows no row id pairs are the same content removed
-        # and added (a writer that does not keep lineage rewrote it, or it was deleted and re-inserted):
-        # they cancel, as carry-overs do within a snapshot, so the multiset rule holds
-        cancelled = cancelled_rows(row_codes(singles.select(self._columns)), _is_delete(singles))
-        survivors = singles.filter(pa.array(~cancelled))
-        rows = pa.concat_tables([survivors, before, after])
-        first_before = survivors.num_rows
-        pre_before = np.arange(first_before, first_before + before.num_rows, dtype=np.int64)
-        return paired_in_order(rows, key_columns, (pre_before, pre_before + before.num_rows))
+        return finished(pa.concat_tables([survivors, singles]), before, after, self._columns, key_columns)
 
-    def _net_by_row_id(self, rows: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
-        """(DELETE/INSERT rows, UPDATE_BEFORE images, their UPDATE_AFTER images) of the rows with a row id;
-        each stamped with the commit of its id's last change."""
-        first, last = first_and_last_by_row_id(rows)
-        is_delete = _is_delete(rows)
-        was_there, is_there = is_delete[first], ~is_delete[last]
-        codes = row_codes(rows.select(self._columns).take(pa.array(np.r_[first, last], pa.int64())))
-        changed = codes[: len(first)] != codes[len(first) :]
-        deleted = was_there & ~is_there
-        updated = was_there & is_there & changed
-        inserted = ~was_there & is_there
-        stamped = _stamped(rows, first, last)  # first images, last stamps
-        singles = pa.concat_tables(
-            [stamped.filter(pa.array(deleted)), rows.take(pa.array(last[inserted], pa.int64()))]
-        )
-        return singles, stamped.filter(pa.array(updated)), rows.take(pa.array(last[updated], pa.int64()))
+
+def finished(
+    singles: pa.Table, before: pa.Table, after: pa.Table, columns: Sequence[str], key_columns: Sequence[str]
+) -> pa.Table:
+    """The last step with row lineage: `singles` (net DELETE/INSERT rows of the count and of row ids)
+    cancelled by content, then paired by key; `before`/`after` are the row ids' UPDATE pairs."""
+    # a net DELETE and a net INSERT of identical rows no row id pairs are the same content removed
+    # and added (a writer that does not keep lineage rewrote it, or it was deleted and re-inserted):
+    # they cancel, as carry-overs do within a snapshot, so the multiset rule holds
+    cancelled = cancelled_rows(row_codes(singles.select(list(columns))), _is_delete(singles))
+    survivors = singles.filter(pa.array(~cancelled))
+    rows = pa.concat_tables([survivors, before, after])
+    first_before = survivors.num_rows
+    pre_before = np.arange(first_before, first_before + before.num_rows, dtype=np.int64)
+    return paired_in_order(rows, key_columns, (pre_before, pre_before + before.num_rows))
+
+
+def net_by_row_id(rows: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(DELETE/INSERT rows, UPDATE_BEFORE images, their UPDATE_AFTER images) of rows keyed by `ROW_KEY`;
+    each stamped with the commit of its key's last change."""
+    first, last = first_and_last_by_row_id(rows)
+    is_delete = _is_delete(rows)
+    was_there, is_there = is_delete[first], ~is_delete[last]
+    codes = row_codes(rows.select(list(columns)).take(pa.array(np.r_[first, last], pa.int64())))
+    changed = codes[: len(first)] != codes[len(first) :]
+    deleted = was_there & ~is_there
+    updated = was_there & is_there & changed
+    inserted = ~was_there & is_there
+    stamped = _stamped(rows, first, last)  # first images, last stamps
+    singles = pa.concat_tables([stamped.filter(pa.array(deleted)), rows.take(pa.array(last[inserted], pa.int64()))])
+    return singles, stamped.filter(pa.array(updated)), rows.take(pa.array(last[updated], pa.int64()))
 
 
 def first_and_last_by_row_id(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -349,6 +377,11 @@ def _matching(rows: pa.Table, others: pa.Table) -> np.ndarray:
     if len(candidates):
         mask[candidates] = rows_matching(rows.take(pa.array(candidates, pa.int64())), narrowed)
     return mask
+
+
+def is_delete_row(rows: pa.Table) -> np.ndarray:
+    """Mask of the DELETE rows."""
+    return _is_delete(rows)
 
 
 def _is_delete(rows: pa.Table) -> np.ndarray:

@@ -99,9 +99,15 @@ def open_manifest_list(io: FileIO, path: str) -> AvroFile[ManifestFile]:
     )
 
 
-def read_manifest_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+def read_manifest_entries(
+    io: FileIO, manifest: ManifestFile, until: Callable[[ManifestEntry], bool] | None = None
+) -> list[ManifestEntry]:
     """Every entry of a manifest, DELETED ones included, read with the v3 entry schema and with the
-    snapshot id and sequence numbers inherited from the manifest (`_inherit_from_manifest`)."""
+    snapshot id and sequence numbers inherited from the manifest (`_inherit_from_manifest`).
+
+    `until`: stop after the first entry it is true of (that entry included): the records after it
+    are not decoded (pyiceberg's AvroFile decodes one record at a time).
+    """
     with _ReaderCachingAvroFile(
         "manifest",
         io.new_input(manifest.manifest_path),
@@ -109,7 +115,14 @@ def read_manifest_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEn
         read_types={-1: ManifestEntry, 2: DataFile},
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
     ) as reader:
-        return [_inherit_from_manifest(entry, manifest) for entry in reader]
+        if until is None:
+            return [_inherit_from_manifest(entry, manifest) for entry in reader]
+        found: list[ManifestEntry] = []
+        for entry in reader:
+            found.append(_inherit_from_manifest(entry, manifest))
+            if until(found[-1]):
+                break
+        return found
 
 
 def read_manifest_list(io: FileIO, path: str) -> list[ManifestFile]:

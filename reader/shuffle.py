@@ -84,6 +84,7 @@ class ShuffleOutput:
     change_counts: tuple[tuple[str, int], ...]
     read: tuple[Chunk, ...] = ()  # every read chunk's metadata (batch None), on output `first_output` only
     error: TaskErrorPayload | None = None
+    not_exact: str | None = None  # a partitioned net fold that would differ from the driver's: why
 
     @property
     def row_count(self) -> int:
@@ -111,31 +112,46 @@ def shuffled_outputs(
     cancelled and the outputs end early.
     """
     sc = spark.sparkContext
-    pool_name = current_scheduler_pool()  # the job runs on a thread of its own: read the pool here
     parallelism = int(sc.defaultParallelism)
+    task_items = read_task_runs(spec.requests, spec.split_indexes, max(2 * parallelism, spec.partitions))
+    rdd = sc.parallelize(task_items, max(1, len(task_items)))
+    shuffled = rdd.mapPartitions(lambda part: read_task(context, spec, part)).partitionBy(spec.partitions, _identity)
+    if spec.lineage_pairing:
+        shuffled = shuffled.mapPartitionsWithIndex(lambda p, part: settle_task(spec, p, part)).partitionBy(
+            spec.outputs, _identity
+        )
+    outputs = shuffled.mapPartitionsWithIndex(lambda i, part: output_task(spec, stager, i, part))
     wave = max(1, spec.outputs if stager is not None else (wave_outputs or 2 * parallelism))
+    yield from output_waves(spark, outputs, range(spec.first_output, spec.outputs), wave, heartbeat)
+
+
+def output_waves(
+    spark: Any,
+    outputs: Any,
+    indexes: range,
+    wave: int,
+    heartbeat: Callable[[], bool] | None = None,
+) -> Iterator[ShuffleOutput]:
+    """The `outputs` RDD's partitions `indexes` in index order, run `wave` Spark tasks at a time.
+
+    A task's read error raises before any output of its wave is yielded. While a wave runs,
+    `heartbeat` is called every few seconds; when it returns False the job is cancelled and the
+    outputs end early.
+    """
+    sc = spark.sparkContext
+    pool_name = current_scheduler_pool()  # the job runs on a thread of its own: read the pool here
     group = f"icetail-shuffle-{uuid.uuid4().hex[:12]}"
-    task_items = _read_tasks(spec, max(2 * parallelism, spec.partitions))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icetail-shuffle")
     finished = False
     try:
-        rdd = sc.parallelize(task_items, max(1, len(task_items)))
-        shuffled = rdd.mapPartitions(lambda part: read_task(context, spec, part)).partitionBy(
-            spec.partitions, _identity
-        )
-        if spec.lineage_pairing:
-            shuffled = shuffled.mapPartitionsWithIndex(lambda p, part: settle_task(spec, p, part)).partitionBy(
-                spec.outputs, _identity
-            )
-        outputs = shuffled.mapPartitionsWithIndex(lambda i, part: output_task(spec, stager, i, part))
 
-        def run(indexes: list[int]) -> list[ShuffleOutput]:
+        def run(chosen: list[int]) -> list[ShuffleOutput]:
             sc.setJobGroup(group, "icetail shuffled reconciliation", interruptOnCancel=True)  # per thread
             use_scheduler_pool(sc, pool_name)
-            return list(sc.runJob(outputs, lambda part: part, indexes))
+            return list(sc.runJob(outputs, lambda part: part, chosen))
 
-        for start in range(spec.first_output, spec.outputs, wave):
-            job = pool.submit(run, list(range(start, min(start + wave, spec.outputs))))
+        for start in range(indexes.start, indexes.stop, wave):
+            job = pool.submit(run, list(range(start, min(start + wave, indexes.stop))))
             while not _finished(job, HEARTBEAT_SECONDS):
                 if heartbeat is not None and not heartbeat():
                     return
@@ -159,12 +175,14 @@ def _finished(job: Future[Any], seconds: float) -> bool:
     return bool(done)
 
 
-def _read_tasks(spec: ShuffleSpec, max_tasks: int) -> list[list[tuple[int, SplitRequest]]]:
-    """The snapshot's splits as contiguous runs of about equal bytes, each with its split index."""
+def read_task_runs(
+    requests: tuple[SplitRequest, ...], split_indexes: tuple[int, ...], max_tasks: int
+) -> list[list[tuple[int, SplitRequest]]]:
+    """The splits as contiguous runs of about equal bytes, each with its split index."""
     tasks: list[list[tuple[int, SplitRequest]]] = []
     position = 0
-    for run in group_for_tasks(spec.requests, max_tasks):
-        tasks.append(list(zip(spec.split_indexes[position : position + len(run)], run, strict=True)))
+    for run in group_for_tasks(requests, max_tasks):
+        tasks.append(list(zip(split_indexes[position : position + len(run)], run, strict=True)))
         position += len(run)
     return tasks
 
@@ -175,3 +193,6 @@ def _by_index(output: ShuffleOutput) -> int:
 
 def _identity(key: int) -> int:
     return key
+
+
+identity_partitioner = _identity  # records carry their partition: `partitionBy(n, identity_partitioner)`

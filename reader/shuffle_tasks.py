@@ -190,3 +190,12 @@ def _counts(rows: pa.Table) -> tuple[tuple[str, int], ...]:
     if not rows.num_rows:
         return ()
     return tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())
+
+
+# for the partitioned net fold's tasks (reader/net_shuffle_tasks.py), which move rows the same way
+with_order = _with_order
+with_order_fields = _with_order_fields
+partitioned_rows = _partitioned
+ipc_bytes = _ipc
+change_counts = _counts
+release_memory = _release_memory

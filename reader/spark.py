@@ -58,6 +58,17 @@ DEFAULT_CONF = {
 }
 
 
+# Arrow's allocator in the Python workers (mimalloc, pyarrow's default) hands freed pages back to
+# the OS 10 ms after a task frees them, at the next task's first allocations: that task then
+# faults every page of its working set in again, in the kernel (warm reads of 8M rows spent 0.2 to
+# 1.5 s of worker system CPU per round for the same 0.7 s of user CPU, the bimodal tail of issue
+# 24 s5; bench/RESULTS.md R41). Kept for a minute instead, memory freed by one task is reused by the
+# next; an idle worker returns it at its next task, and a task that ends with
+# `release_unused()` (the reconcile partitions) still returns it at once.
+PURGE_DELAY_ENV = "MIMALLOC_PURGE_DELAY"
+WORKER_PURGE_DELAY_MS = "60000"
+
+
 # The Spark scheduler pool of the jobs a thread submits (`serve` gives each followed table its
 # own): under `spark.scheduler.mode=FAIR` a big table's waves then share the cores with the small
 # tables' instead of queueing them behind every task (Spark's FIFO). The jobs are submitted from
@@ -120,6 +131,8 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
         settings.setdefault("spark.python.daemon.module", "icetail.reader.spark_daemon")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
+        settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
     for key, value in settings.items():
@@ -134,6 +147,11 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
 # `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
 SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
 ABANDON_SECONDS = 2.0
+# Test seam: while the file this variable names exists, a BackgroundSession's start waits before
+# it asks for the JVM (marking the wait by creating `<file>.held`), so a test can stop a run whose
+# session is provably still starting instead of racing the JVM's start.
+HOLD_SESSION_START_ENV = "ICETAIL_TEST_HOLD_SESSION_START"
+_HOLD_POLL_SECONDS = 0.05
 
 
 class SessionAbandoned(Exception):
@@ -164,6 +182,11 @@ class BackgroundSession:
 
     def result(self) -> Any:
         return self._future.result()
+
+    @property
+    def starting(self) -> bool:
+        """The JVM start has not finished (neither succeeded nor failed) yet."""
+        return not self._future.done()
 
     def close(self) -> None:
         """Wait for the start to finish, cancel the warm-up job if it runs and wait for it too.
@@ -204,6 +227,7 @@ class BackgroundSession:
             from pyspark import SparkContext
 
             running = SparkContext._active_spark_context is not None  # its workers are warm already
+            self._hold_for_test()
             with self._lock:
                 if self._closing:  # abandoned before the JVM was asked for: never start it
                     raise SessionAbandoned("the Spark session was abandoned before it started")
@@ -228,6 +252,18 @@ class BackgroundSession:
         finally:
             with self._lock:
                 self._warming = None
+
+    def _hold_for_test(self) -> None:
+        path = os.environ.get(HOLD_SESSION_START_ENV)
+        if not path or not os.path.exists(path):
+            return
+        with open(path + ".held", "w", encoding="utf-8"):
+            pass
+        while os.path.exists(path):
+            with self._lock:
+                if self._closing:
+                    return
+            time.sleep(_HOLD_POLL_SECONDS)
 
 
 def is_connect(spark: Any) -> bool:
@@ -463,8 +499,10 @@ def _publish_partition(
             count += 1
         _publish(os.path.join(handoff, f"{key}.end"), b"")
     except OSError as exc:  # no file can carry the error now: it goes back as the task's result
-        error = handoff_full(os.path.dirname(handoff)) if is_disk_full(exc) else IcetailError(
-            f"cannot write icetail's handoff file in {handoff}: {exc}"
+        error = (
+            handoff_full(os.path.dirname(handoff))
+            if is_disk_full(exc)
+            else IcetailError(f"cannot write icetail's handoff file in {handoff}: {exc}")
         )
         yield TaskErrorPayload(type(error).__module__, type(error).__name__, str(error))
         return

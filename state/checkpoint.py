@@ -62,6 +62,9 @@ class BatchShape:
     than this is reconciled in ceil(bytes / this) partitions by Spark tasks (reader/shuffle.py),
     one chunk each; None (batches before store schema 7, Spark Connect): every snapshot whole,
     in the driver. Stored so a resumed batch cuts the same partitions.
+    `net_partitioned`: a net batch whose fold is cut in partitions by the same size
+    (reader/net_shuffle.py) when its splits hold more; False (net batches before store schema 9):
+    folded whole in the driver, as it began, so a batch is never delivered half one way.
     """
 
     chunk_rows: int | None = None
@@ -71,6 +74,7 @@ class BatchShape:
     net: bool = False
     schema_id: int | None = None
     reconcile_partition_bytes: int | None = None
+    net_partitioned: bool = False
 
     def __post_init__(self) -> None:
         if (self.chunk_rows is not None and self.chunk_rows < 1) or self.first_ordinal < 0 or self.snapshot_count < 0:

@@ -198,6 +198,15 @@ _V8 = (
 )
 
 
+# Net batches folded in partitions (reader/net_shuffle.py) when their splits hold more than the
+# batch's partition size: FALSE for a net batch written before, which a resumed run folds whole in
+# the driver, as it began (its one chunk may be written already, under the first partition's key).
+_V9 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN net_partitioned BOOLEAN NOT NULL DEFAULT FALSE"
+    for table in ("icetail_inflight_batches", "icetail_history")
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
@@ -207,6 +216,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "the schema id each batch is projected onto", _V6),
     Migration(7, "partitioned reconciliation: each batch's partition size, each snapshot's delivered partitions", _V7),
     Migration(8, "consumers serve stopped, why and since when", _V8),
+    Migration(9, "whether each net batch may be folded in partitions", _V9),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

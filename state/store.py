@@ -314,8 +314,10 @@ def _placeholders(count: int) -> str:
     return ", ".join("?" * count)
 
 
-# BatchShape, schemas 3, 5, 6, 7
-_SHAPE_COLUMNS = "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id, reconcile_partition_bytes"
+# BatchShape, schemas 3, 5, 6, 7, 9
+_SHAPE_COLUMNS = (
+    "chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id, reconcile_partition_bytes, net_partitioned"
+)
 _BATCH_COLUMNS = (
     "batch_id, from_snapshot_exclusive, to_snapshot_inclusive, to_timestamp_ms, split_count, created_at_ms, "
     + _SHAPE_COLUMNS
@@ -1028,7 +1030,7 @@ def _history_entry(r: tuple[Any, ...]) -> HistoryEntry:
 
 def _shape(columns: Sequence[Any]) -> BatchShape:
     """BatchShape from its typed columns (SQLite returns booleans as 0/1)."""
-    chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id, partition_bytes = columns
+    chunk_rows, first_ordinal, snapshot_count, collapsed, net, schema_id, partition_bytes, net_partitioned = columns
     return BatchShape(
         chunk_rows=None if chunk_rows is None else int(chunk_rows),
         first_ordinal=int(first_ordinal),
@@ -1037,10 +1039,11 @@ def _shape(columns: Sequence[Any]) -> BatchShape:
         net=bool(net),
         schema_id=None if schema_id is None else int(schema_id),
         reconcile_partition_bytes=None if partition_bytes is None else int(partition_bytes),
+        net_partitioned=bool(net_partitioned),
     )
 
 
-def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, int | None, int | None]:
+def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, int | None, int | None, bool]:
     return (
         shape.chunk_rows,
         shape.first_ordinal,
@@ -1049,6 +1052,7 @@ def _shape_values(shape: BatchShape) -> tuple[int | None, int, int, bool, bool, 
         shape.net,
         shape.schema_id,
         shape.reconcile_partition_bytes,
+        shape.net_partitioned,
     )
 
 

@@ -7,11 +7,13 @@ Python workers; bench/procs.py):
 - `update`: `icetail run --once --identifier-columns id` of the UPDATE snapshot (every file
   rewritten, N/1000 rows changed), the reconciliation partitioned (default partition size);
 - `update_driver` (with --driver): the same, reconciled whole in the driver (`--reconcile-partition-bytes 0`);
+- `changes` (with --changes): `icetail changes --identifier-columns id --output X.parquet` of the
+  UPDATE snapshot, partitioned (and `changes_driver` with --driver: whole in the driver);
 - `java`: Java Iceberg's `create_changelog_view(compute_updates => true, identifier_columns => id)`
   over the same snapshot into Spark's noop sink, in its own process (timed inside the JVM too).
 Run with the pyspark 3.5 venv (Java's Iceberg runtime exists for 3.5 only):
 
-    .venv/bin/python -m bench.cases.cow_update --rows 8000000 --files 8 [--driver] [--repeat 2]
+    .venv/bin/python -m bench.cases.cow_update --rows 8000000 --files 8 [--driver] [--changes] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -110,6 +112,19 @@ def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[
     ]  # fmt: skip
 
 
+def icetail_changes(workdir: Path, name: str, after: int, until: int, extra: list[str]) -> list[str]:
+    out = workdir / "cow-update-out" / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return [
+        sys.executable, "-m", "icetail", "changes",
+        "--catalog", CATALOG, "--table", f"ns.{TABLE}",
+        "--from-snapshot", str(after), "--to-snapshot", str(until),
+        "--identifier-columns", "id", "--output", str(out / "changes.parquet"),
+        *extra,
+    ]  # fmt: skip
+
+
 JAVA_SCRIPT = """
 import json, sys, time
 sys.path.insert(0, {repo!r})
@@ -137,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--driver", action="store_true", help="also the in-driver reconciliation")
     parser.add_argument("--reuse", action="store_true", help="keep the prepared table of an earlier run")
+    parser.add_argument("--changes", action="store_true", help="also `icetail changes` of the UPDATE snapshot")
+    parser.add_argument("--only", default=None, help="a,b: only these cases (append,update,java,update_driver,...)")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     ids_file = workdir / f"cow-update-{args.rows}.json"
@@ -173,6 +190,18 @@ def main(argv: list[str] | None = None) -> int:
                 appended_after,
                 ["--identifier-columns", "id", "--reconcile-partition-bytes", "0"],
             )
+        if args.changes:
+            cases["changes"] = icetail_changes(workdir, f"changes{round_}", appended_after, ids["updated"], [])
+            if args.driver:
+                cases["changes_driver"] = icetail_changes(
+                    workdir,
+                    f"changes_driver{round_}",
+                    appended_after,
+                    ids["updated"],
+                    ["--reconcile-partition-bytes", "0"],
+                )
+        if args.only:
+            cases = {k: v for k, v in cases.items() if k in args.only.split(",")}
         for name, cmd in cases.items():
             result = measured(cmd, env)
             runs.setdefault(name, []).append(result)

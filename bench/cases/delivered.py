@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import generate as gen  # noqa: E402
-from bench.procs import cpu_by_kind  # noqa: E402
+from bench.procs import cpu_by_kind, worker_counters  # noqa: E402
 
 CATALOG = "icebench"
 # cli_jsonl is left out by default: JSON encoding costs ~20x the decode (ask for it with --readers)
@@ -284,11 +284,14 @@ def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None 
     try:
         for round_index in range(rounds + 1):  # round 0 warms the workers, caches and page cache
             for name, read in chosen.items():
-                cpu_before = cpu_by_kind()
+                cpu_before, workers_before = cpu_by_kind(), worker_counters()
                 started = time.perf_counter()
                 rows = read(t, spark, scratch)
                 seconds = time.perf_counter() - started
                 cpu = {k: v - cpu_before[k] for k, v in cpu_by_kind().items()}
+                workers_after = worker_counters()
+                cpu |= {f"w_{k}": workers_after[k] - workers_before[k] for k in ("user", "system", "minor_faults")}
+                cpu["w_count"] = workers_after["workers"]
                 expected = (t.file_rows or t.expected_rows) if name.startswith("raw") else t.expected_rows
                 if rows != expected:
                     raise AssertionError(f"{name} delivered {rows} rows, expected {expected}")
@@ -298,6 +301,8 @@ def measure(t: Target, spark: Any, rounds: int, readers: tuple[str, ...] | None 
                     spreads[name].rows = rows
             if round_index > 0:
                 log(f"round {round_index}: " + ", ".join(f"{n} {s.runs_s[-1]:.2f}s" for n, s in spreads.items()))
+                for n, s in spreads.items():  # where each round's CPU went: a slow round's cause shows here
+                    log(f"  {n} cpu " + " ".join(f"{k} {v:.2f}" for k, v in s.cpu_s[-1].items()))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     raw = statistics.median(spreads["raw_decode"].runs_s)

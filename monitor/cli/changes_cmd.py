@@ -147,6 +147,7 @@ def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spa
         with_schema_id=args.with_schema_id,
         with_row_lineage=args.with_row_lineage,
         row_filter=args.row_filter,
+        reconcile_partition_bytes=args.reconcile_partition_bytes,
     )
     try:
         schema = _output_schema(args, table, plan.schema_id)
@@ -208,6 +209,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--verify",
         default="warn",
         help="check each snapshot against its summary: off | warn (default: log a mismatch) | strict (fail on it)",
+    )
+    changes.add_argument(
+        "--reconcile-partition-bytes",
+        type=int,
+        default=None,
+        help="a snapshot to reconcile bigger than this (estimated parquet bytes) is reconciled by Spark tasks in "
+        "partitions of about this size (default 8 MiB; 0: whole, in this process)",
     )
     changes.add_argument(
         "--with-schema-id", action="store_true", help="add _schema_id: the schema id of each row's commit snapshot"

@@ -7,7 +7,6 @@ Exit status: 0 success, 2 bad input (one line on stderr naming the problem and t
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -17,26 +16,14 @@ from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli.examples import add_examples
 from icetail.monitor.cli.flags import SuggestingParser
+from icetail.monitor.cli.launch import Terminated, stopped
+from icetail.monitor.cli.launch import entry as launch_entry
 from icetail.monitor.service.logs import quiet_py4j_root_records
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a supervisor stopping the process), raised wherever the command is.
-
-    It unwinds as Ctrl-C does: a run's checkpoint is exact at every point (it survives SIGKILL),
-    and on the way out the lease is released, so the next run starts at once instead of waiting
-    for the lease to expire, and the command ends in one line instead of dying silently.
-    """
-
-
-def _on_sigterm(signum: int, _frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the unwinding short
-    raise Terminated(signal.Signals(signum).name)
 
 
 def build_parser() -> argparse.ArgumentParser:
     # the commands are imported here, not with this module: they import pyspark (seconds), and
-    # `entry` installs the SIGTERM handler before, so a stop during start-up ends in one line too
+    # launch.py installs the SIGTERM handler before, so a stop during start-up ends in one line too
     from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
 
     parser = SuggestingParser(prog="icetail", description="tail -f for Apache Iceberg tables")
@@ -52,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
     except Terminated:
-        return _stopped()
+        return stopped()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
@@ -66,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Terminated:
-        return _stopped()
+        return stopped()
     except KeyboardInterrupt:
         print("icetail: interrupted", file=sys.stderr)
         return 130
@@ -88,19 +75,18 @@ def _lost_session(exc: Exception) -> IcetailError | None:
     return lost_session_error(exc)
 
 
-def _stopped() -> int:
-    print("icetail: stopped by SIGTERM; the next run resumes a batch in flight", file=sys.stderr)
-    return 128 + signal.SIGTERM
-
-
-def entry() -> None:
+def run_command() -> int:
+    """The command line's exit status, once launch.py's SIGTERM handler is in place."""
     # pyspark 4 warns on every start under pandas >= 3, which icetail's read path does not use:
     # keep stderr to icetail's own one-line messages
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-    # `serve` replaces this with its own graceful stop (icetail/monitor/service/scheduler.py)
-    signal.signal(signal.SIGTERM, _on_sigterm)
     quiet_py4j_root_records()
-    sys.exit(main())
+    return main()
+
+
+def entry() -> None:
+    """`icetail` (kept for scripts that import it; the console script is launch.entry)."""
+    launch_entry()
 
 
 if __name__ == "__main__":

@@ -20,9 +20,17 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.kernel.secrets import fileio_items
 from icetail.monitor.engine.columns import project, projected_schema
+from icetail.monitor.engine.partitioned import (
+    DEFAULT_RECONCILE_PARTITION_BYTES,
+    PartitionedSnapshot,
+    partition_spec,
+    partitioned_snapshots,
+    segments_in_order,
+)
 from icetail.monitor.engine.ranges import Instant, RangeBounds, plan_resolved, resolve_range
 from icetail.monitor.engine.release import (
     Pairing,
+    Release,
     gathered_snapshots,
     observed,
     releases,
@@ -44,7 +52,8 @@ from icetail.reader.net import fold_range, net_key_columns
 from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.row_filter import checked_row_filter
 from icetail.reader.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
-from icetail.reader.spark import SplitRequest, run_splits, spark_session
+from icetail.reader.shuffle import shuffled_outputs
+from icetail.reader.spark import SplitRequest, is_connect, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 
 
@@ -156,6 +165,7 @@ def iter_changes(
     with_schema_id: bool = False,
     with_row_lineage: bool = False,
     row_filter: str | None = None,
+    reconcile_partition_bytes: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
 
@@ -169,7 +179,13 @@ def iter_changes(
     `row_filter` (reader/row_filter.py): the changes of the rows it selects; plan with the same
     filter (`plan_range(..., row_filter=)`) so that files which cannot match are not read. A
     summary counts every row, so a filtered read is not verified (`strict` is refused).
+    `reconcile_partition_bytes`: a snapshot to reconcile bigger than this (estimated parquet bytes)
+    is reconciled by Spark tasks in partitions of about this size (monitor/engine/partitioned.py),
+    so the driver never holds it whole; 0: every snapshot whole, in the driver; None: the default
+    (8 MiB). Spark Connect has no RDDs to shuffle with: there every snapshot is reconciled whole.
     """
+    if reconcile_partition_bytes is not None and reconcile_partition_bytes < 0:
+        raise ConfigError(f"reconcile partition bytes must be >= 0, got {reconcile_partition_bytes}")
     mode = verify_mode_with_filter(verify, row_filter)
     check_row_lineage(table, with_row_lineage)
     if net and not carry_over_removal:
@@ -198,8 +214,15 @@ def iter_changes(
             on_check(check)
         report(check, mode)  # raises under strict: the held rows of the snapshot are dropped
 
+    sessions: list[Any] = []
+
+    def session() -> Any:
+        if not sessions:
+            sessions.append(spark or spark_session())
+        return sessions[0]
+
     def read(requests: list[SplitRequest]) -> Iterator[Chunk]:
-        chunks = run_splits(spark or spark_session(), context, requests, chunk_rows=chunk_rows)
+        chunks = run_splits(session(), context, requests, chunk_rows=chunk_rows)
         return chunks if on_chunk is None else observed(chunks, on_chunk)
 
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
@@ -219,8 +242,42 @@ def iter_changes(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=lineage_pairing or with_row_lineage
     )
     pairing = Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_row_lineage)
-    for release in releases(read(requests), snapshot_of, gathered, verifier, strict=strict, on_check=checked):
-        if release.reconcile:
+    partition_bytes = (
+        DEFAULT_RECONCILE_PARTITION_BYTES if reconcile_partition_bytes is None else reconcile_partition_bytes
+    )
+    partitioned = partitioned_snapshots(plan.splits, gathered, partition_bytes) if partition_bytes else {}
+    if partitioned and is_connect(session()):
+        partitioned = {}
+    index_of = {s.split_id: i for i, s in enumerate(plan.splits)}
+    requests = [r for r in requests if r.split.task.commit.snapshot_id not in partitioned]
+
+    def released_from(segment: list[SplitRequest]) -> Iterator[Release]:
+        return releases(read(segment), snapshot_of, gathered, verifier, strict=strict, on_check=checked)
+
+    for release in segments_in_order(requests, index_of, partitioned.values(), released_from):
+        if isinstance(release, PartitionedSnapshot):
+            spec = partition_spec(
+                release,
+                first_output=0,
+                read_schema=read_schema,
+                identifiers=identifiers,
+                carry_over_removal=carry_over_removal,
+                lineage_pairing=lineage_pairing,
+                with_row_lineage=with_row_lineage,
+                chunk_rows=chunk_rows,
+                stage_as=None,
+            )
+            for output in shuffled_outputs(session(), context, spec):
+                for chunk in output.read:  # every read chunk, with the first output: before any row leaves
+                    if on_chunk is not None:
+                        on_chunk(chunk)
+                    check = verifier.add(chunk) if verifier is not None else None
+                    if check is not None:
+                        checked(check)
+                rows = output.rows()
+                if rows is not None:
+                    yield from rows.to_batches()
+        elif release.reconcile:
             yield from pairing.reconciled(release.batches).to_batches()
         else:
             yield from release.batches
@@ -324,6 +381,7 @@ def changes_batch_reader(
     with_row_lineage: bool = False,
     row_filter: str | None = None,
     columns: Sequence[str] | None = None,
+    reconcile_partition_bytes: int | None = None,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -337,6 +395,9 @@ def changes_batch_reader(
     held only those (docs/semantics.md, "Row filters"); files that cannot match are not read.
     `columns`: only these top-level data columns, in that order, then the changelog columns; the
     rows are the same (as `changes --columns`: carry-overs and updates are found on every column).
+    `reconcile_partition_bytes`: a snapshot with updates or carry-overs bigger than this (estimated
+    parquet bytes, default 8 MiB) is reconciled by Spark tasks in partitions of about this size,
+    not whole in this process; 0: whole, here (as `changes --reconcile-partition-bytes`).
     """
     plan = plan_range(
         table,
@@ -361,6 +422,7 @@ def changes_batch_reader(
         with_schema_id=with_schema_id,
         with_row_lineage=with_row_lineage,
         row_filter=row_filter,
+        reconcile_partition_bytes=reconcile_partition_bytes,
     )
     schema = change_arrow_schema(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=with_row_lineage

@@ -9,20 +9,27 @@ snapshot's first split), then committed as the anchor's `parts_done = i + 1`; th
 commit also marks every split of the snapshot done, in the same transaction. A crash resumes at
 the first output not committed: the splits are read again to rebuild the shuffle, and the
 outputs below it are neither reconciled nor written again.
+
+A `--net` batch over the same size is delivered the same way, as one "snapshot" of all its splits
+anchored at its first (`net_partitioned`, `net_spec`): its outputs are the partitions of its net
+fold (reader/net_shuffle.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit
+from icetail.monitor.engine.release import snapshots_needing_reconcile
 from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import METADATA_COLUMNS
+from icetail.reader.metadata_columns import METADATA_COLUMNS, SCHEMA_ID
+from icetail.reader.net import net_key_columns
+from icetail.reader.net_shuffle import NetShuffleSpec, net_outputs
 from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.row_lineage import LINEAGE_COLUMNS
 from icetail.reader.shuffle import ShuffleOutput, ShuffleSpec, shuffled_outputs
@@ -35,6 +42,7 @@ from icetail.state.store import CheckpointStore
 # estimated (compressed parquet) split bytes per partition: about 400k change rows of a table of 8
 # narrow columns, ~350 MB peak in the Python worker that reconciles them (bench/RESULTS.md, R27)
 DEFAULT_RECONCILE_PARTITION_BYTES = 8 * 1024 * 1024
+T = TypeVar("T")
 MAX_RECONCILE_PARTITIONS = 4096  # per phase; a bound on Spark tasks, not on snapshot size
 
 
@@ -79,11 +87,32 @@ def partitioned_snapshots(
     return found
 
 
-def key_columns(read_schema: pa.Schema, identifiers: Sequence[str]) -> tuple[str, ...]:
-    """What co-locates rows that may cancel or pair: the identifier columns, else every data column."""
+def segments_in_order(
+    requests: list[SplitRequest],
+    index_of: Mapping[str, int],
+    partitioned: Iterable[PartitionedSnapshot],
+    released_from: Callable[[list[SplitRequest]], Iterator[T]],
+) -> Iterator[T | PartitionedSnapshot]:
+    """What `requests` release (in plan order), with each partitioned snapshot in its place among
+    them: the requests before it are read (one `released_from` call) and released first."""
+    pending = list(requests)
+    for snapshot in sorted(partitioned, key=lambda p: p.indexes[0]):
+        before = [r for r in pending if index_of[r.split.split_id] < snapshot.indexes[0]]
+        pending = pending[len(before) :]
+        if before:
+            yield from released_from(before)
+        yield snapshot
+    if pending:
+        yield from released_from(pending)
+
+
+def key_columns(read_schema: pa.Schema, identifiers: Sequence[str], *, net: bool = False) -> tuple[str, ...]:
+    """What co-locates rows that may cancel or pair: the identifier columns, else every data column
+    (for a net fold without `_schema_id`: a row inserted under one schema and deleted under the next
+    is the same row there, reader/net.py)."""
     if identifiers:
         return tuple(identifiers)
-    ignored = set(METADATA_COLUMNS) | set(LINEAGE_COLUMNS)
+    ignored = set(METADATA_COLUMNS) | set(LINEAGE_COLUMNS) | ({SCHEMA_ID} if net else set())
     return tuple(n for n in read_schema.names if n not in ignored and not n.startswith(HIDDEN_PREFIX))
 
 
@@ -106,7 +135,7 @@ class PartitionDelivery:
 def deliver_partitioned(
     spark: Any,
     context: ReadContext,
-    spec: ShuffleSpec,
+    spec: ShuffleSpec | NetShuffleSpec,
     snapshot: PartitionedSnapshot,
     progress: Mapping[str, SplitProgress],
     stager: ChunkStager | None,
@@ -115,14 +144,18 @@ def deliver_partitioned(
     """Deliver outputs [spec.first_output, spec.outputs) in order; False when a stop request interrupted it.
 
     ConfigError when the snapshot was partly delivered cut otherwise (other identifier columns,
-    carry-over rule or partition count): its remaining rows cannot be cut to match.
+    carry-over rule or partition count): its remaining rows cannot be cut to match. A `NetShuffleSpec`
+    is a whole batch's net fold in partitions (reader/net_shuffle.py), anchored at its first split.
     """
     stored = progress[snapshot.anchor.split_id].parts_key
     if stored is not None and stored != spec.fingerprint:
+        net = isinstance(spec, NetShuffleSpec)
+        what = "the net changes" if net else f"snapshot {snapshot.snapshot_id}"
+        settings = "--identifier-columns" if net else "--identifier-columns, --keep-carry-over"
         raise ConfigError(
-            f"snapshot {snapshot.snapshot_id} of batch {delivery.batch_id} was partly delivered in partitions cut as "
-            f"{stored}, but this run cuts them as {spec.fingerprint}: run with the identifier columns and carry-over "
-            "setting (--identifier-columns, --keep-carry-over) and the icetail release that began the batch"
+            f"{what} of batch {delivery.batch_id} was partly delivered in partitions cut as "
+            f"{stored}, but this run cuts them as {spec.fingerprint}: run with the settings ({settings}) "
+            "and the icetail release that began the batch"
         )
     slot = SplitSlot(delivery.consumer, delivery.batch_id, snapshot.indexes[0])
     next_rows: dict[str, int] = {}
@@ -131,7 +164,11 @@ def deliver_partitioned(
         delivery.renew()
         return not delivery.stopped()
 
-    outputs = shuffled_outputs(spark, context, spec, stager=stager, heartbeat=heartbeat)
+    outputs = (
+        net_outputs(spark, context, spec, heartbeat=heartbeat)
+        if isinstance(spec, NetShuffleSpec)
+        else shuffled_outputs(spark, context, spec, stager=stager, heartbeat=heartbeat)
+    )
     delivered = spec.first_output
     for output in outputs:
         for chunk in output.read:
@@ -155,8 +192,8 @@ def deliver_partitioned(
 
 def partition_spec(
     snapshot: PartitionedSnapshot,
-    progress: Mapping[str, SplitProgress],
     *,
+    first_output: int,
     read_schema: pa.Schema,
     identifiers: tuple[str, ...],
     carry_over_removal: bool,
@@ -165,7 +202,8 @@ def partition_spec(
     chunk_rows: int | None,
     stage_as: SplitSlot | None,
 ) -> ShuffleSpec:
-    """The shuffle of `snapshot`, resuming after the outputs its anchor records as delivered."""
+    """The shuffle of `snapshot`, from output `first_output` (inclusive): a resumed snapshot starts
+    after the outputs its anchor records as delivered."""
     reads_lineage = with_row_lineage or lineage_pairing
     return ShuffleSpec(
         requests=tuple(SplitRequest(s, 0, with_row_lineage=reads_lineage) for s in snapshot.splits),
@@ -177,11 +215,46 @@ def partition_spec(
         carry_over_removal=carry_over_removal,
         lineage_pairing=lineage_pairing,
         with_row_lineage=with_row_lineage,
-        first_output=progress[snapshot.anchor.split_id].parts_done or 0,
+        first_output=first_output,
         chunk_rows=chunk_rows,
         stage_as=stage_as,
         anchor_split_id=snapshot.anchor.split_id,
     )
+
+
+def net_spec(
+    batch: PartitionedSnapshot,
+    progress: Mapping[str, SplitProgress],
+    *,
+    read_schema: pa.Schema,
+    identifiers: tuple[str, ...],
+    row_lineage: bool,
+    output_lineage: bool,
+    chunk_rows: int | None,
+) -> NetShuffleSpec:
+    """The partitioned net fold of a whole batch (`batch`: all its splits), resuming after the outputs
+    its first split records as delivered."""
+    return NetShuffleSpec(
+        requests=tuple(SplitRequest(s, 0, with_row_lineage=row_lineage or output_lineage) for s in batch.splits),
+        split_indexes=batch.indexes,
+        partitions=batch.partitions,
+        read_schema=read_schema,
+        key_columns=key_columns(read_schema, identifiers, net=True),
+        pair_columns=net_key_columns(read_schema, identifiers),
+        whole_snapshots=frozenset(snapshots_needing_reconcile(s.task for s in batch.splits)),
+        row_lineage=row_lineage,
+        output_lineage=output_lineage,
+        first_output=progress[batch.anchor.split_id].parts_done or 0,
+        chunk_rows=chunk_rows,
+    )
+
+
+def net_partitioned(splits: Sequence[ChangeSplit], partition_bytes: int | None) -> PartitionedSnapshot | None:
+    """A net batch too big to fold in the driver, as one "snapshot" of all its splits; None: fold it there."""
+    partitions = reconcile_partitions(splits, partition_bytes)
+    if partitions < 2 or not splits:
+        return None
+    return PartitionedSnapshot(splits[0].task.commit.snapshot_id, tuple(splits), tuple(range(len(splits))), partitions)
 
 
 def _written(sink: Sink, key: Any, output: ShuffleOutput) -> str | None:

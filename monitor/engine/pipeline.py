@@ -52,8 +52,11 @@ from icetail.monitor.engine.partitioned import (
     PartitionDelivery,
     PartitionedSnapshot,
     deliver_partitioned,
+    net_partitioned,
+    net_spec,
     partition_spec,
     partitioned_snapshots,
+    segments_in_order,
 )
 from icetail.monitor.engine.release import (
     Pairing,
@@ -86,6 +89,7 @@ from icetail.monitor.planning.manifests import DEFAULT_MANIFEST_CACHE_ENTRIES
 from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
+from icetail.reader.net_shuffle import NetFoldNotExact
 from icetail.reader.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark import (
     BackgroundSession,
@@ -99,7 +103,15 @@ from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.sinks.debezium import EnvelopeSink, check_format
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink, SparkTaskSink
-from icetail.state.checkpoint import BatchShape, Checkpoint, ChunkCommit, Cursor, Inflight, InflightBatch
+from icetail.state.checkpoint import (
+    BatchShape,
+    Checkpoint,
+    ChunkCommit,
+    Cursor,
+    Inflight,
+    InflightBatch,
+    SplitProgress,
+)
 from icetail.state.store import HISTORY_LIMIT, CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
@@ -256,8 +268,11 @@ class Pipeline:
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_chunk: Callable[[Chunk], None] | None = None,
         on_check: Callable[[SnapshotCheck], None] | None = None,
+        share_manifest_cache: bool = False,
     ) -> None:
         self.config = config
+        # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
+        self._share_manifest_cache = share_manifest_cache
         self.consumer = config.consumer_id
         self._owns_store = store is None
         self._store: CheckpointStore = store or open_store(config.state_url, history_limit=config.history_retention)
@@ -285,8 +300,10 @@ class Pipeline:
         self.open()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        # leaving on an error or a stop (SIGTERM, Ctrl-C): a JVM still starting is given up, not
+        # waited for (it can take tens of seconds under load, past a supervisor's grace period)
+        self.close(abandon_session=exc_type is not None)
 
     def open(self) -> None:
         """Check the sink and the consumer, then take the consumer's lease.
@@ -396,7 +413,12 @@ class Pipeline:
                 "cursor too)"
             )
 
-    def close(self) -> None:
+    def close(self, *, abandon_session: bool = False) -> None:
+        """Release the lease, close the sink and the store, and stop icetail's own Spark session.
+
+        `abandon_session`: a session still starting is stopped at once (BackgroundSession.abandon)
+        instead of being waited for.
+        """
         try:
             self._store.release_lease(self.consumer, self._owner)
         finally:
@@ -405,7 +427,10 @@ class Pipeline:
             if self._owns_store:
                 self._store.close()
             if self._own_session is not None:
-                self._own_session.close()
+                if abandon_session:
+                    self._own_session.abandon()
+                else:
+                    self._own_session.close()
 
     def checkpoint(self) -> Checkpoint | None:
         """The consumer's stored state (cursor, in-flight batch)."""
@@ -580,6 +605,7 @@ class Pipeline:
                 self.config.target_split_bytes,
                 branch=self.config.branch,
                 manifest_cache_entries=self.config.manifest_cache_entries,
+                share_manifest_cache=self._share_manifest_cache,
             )
         else:
             self._planner.refresh(table)
@@ -697,6 +723,7 @@ class Pipeline:
             net=self.config.net,
             schema_id=plan.schema_id,
             reconcile_partition_bytes=self._reconcile_partition_bytes(),
+            net_partitioned=self.config.net,
         )
 
     def _reconcile_partition_bytes(self) -> int | None:
@@ -766,7 +793,7 @@ class Pipeline:
         for split in splits:
             snapshot_id = split.task.commit.snapshot_id
             if snapshot_id in partitioned:
-                continue  # reconciled by Spark tasks, in its place among the others (_segments)
+                continue  # reconciled by Spark tasks, in its place among the others (segments_in_order)
             if snapshot_id in gathered:
                 if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
                     # reconcile needs the whole snapshot again, with the row ids it pairs by
@@ -800,13 +827,13 @@ class Pipeline:
             )
 
         for release in self._committing_on_failure(
-            _segments(requests, index_of, list(partitioned.values()), released_from), batch, group, tally
+            segments_in_order(requests, index_of, partitioned.values(), released_from), batch, group, tally
         ):
             if isinstance(release, PartitionedSnapshot):
                 self._commit_group(batch, group, tally)
                 spec = partition_spec(
                     release,
-                    progress,
+                    first_output=progress[release.anchor.split_id].parts_done or 0,
                     read_schema=read_schema,
                     identifiers=identifiers,
                     carry_over_removal=carry_over_removal,
@@ -959,6 +986,17 @@ class Pipeline:
         )
         schema = lineage.read_schema(table, schema_id, with_schema_id=with_schema_id)
         splits = _with_commit_schema_ids(table, batch.splits)
+        partitioned = (
+            net_partitioned(splits, batch.shape.reconcile_partition_bytes) if batch.shape.net_partitioned else None
+        )
+        if partitioned is not None:
+            progress = {p.split_id: p for p in inflight.progress}
+            try:
+                return self._deliver_net_partitioned(table, batch, partitioned, progress, schema, identifiers, tally)
+            except NetFoldNotExact as exc:
+                if progress[partitioned.anchor.split_id].parts_done:  # cannot be: the flag precedes every output
+                    raise
+                log.info("batch %s: net changes folded in the driver: %s", batch.batch_id, exc)
         snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
         requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in splits]
         context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
@@ -997,6 +1035,36 @@ class Pipeline:
         self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
         tally.add_rows(rows)
         return True
+
+    def _deliver_net_partitioned(
+        self,
+        table: Table,
+        batch: InflightBatch,
+        partitioned: PartitionedSnapshot,
+        progress: dict[str, SplitProgress],
+        schema: pa.Schema,
+        identifiers: tuple[str, ...],
+        tally: _Tally,
+    ) -> bool:
+        """The batch's net changes folded by Spark tasks in partitions (reader/net_shuffle.py), a chunk
+        each, committed as the partitions of a reconciled snapshot are (monitor/engine/partitioned.py):
+        a crash resumes at the first partition not committed. NetFoldNotExact before any output when
+        the driver must fold it."""
+        schema_id = batch_schema_id(table, batch)
+        with_schema_id = self.config.with_schema_id
+        spec = net_spec(
+            partitioned,
+            progress,
+            read_schema=schema,
+            identifiers=identifiers,
+            row_lineage=has_row_lineage(table),
+            output_lineage=self.config.with_row_lineage or keyed_by_row_id(self._sink_key),
+            chunk_rows=batch.shape.chunk_rows,
+        )
+        context = read_context(table, schema_id, [s.task for s in partitioned.splits], with_schema_id=with_schema_id)
+        verifier = self._verifier(table, batch)  # every split is read from its first row
+        delivery = self._partition_delivery(batch, tally, verifier)
+        return deliver_partitioned(self._session(), context, spec, partitioned, progress, None, delivery)
 
     def _verifier(
         self, table: Table, batch: InflightBatch, fully_read_split_ids: set[str] | None = None
@@ -1115,25 +1183,6 @@ def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
     return schema_id_of(table, batch.to_snapshot_inclusive)
 
 
-def _segments(
-    requests: list[SplitRequest],
-    index_of: dict[str, int],
-    partitioned: list[PartitionedSnapshot],
-    released_from: Callable[[list[SplitRequest]], Iterator[Release]],
-) -> Iterator[Release | PartitionedSnapshot]:
-    """The releases of `requests` (in batch order), with each partitioned snapshot in its place in
-    the batch: the requests before it are read (one `run_splits`) and released first."""
-    pending = list(requests)
-    for snapshot in sorted(partitioned, key=lambda p: p.indexes[0]):
-        before = [r for r in pending if index_of[r.split.split_id] < snapshot.indexes[0]]
-        pending = pending[len(before) :]
-        if before:
-            yield from released_from(before)
-        yield snapshot
-    if pending:
-        yield from released_from(pending)
-
-
 def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:
     """Splits persisted before split format 3 lack their commit's schema id (`_schema_id`): look it up."""
     if all(s.task.commit.schema_id is not None for s in splits):
@@ -1205,8 +1254,4 @@ def _is_full_start(batch: InflightBatch) -> bool:
     history): it starts before everything yet holds one commit that has a parent. From the batch
     as stored, so a resumed batch says the same."""
     commits = {s.task.commit for s in batch.splits}
-    return (
-        batch.from_snapshot_exclusive is None
-        and len(commits) == 1
-        and next(iter(commits)).parent_id is not None
-    )
+    return batch.from_snapshot_exclusive is None and len(commits) == 1 and next(iter(commits)).parent_id is not None

@@ -24,6 +24,7 @@ from icetail.monitor.planning.manifests import FileEntry, ManifestReader
 REPLACE = "replace"
 COLLAPSED = "collapsed"  # the operation of a direct diff's one commit: the history between was collapsed
 
+
 @dataclass(frozen=True)
 class SnapshotDiff:
     commit: CommitInfo

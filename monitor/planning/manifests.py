@@ -51,6 +51,42 @@ _Out = TypeVar("_Out")
 DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000
 """File entries (and manifest-list records) a ManifestReader keeps decoded: ~0.5 KB each (R33)."""
 
+
+@dataclass(frozen=True)
+class ManifestCache:
+    """Decoded manifests (by path) and manifest lists, bounded together by the entries they hold.
+
+    Manifests are immutable and their paths unique, so one cache can serve every table of a
+    process: `serve` shares one (`shared_manifest_cache`), so its memory is one bound however many
+    tables it follows, not one bound per table (issue 24 s3; each of 50 tables could fill ~0.1 GB).
+    """
+
+    entries: LRU[str, tuple[FileEntry, ...]]
+    lists: LRU[str, tuple[ManifestFile, ...]]
+
+    @classmethod
+    def bounded(cls, max_entries: int) -> ManifestCache:
+        return cls(LRU(max_entries, weigh=_size), LRU(max_entries // 4, weigh=_size))
+
+    @property
+    def weight(self) -> int:
+        """File entries and manifest-list records held now."""
+        return self.entries.weight + self.lists.weight
+
+
+_shared_caches: dict[int, ManifestCache] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_manifest_cache(max_entries: int) -> ManifestCache:
+    """The process's one cache of that bound, shared by every reader that asks for it."""
+    with _shared_lock:
+        cache = _shared_caches.get(max_entries)
+        if cache is None:
+            cache = _shared_caches[max_entries] = ManifestCache.bounded(max_entries)
+        return cache
+
+
 DEFAULT_PLANNING_THREADS = 4
 """Manifests read at once while planning a range: the waits of reads overlap (an object store's
 latency per file), while decoding holds the GIL, so on a local disk it gains little."""
@@ -168,8 +204,9 @@ def changed_file_counts(snapshot: Snapshot) -> tuple[int, int] | None:
 class ManifestReader:
     """Reads manifest lists and manifests through a FileIO, with a bounded LRU of manifests.
 
-    `early_stop=False` makes `added_in` always decode the whole manifest list (for comparison
-    and as a way out should a writer's snapshot summaries be wrong).
+    `early_stop=False` makes `added_in` always decode the whole manifest list and whole manifests
+    (for comparison and as a way out should a writer's snapshot summaries or manifest counts be
+    wrong).
     """
 
     def __init__(
@@ -180,24 +217,30 @@ class ManifestReader:
         early_stop: bool = True,
         may_match: Callable[[DataFile], bool] | None = None,
         threads: int = DEFAULT_PLANNING_THREADS,
+        cache: ManifestCache | None = None,
     ) -> None:
         """`may_match`: a row filter's file test (planning/pruning.py); the data files it rejects
-        are collected in `pruned_paths` as their manifests are read.
+        are collected in `pruned_paths` as their manifests are read (so such a reader keeps a
+        cache of its own: a manifest another reader decoded would never be tested).
 
         `max_cached_entries` bounds the decoded manifests and manifest lists kept (by their
-        entries, see `DEFAULT_MANIFEST_CACHE_ENTRIES`); 0 keeps none. `threads`: manifests read
-        at once (1: one after the other, in the caller's thread).
+        entries, see `DEFAULT_MANIFEST_CACHE_ENTRIES`); 0 keeps none. `cache`: use this one
+        instead (shared with other readers; `max_cached_entries` is then its bound's business).
+        `threads`: manifests read at once (1: one after the other, in the caller's thread).
         """
         self._io = io
         self._early_stop = early_stop
         self._may_match = may_match
         self._threads = max(1, threads)
         self.pruned_paths: set[str] = set()
-        self._entries: LRU[str, tuple[FileEntry, ...]] = LRU(max_cached_entries, weigh=_size)
-        self._lists: LRU[str, tuple[ManifestFile, ...]] = LRU(max_cached_entries // 4, weigh=_size)
+        if cache is None or may_match is not None:
+            cache = ManifestCache.bounded(max_cached_entries)
+        self._entries = cache.entries
+        self._lists = cache.lists
         self._lock = threading.Lock()  # guards the counters
         self.manifests_read = 0  # cache misses, for planning metrics and benchmarks
         self.list_entries_read = 0  # manifest-list records decoded, for tests and benchmarks
+        self.entries_decoded = 0  # manifest entries decoded, for tests and benchmarks
 
     def manifest_list(self, snapshot: Snapshot) -> tuple[ManifestFile, ...]:
         """Every manifest of the snapshot (its whole manifest list)."""
@@ -247,6 +290,9 @@ class ManifestReader:
         """
         key = snapshot.manifest_list
         whole_list_cached = key in self._lists
+        own_key = f"own:{key}"
+        if not whole_list_cached and (cached_own := self._lists.get(own_key)) is not None:
+            return cached_own  # a partly read list's result: a warm plan does not open the list again
         totals = changed_file_counts(snapshot) if self._early_stop and not whole_list_cached else None
         if totals is None:
             return tuple(m for m in self.manifest_list(snapshot) if m.added_snapshot_id == snapshot.snapshot_id)
@@ -273,6 +319,7 @@ class ManifestReader:
                     if can_stop and (data, deletes) == totals:
                         with self._lock:
                             self.list_entries_read += len(every)
+                        self._lists.put(own_key, tuple(own))
                         return tuple(own)
         except (OSError, ValueError) as exc:
             raise _list_error(snapshot, exc) from exc
@@ -282,14 +329,63 @@ class ManifestReader:
     def entries(self, manifest: ManifestFile) -> tuple[FileEntry, ...]:
         """Every entry of the manifest, DELETED ones included, with inherited sequence numbers and
         first row ids (`first_row_ids`)."""
-        manifest_row_id = manifest_first_row_id(manifest)
-        # a manifest written before a v3 upgrade gets a first_row_id in later lists only: key by both
-        key = manifest.manifest_path if manifest_row_id is None else f"{manifest.manifest_path}#{manifest_row_id}"
+        key = _entries_key(manifest)
         cached = self._entries.get(key)
         if cached is not None:
             return cached
+        entries = self._read(manifest, key, None)
+        self._entries.put(key, entries)
+        return entries
+
+    def changes(self, manifest: ManifestFile) -> tuple[FileEntry, ...]:
+        """The ADDED and DELETED entries of the manifest (what a snapshot's diff needs), decoded
+        only up to the last of them when the manifest list counts them.
+
+        The manifest list's `added_files_count` and `deleted_files_count` of a manifest count its
+        entries of status ADDED and DELETED (the spec; Java's and pyiceberg's ManifestWriter count
+        each `add` and `delete`), so once that many are found every later entry is EXISTING. A
+        merged manifest (Java's ManifestMergeManager writes the committing snapshot's new entries
+        first, then the EXISTING ones) then costs its commit's own entries, not the 100,000 files
+        it carries over; a filtered one (an overwrite) stops after its last DELETED entry. The
+        order only decides how early the read stops, never what it finds. Without both counts, or
+        with `early_stop=False`, the whole manifest is read (and cached as whole). The changes are
+        cached apart from whole manifests, by their own count, so the cache holds a range's
+        changes rather than every carried-over entry.
+        """
+        key = _entries_key(manifest)
+        whole = self._entries.get(key)
+        if whole is not None:
+            return tuple(e for e in whole if e.status != ManifestEntryStatus.EXISTING)
+        changes_key = f"changes:{key}"
+        cached = self._entries.get(changes_key)
+        if cached is not None:
+            return cached
+        added, deleted = manifest.added_files_count, manifest.deleted_files_count
+        if not self._early_stop or added is None or deleted is None:
+            return tuple(e for e in self.entries(manifest) if e.status != ManifestEntryStatus.EXISTING)
+        wanted = added + deleted
+        found = 0
+
+        def last_change(entry: ManifestEntry) -> bool:
+            nonlocal found
+            found += entry.status != ManifestEntryStatus.EXISTING
+            return found >= wanted
+
+        read = self._read(manifest, key, last_change) if wanted > 0 else ()
+        if manifest.existing_files_count is not None and len(read) == wanted + manifest.existing_files_count:
+            self._entries.put(key, read)  # the prefix was the whole manifest (no EXISTING entry after it)
+            return tuple(e for e in read if e.status != ManifestEntryStatus.EXISTING)
+        changes = tuple(e for e in read if e.status != ManifestEntryStatus.EXISTING)
+        self._entries.put(changes_key, changes)
+        return changes
+
+    def _read(
+        self, manifest: ManifestFile, key: str, until: Callable[[ManifestEntry], bool] | None
+    ) -> tuple[FileEntry, ...]:
+        """Decode the manifest's entries (up to `until`'s entry), as FileEntry, counting the read."""
+        manifest_row_id = manifest_first_row_id(manifest)
         try:
-            raw = read_manifest_entries(self._io, manifest)
+            raw = read_manifest_entries(self._io, manifest, until)
         except FileNotFoundError as exc:
             raise MetadataError(f"manifest {key} is missing; the table metadata is damaged") from exc
         except OSError as exc:
@@ -298,6 +394,7 @@ class ManifestReader:
             raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
         except ValueError as exc:
             raise MetadataError(f"manifest {key} cannot be read: {exc}") from exc
+        # a prefix's row ids are its own: each entry's depends only on the entries before it
         row_ids = first_row_ids(raw, manifest_row_id)
         if self._may_match is not None:
             pruned = {e.data_file.file_path for e in raw if not self._may_match(e.data_file)}
@@ -313,15 +410,15 @@ class ManifestReader:
         )
         with self._lock:
             self.manifests_read += 1
-        self._entries.put(key, entries)
+            self.entries_decoded += len(raw)
         return entries
 
     def added_in(self, snapshot: Snapshot) -> list[FileEntry]:
         """Entries that `snapshot` itself ADDED or DELETED, read from the manifests it wrote."""
         found: list[FileEntry] = []
         for manifest in self.own_manifests(snapshot):
-            for entry in self.entries(manifest):
-                if entry.snapshot_id == snapshot.snapshot_id and entry.status != ManifestEntryStatus.EXISTING:
+            for entry in self.changes(manifest):
+                if entry.snapshot_id == snapshot.snapshot_id:
                     found.append(entry)
         return found
 
@@ -366,6 +463,13 @@ class ManifestReader:
             finally:
                 for future in pending:
                     future.cancel()
+
+
+def _entries_key(manifest: ManifestFile) -> str:
+    """The cache key of a manifest's entries: a manifest written before a v3 upgrade gets a
+    first_row_id in later lists only, so it is keyed by both."""
+    row_id = manifest_first_row_id(manifest)
+    return manifest.manifest_path if row_id is None else f"{manifest.manifest_path}#{row_id}"
 
 
 def _size(value: tuple[Any, ...]) -> int:

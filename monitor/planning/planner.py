@@ -30,6 +30,7 @@ from icetail.monitor.planning.manifests import (
     DEFAULT_MANIFEST_CACHE_ENTRIES,
     DEFAULT_PLANNING_THREADS,
     ManifestReader,
+    shared_manifest_cache,
 )
 from icetail.monitor.planning.pruning import FilePruner
 from icetail.monitor.planning.refs import MAIN_BRANCH
@@ -81,6 +82,7 @@ class Planner:
         row_filter: str | None = None,
         manifest_cache_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES,
         planning_threads: int = DEFAULT_PLANNING_THREADS,
+        share_manifest_cache: bool = False,
     ) -> None:
         """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader).
 
@@ -91,7 +93,9 @@ class Planner:
         plans carry it so that reports say which history they are on.
 
         `manifest_cache_entries` bounds the decoded manifests kept across plans (serve keeps one
-        Planner per consumer); `planning_threads` reads that many manifests at once (manifests.py).
+        Planner per consumer); with `share_manifest_cache` the bound is the process's, one cache
+        for every planner that shares (manifests.shared_manifest_cache; not with a row filter).
+        `planning_threads` reads that many manifests at once (manifests.py).
         """
         self._table = table
         self._branch = branch
@@ -104,6 +108,7 @@ class Planner:
             early_stop=early_stop,
             may_match=pruner.may_match if pruner is not None else None,
             threads=planning_threads,
+            cache=shared_manifest_cache(manifest_cache_entries) if share_manifest_cache else None,
         )
         # data files each position delete file names, by its path: bounded, as the manifest caches
         # are, so a `serve` that sees delete files for months keeps a fixed amount (issue 24 §4)
@@ -265,9 +270,7 @@ class Planner:
         kept = tuple(t for t in every if t.data_file.path not in pruned) if pruned else every
         return kept, len(every) - len(kept)
 
-    def _live_files(
-        self, snapshot: Snapshot, spec_ids: frozenset[int]
-    ) -> tuple[dict[str, DataFileRef], DeleteIndex]:
+    def _live_files(self, snapshot: Snapshot, spec_ids: frozenset[int]) -> tuple[dict[str, DataFileRef], DeleteIndex]:
         """Data files live at `snapshot` by path, and the index of its live delete files."""
         data = {
             e.file.path: e.file

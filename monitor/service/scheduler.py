@@ -241,6 +241,10 @@ class Service:
         for job in self._jobs.values():
             if job.pipeline is not None:
                 job.pipeline.request_stop()
+        if self._own_session is not None and self._own_session.starting:
+            # a JVM still starting (tens of seconds under load) is given up, not waited for: the
+            # cycles waiting for it end at once, and nothing was read with it yet
+            self._own_session.abandon()
         done = threading.Event()
 
         def wait_for_jobs() -> None:
@@ -257,7 +261,7 @@ class Service:
                 except Exception:  # noqa: BLE001 - best effort on the way out
                     log.warning("could not release the lease", exc_info=True)
         if self._own_session is not None:
-            self._own_session.close()  # a warm-up job still running is cancelled, not left to log on exit
+            self._own_session.abandon()  # a warm-up job still running is cancelled, not left to log on exit
         self.server.stop()
 
     # one poll of one consumer ----------------------------------------------------------
@@ -273,6 +277,7 @@ class Service:
                     stop_event=self._stop,
                     on_batch=self._on_batch(config),
                     on_check=self._on_check(config),
+                    share_manifest_cache=True,  # one bound for the process, not one per table
                 )
                 pipeline.open()
                 job.pipeline = pipeline
@@ -289,6 +294,9 @@ class Service:
             job.consecutive_failures, job.last_ok, job.last_error, job.stopped = 0, True, "", False
             job.waits = 0
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
+            if self._stop.is_set():  # the shutdown ended the cycle (its session given up): not a failure
+                log.info("cycle ended by the stop", extra={"consumer": config.consumer_id, "error": f"{exc}"[:300]})
+                return
             self._on_failure(config, job, exc)
 
     def _on_check(self, config: PipelineConfig) -> Any:

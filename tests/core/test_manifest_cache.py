@@ -122,3 +122,33 @@ def test_weighted_lru_drops_the_oldest_until_under_the_bound() -> None:
     assert "huge" not in cache and cache.weight == 8
     cache.put("a", (1,))  # replacing re-weighs
     assert cache.weight == 5 and len(cache) == 2
+
+
+def test_planners_that_share_read_each_manifest_once_for_the_process(small_table: SmallTable) -> None:
+    """`serve`'s planners (one per table) share one cache, so its bound is the process's: a second
+    planner finds what the first decoded, and together they hold no more than the bound. A planner
+    with a row filter keeps its own (its pruning is collected as manifests are decoded)."""
+    from icetail.monitor.planning.manifests import shared_manifest_cache
+
+    table, io = _counted(_grown(small_table, 4))
+    bound = 1_000_003  # a bound of this test's own: another test's shared cache is another cache
+    first = Planner(table, manifest_cache_entries=bound, share_manifest_cache=True).plan(None, None)
+    assert first.manifests_read > 0
+    io.opened.clear()
+    second = Planner(table, manifest_cache_entries=bound, share_manifest_cache=True).plan(None, None)
+    assert second.manifests_read == 0 and io.manifests_opened() == Counter()
+    assert replace(second, manifests_read=first.manifests_read) == first
+    assert 0 < shared_manifest_cache(bound).weight <= bound
+    filtered = Planner(table, manifest_cache_entries=bound, share_manifest_cache=True, row_filter="id >= 100")
+    assert filtered.plan(None, None).manifests_read > 0  # its own cache: decoded (and pruned) again
+    alone = Planner(table, manifest_cache_entries=bound).plan(None, None)
+    assert alone.manifests_read == first.manifests_read  # not shared: a cache of its own
+
+
+def test_a_shared_cache_keeps_its_bound_across_planners(small_table: SmallTable) -> None:
+    from icetail.monitor.planning.manifests import shared_manifest_cache
+
+    table, _ = _counted(_grown(small_table, 6))
+    for _ in range(3):
+        Planner(table, manifest_cache_entries=3, share_manifest_cache=True).plan(None, None)
+    assert shared_manifest_cache(3).entries.weight <= 3

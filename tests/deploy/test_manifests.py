@@ -301,7 +301,7 @@ def test_dockerfile_matches_the_deployment(objects: dict[tuple[str, str], dict[s
     assert text.index("COPY monitor") < text.index("pip install --no-deps .")
     assert text.index("COPY icetail") < text.index("pip install --no-deps .")  # the package the folders link into
     scripts = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r'^icetail = "icetail\.monitor\.cli\.main:\w+"', scripts, re.M)
+    assert re.search(r'^icetail = "icetail\.monitor\.cli\.launch:entry"', scripts, re.M)  # the SIGTERM handler first
 
 
 def test_the_image_lock_pins_every_runtime_dependency_within_pyproject() -> None:

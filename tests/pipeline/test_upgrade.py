@@ -32,7 +32,7 @@ from tests.support.tables import BASE_SCHEMA, make_rows
 
 TABLE = "ns.up"
 ROWS, ROW_GROUP_ROWS, CHUNK_ROWS = 20_000, 2_000, 800  # chunks of 800, 800, 400 per row group
-# BatchShape's columns: schemas 3, 5, 6, 7
+# BatchShape's columns: schemas 3, 5, 6, 7, 9
 SHAPE_COLUMNS = (
     "chunk_rows",
     "first_ordinal",
@@ -41,6 +41,7 @@ SHAPE_COLUMNS = (
     "net",
     "schema_id",
     "reconcile_partition_bytes",
+    "net_partitioned",
 )
 
 

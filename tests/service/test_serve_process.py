@@ -36,6 +36,7 @@ from icetail.kernel.model import ChangeType
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV
 from icetail.monitor.service.metrics import FailureStage
+from icetail.reader.spark import HOLD_SESSION_START_ENV
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
@@ -432,6 +433,7 @@ def test_readiness_and_lag_before_during_and_after_cycles(
     assert sample(samples, "process_open_fds") is not None and sample(samples, "process_cpu_seconds_total") is not None
 
     with running(service):
+
         def ready() -> Samples | None:
             if service.server.port is None:
                 return None  # run() has not bound its port yet
@@ -452,3 +454,27 @@ def test_readiness_and_lag_before_during_and_after_cycles(
         assert f"table '{TABLE}' does not exist" in reason
         lag = sample(samples, "icetail_lag_snapshots", **LABELS)
         assert lag is not None and math.isnan(lag), "a failing consumer's lag is unknown, not the last value"
+
+
+def test_sigterm_while_the_jvm_starts_stops_serve_at_once(
+    tmp_path: Path, warehouse: Warehouse, children: list[Child]
+) -> None:
+    """A stop in serve's first seconds, its Spark JVM still starting (a rolling restart right after
+    a deploy): the start is given up, not waited for (tens of seconds under load), the cycle
+    waiting for it is not counted as a failure, and serve exits 0. The start is held by a test
+    seam, so the stop provably lands before the JVM is up; without the fix serve never exits."""
+    table = warehouse.create_table("events", SCHEMA)
+    table.append(rows(range(5)))
+    hold = tmp_path / "hold-session-start"
+    hold.touch()
+    serve = start_serve(tmp_path, warehouse, children, "starting", env={HOLD_SESSION_START_ENV: str(hold)})
+    wait_until(
+        lambda: Path(f"{hold}.held").exists() or None, timeout=STARTUP_SECONDS, what="the held start", child=serve
+    )
+    serve.signal(signal.SIGTERM)
+    assert serve.wait(EXIT_SECONDS) == 0, serve.diagnostics()  # a bound against hanging, not a measurement
+    assert hold.exists(), "the start was held until serve exited"
+    log = serve.events()
+    assert any(e.get("msg") == "stop requested" for e in log), serve.diagnostics()
+    assert not [e for e in log if e.get("msg") == "cycle failed"], serve.diagnostics()
+    assert not list((tmp_path / "sink").glob("*.parquet")), "nothing was read without a session"

@@ -69,7 +69,7 @@ def test_a_schema_7_store_is_migrated_and_keeps_its_consumers(store_url: str) ->
         store.record_stopped("old", "cat", "db.t", "boom")
         assert [s.reason for s in store.stopped_consumers()] == ["boom"]
     assert raw_query(store_url, "SELECT value FROM icetail_meta") == [(str(LATEST_VERSION),)]
-    assert LATEST_VERSION == 8
+    assert LATEST_VERSION >= 8
 
 
 def status(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -35,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from icetail.reader.spark import PURGE_DELAY_ENV, WORKER_PURGE_DELAY_MS
 from tests.support.shade_jackson import shaded_jackson_jar
 
 
@@ -102,6 +103,8 @@ def spark_conf() -> dict[str, str]:
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=1",
         # icetail's worker daemon, as reader.spark.spark_session sets it for a local master
         "spark.python.daemon.module": "icetail.reader.spark_daemon",
+        # and its workers' allocator setting, as spark_session sets it (unless the environment does)
+        **({} if PURGE_DELAY_ENV in os.environ else {f"spark.executorEnv.{PURGE_DELAY_ENV}": WORKER_PURGE_DELAY_MS}),
     }
 
 
@@ -481,5 +484,6 @@ def new_catalog(spark: Any, root: Path, name: str | None = None, namespace: str 
     else:
         spark.sql(f"SHOW NAMESPACES IN {name}").collect()
     py = SqlCatalog(name, uri=f"sqlite:///{db_path}", warehouse=f"file://{warehouse_path}")
-    return JavaCatalog(name=name, spark=spark, pyiceberg=py, db_path=db_path, warehouse_path=warehouse_path,
-                       namespace=namespace)
+    return JavaCatalog(
+        name=name, spark=spark, pyiceberg=py, db_path=db_path, warehouse_path=warehouse_path, namespace=namespace
+    )

@@ -90,9 +90,7 @@ def plan_partitions(
     if not plan.splits:
         return []
     output_schema_id = plan.schema_id if schema_id is None else schema_id
-    context = read_context(
-        table, output_schema_id, plan.tasks, with_schema_id=with_schema_id, row_filter=row_filter
-    )
+    context = read_context(table, output_schema_id, plan.tasks, with_schema_id=with_schema_id, row_filter=row_filter)
     identifiers = identifier_names(table, output_schema_id, identifier_columns)
     rules: dict[int, SnapshotRules] = {}
     if verify != VerifyMode.OFF:
