@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import re
 import sys
@@ -138,7 +139,7 @@ def markdown(doc: dict[str, Any], by: tuple[int, ...] = (0, 1, 2, 3)) -> str:
 
 def merged(paths: list[Path]) -> dict[str, Any]:
     """Several results files (parallel harness runs) as one: their combinations and trials together."""
-    docs = [json.loads(p.read_text()) for p in paths]
+    docs = [json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text()) for p in paths]
     return {
         "combinations": [c for d in docs for c in d["combinations"]],
         "trials": [t for d in docs for t in d["trials"]],
@@ -186,8 +187,8 @@ def summary(doc: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     # python -m bench.chaos.report FILE.json [FILE.json ...] [GROUPING ... | summary], GROUPING e.g. 3 or 2,3
-    files = [Path(a) for a in sys.argv[1:] if a.endswith(".json")]
-    groupings = [a for a in sys.argv[1:] if not a.endswith(".json")] or ["0,1,2,3"]
+    files = [Path(a) for a in sys.argv[1:] if a.endswith((".json", ".json.gz"))]
+    groupings = [a for a in sys.argv[1:] if not a.endswith((".json", ".json.gz"))] or ["0,1,2,3"]
     doc = merged(files)
     for spec in groupings:
         if spec == "summary":
