@@ -13,7 +13,7 @@ from typing import Any
 
 from icetail.kernel.secrets import redact_text
 
-DISK_FULL_HINT = "(a disk is full: free space there, then run again; a batch in flight resumes)"
+DISK_FULL_HINT = "(a disk is full: free space there; run again to resume a batch in flight, serve retries on its own)"
 _DISK_FULL = re.compile(
     r"No space left on device|\[errno 28\]|Disk quota exceeded|database or disk is full|SQLITE_FULL", re.IGNORECASE
 )
