@@ -217,7 +217,7 @@ def _downgrade_to_schema_3(db: Path) -> None:
         conn.execute("DROP TABLE icetail_stopped_consumers")  # store schema 8
         conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # store schema 4
         for name in ("icetail_inflight_batches", "icetail_history"):
-            for column in ("net", "schema_id", "reconcile_partition_bytes"):  # store schemas 5, 6 and 7
+            for column in ("net", "schema_id", "reconcile_partition_bytes", "net_partitioned"):  # store schemas 5-7, 9
                 conn.execute(f"ALTER TABLE {name} DROP COLUMN {column}")
         for column in ("parts_done", "parts_key"):  # store schema 7
             conn.execute(f"ALTER TABLE icetail_inflight_splits DROP COLUMN {column}")
