@@ -59,12 +59,12 @@ DEFAULT_CONF = {
 
 
 # Arrow's allocator in the Python workers (mimalloc, pyarrow's default) hands freed pages back to
-# the OS 10 ms after a task frees them, at the next task's first allocations: that task then
-# faults every page of its working set in again, in the kernel (warm reads of 8M rows spent 0.2 to
-# 1.5 s of worker system CPU per round for the same 0.7 s of user CPU, the bimodal tail of issue
-# 24 s5; bench/RESULTS.md R41). Kept for a minute instead, memory freed by one task is reused by the
-# next; an idle worker returns it at its next task, and a task that ends with
-# `release_unused()` (the reconcile partitions) still returns it at once.
+# the OS soon after a task frees them, at the next task's first allocations: that task then
+# faults its working set in again, in the kernel (under load, warm reads of 8M rows spent 0.2 to
+# 1.5 s of worker system CPU per round for the same 0.7 s of user CPU; issue 24 s5, bench/RESULTS.md
+# R41). Kept for a minute instead, memory freed by one task is reused by the next; an idle worker
+# returns it at its next task, and a task that ends with `release_unused()` (the reconcile
+# partitions) still returns it at once.
 PURGE_DELAY_ENV = "MIMALLOC_PURGE_DELAY"
 WORKER_PURGE_DELAY_MS = "60000"
 

@@ -54,9 +54,9 @@ def _refaulted_pages(_: Any) -> list[tuple[str | None, int]]:
 
 
 def test_workers_reuse_freed_arrow_memory_instead_of_faulting_it_in_again(spark: Any) -> None:
-    """Issue 24 s5: the bimodal warm tail was worker system CPU spent re-faulting memory the
-    allocator had purged between tasks (R41). The workers keep it (MIMALLOC_PURGE_DELAY); under
-    the default 10 ms the second touch re-faults about 1,400 pages here, with the setting none."""
+    """Issue 24 s5: warm rounds under load spent up to twice the worker CPU re-faulting memory the
+    allocator had purged between tasks (R41). The workers keep it (MIMALLOC_PURGE_DELAY); with a
+    10 ms delay the second touch re-faults about 1,400 pages here, with the setting none."""
     from icetail.reader.spark import WORKER_PURGE_DELAY_MS
 
     if pa_pool_backend() != "mimalloc":
