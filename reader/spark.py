@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, DataFileError, IcetailError, is_disk_full
+from icetail.kernel.holds import hold_while_file
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
@@ -147,11 +148,10 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
 # `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
 SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
 ABANDON_SECONDS = 2.0
-# Test seam: while the file this variable names exists, a BackgroundSession's start waits before
-# it asks for the JVM (marking the wait by creating `<file>.held`), so a test can stop a run whose
-# session is provably still starting instead of racing the JVM's start.
+# Test seam (kernel/holds.py): while the file this variable names exists, a BackgroundSession's
+# start waits before it asks for the JVM, so a test can stop a run whose session is provably still
+# starting instead of racing the JVM's start.
 HOLD_SESSION_START_ENV = "ICETAIL_TEST_HOLD_SESSION_START"
-_HOLD_POLL_SECONDS = 0.05
 
 
 class SessionAbandoned(Exception):
@@ -254,16 +254,13 @@ class BackgroundSession:
                 self._warming = None
 
     def _hold_for_test(self) -> None:
-        path = os.environ.get(HOLD_SESSION_START_ENV)
-        if not path or not os.path.exists(path):
-            return
-        with open(path + ".held", "w", encoding="utf-8"):
-            pass
-        while os.path.exists(path):
-            with self._lock:
-                if self._closing:
-                    return
-            time.sleep(_HOLD_POLL_SECONDS)
+        hold_while_file(HOLD_SESSION_START_ENV, self._closing_after)
+
+    def _closing_after(self, seconds: float) -> bool:
+        """Whether the session was given up, looked at after `seconds`."""
+        time.sleep(seconds)
+        with self._lock:
+            return self._closing
 
 
 def is_connect(spark: Any) -> bool:

@@ -30,6 +30,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
+from icetail.kernel.holds import hold_while_file
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.names import check_consumer_id
 from icetail.kernel.processes import host_name, lease_holder_is_dead
@@ -1225,23 +1226,13 @@ def _cannot_tag(table: Table, consumer: str, reason: str) -> str:
 # certainly in progress (tests/service/test_serve_process.py, tests/pipeline/test_run_cli.py).
 # Unset in production, where it costs one lookup a chunk.
 HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
-_HOLD_POLL_SECONDS = 0.05  # how soon a removed hold file is noticed; no outcome depends on it
 
 
 def _hold_for_test(stop: threading.Event) -> None:
-    """Test seam: while the file the variable names exists, a committed chunk waits.
-
-    It waits until a stop is requested or the file is removed, and marks the wait by creating
-    `<file>.held`, so a test can act while the batch is provably in progress instead of racing
-    its end.
-    """
-    path = os.environ.get(HOLD_AFTER_CHUNK_ENV)
-    if not path or not os.path.exists(path):
-        return
-    with open(path + ".held", "w", encoding="utf-8"):
-        pass
-    while os.path.exists(path) and not stop.wait(_HOLD_POLL_SECONDS):
-        pass
+    """Test seam: while the file the variable names exists, a committed chunk waits, until a stop
+    is requested or the file is removed (kernel/holds.py): a test acts while the batch is provably
+    in progress instead of racing its end."""
+    hold_while_file(HOLD_AFTER_CHUNK_ENV, stop.wait)
 
 
 def _sequence_numbers(batch: InflightBatch) -> dict[int, int]:
