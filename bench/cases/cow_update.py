@@ -99,10 +99,16 @@ def measured(cmd: list[str], env: dict[str, str]) -> dict[str, float | str]:
     }
 
 
-def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[str]:
+def fresh_out_dir(workdir: Path, name: str) -> Path:
+    """An empty folder for one case's output (what an earlier round left is removed)."""
     out = workdir / "cow-update-out" / name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    return out
+
+
+def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[str]:
+    out = fresh_out_dir(workdir, name)
     return [
         sys.executable, "-m", "icetail", "run",
         "--catalog", CATALOG, "--table", f"ns.{TABLE}",
@@ -113,9 +119,7 @@ def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[
 
 
 def icetail_changes(workdir: Path, name: str, after: int, until: int, extra: list[str]) -> list[str]:
-    out = workdir / "cow-update-out" / name
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out = fresh_out_dir(workdir, name)
     return [
         sys.executable, "-m", "icetail", "changes",
         "--catalog", CATALOG, "--table", f"ns.{TABLE}",
