@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,6 +69,7 @@ COLUMNS = (
     "history_rows",
     "inflight_split_rows",
     "sink_files",
+    "manifest_cache_entries",
 )
 
 
@@ -89,12 +92,27 @@ def fd_count(pid: int) -> int:
         return 0
 
 
+def manifest_cache_entries(port: int) -> float:
+    """What serve's shared manifest cache holds (`icetail_manifest_cache_entries`), NaN if unread."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return float("nan")
+    for line in text.splitlines():
+        if line.startswith("icetail_manifest_cache_entries "):
+            return float(line.split()[1])
+    return float("nan")
+
+
 def state_rows(db: Path) -> dict[str, int]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
         return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in STATE_TABLES}
 
 
-def sample(root: int, cycle: int, elapsed: float, per_cycle: float, state_db: Path, sinks: Path) -> dict[str, float]:
+def sample(
+    root: int, port: int, cycle: int, elapsed: float, per_cycle: float, state_db: Path, sinks: Path
+) -> dict[str, float]:
     rss = {"python": 0, "jvm": 0, "workers": 0}
     threads = {"driver": 0, "jvm": 0, "all": 0}
     fds = {"driver": 0, "all": 0}
@@ -131,6 +149,7 @@ def sample(root: int, cycle: int, elapsed: float, per_cycle: float, state_db: Pa
         "history_rows": rows["icetail_history"],
         "inflight_split_rows": rows["icetail_inflight_splits"],
         "sink_files": sum(1 for p in sinks.rglob("*.parquet")),
+        "manifest_cache_entries": manifest_cache_entries(port),
     }
 
 
@@ -192,6 +211,11 @@ def main() -> None:
     parser.add_argument("--interval", default="50ms")
     parser.add_argument("--max-minutes", type=float, default=None, help="stop earlier, after this long")
     parser.add_argument("--history-retention", type=int, default=None, help="serve's history_retention")
+    parser.add_argument(
+        "--manifest-cache-entries", type=int, default=None,
+        help="serve's manifest_cache_entries (default 250,000): a small bound fills early, so the "
+        "driver's memory is flat after it if the cache is what grows",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench/results/soak"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -217,6 +241,7 @@ def run(args: argparse.Namespace, root: Path) -> None:
         "metrics_host": "127.0.0.1",
         "metrics_port": port,
         **({} if args.history_retention is None else {"history_retention": args.history_retention}),
+        **({} if args.manifest_cache_entries is None else {"manifest_cache_entries": args.manifest_cache_entries}),
         "tables": [
             {"table": t, "consumer": t.split(".")[1], "sink": f"parquet://{root / 'sinks' / t.split('.')[1]}"}
             for t in names
@@ -290,7 +315,8 @@ def soak(args: argparse.Namespace, catalog: SqlCatalog, names: list[str], port: 
             out_of_time = stop_at is not None and time.monotonic() >= stop_at
             if cycle - last_cycle >= args.sample_every or cycle >= args.cycles or out_of_time:
                 now = time.monotonic()
-                row = sample(child.pid, cycle, now - start, (now - last_time) / (cycle - last_cycle), state_db, sinks)
+                per_cycle = (now - last_time) / (cycle - last_cycle)
+                row = sample(child.pid, port, cycle, now - start, per_cycle, state_db, sinks)
                 writer.writerow(row)
                 stream.flush()
                 rows.append(row)
@@ -299,7 +325,8 @@ def soak(args: argparse.Namespace, catalog: SqlCatalog, names: list[str], port: 
                     f"cycle {cycle:>6}: {row['seconds_per_cycle']:.3f} s/cycle, RSS {row['rss_total_mib']:.0f} MiB "
                     f"(driver {row['rss_driver_mib']:.0f}, JVM {row['rss_jvm_mib']:.0f}, workers "
                     f"{row['rss_workers_mib']:.0f}), threads {row['threads']:.0f}, fds {row['open_fds']:.0f}, state "
-                    f"{row['state_db_bytes'] / 1024:.0f} KiB ({row['history_rows']:.0f} history rows), "
+                    f"{row['state_db_bytes'] / 1024:.0f} KiB ({row['history_rows']:.0f} history rows), manifest cache "
+                    f"{row['manifest_cache_entries']:.0f}, "
                     f"load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )

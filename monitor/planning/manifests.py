@@ -87,6 +87,16 @@ def shared_manifest_cache(max_entries: int) -> ManifestCache:
         return cache
 
 
+def shared_manifest_cache_weight() -> int:
+    """File entries and manifest-list records held by the process's shared caches, together.
+
+    Exported by `serve` as `icetail_manifest_cache_entries`, so a growing driver can be told apart
+    from a filling cache (the cache stops at its bound; R34 could only attribute by arithmetic)."""
+    with _shared_lock:
+        caches = list(_shared_caches.values())
+    return sum(cache.weight for cache in caches)
+
+
 DEFAULT_PLANNING_THREADS = 4
 """Manifests read at once while planning a range: the waits of reads overlap (an object store's
 latency per file), while decoding holds the GIL, so on a local disk it gains little."""

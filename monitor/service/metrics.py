@@ -153,6 +153,13 @@ class BatchReport:
         return sum(self.rows_by_change_type.values())
 
 
+def _manifest_cache_weight() -> float:
+    # imported on first scrape: the planning modules pull in pyiceberg, which `status` does not need
+    from icetail.monitor.planning.manifests import shared_manifest_cache_weight
+
+    return float(shared_manifest_cache_weight())
+
+
 def build_versions() -> dict[str, str]:
     """Installed versions of icetail and its engines, "unknown" for a missing distribution."""
     versions: dict[str, str] = {}
@@ -196,6 +203,7 @@ class Metrics:
     snapshot_check_mismatches: Counter
     consumer_stopped: Gauge
     sink_duplicate_keys: Counter
+    manifest_cache_entries: Gauge
 
     @classmethod
     def create(
@@ -311,7 +319,14 @@ class Metrics:
                 "icetail_sink_duplicate_keys",
                 "Inserts of a key a mirror's target already held (the source holds a key twice; last writer wins).",
             ),
+            manifest_cache_entries=Gauge(
+                "icetail_manifest_cache_entries",
+                "Decoded manifest entries and manifest-list records held by the process's shared manifest "
+                "cache (serve), bounded by manifest_cache_entries; ~0.5 KB of driver memory each.",
+                registry=reg,
+            ),
         )
+        metrics.manifest_cache_entries.set_function(_manifest_cache_weight)
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
         return metrics

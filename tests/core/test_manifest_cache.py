@@ -152,3 +152,23 @@ def test_a_shared_cache_keeps_its_bound_across_planners(small_table: SmallTable)
     for _ in range(3):
         Planner(table, manifest_cache_entries=3, share_manifest_cache=True).plan(None, None)
     assert shared_manifest_cache(3).entries.weight <= 3
+
+
+def test_serve_exports_what_the_shared_cache_holds(small_table: SmallTable) -> None:
+    """`icetail_manifest_cache_entries` follows the shared cache, so a soak can tell a filling cache
+    from a leak (R34 attributed the driver's growth by arithmetic only)."""
+    from prometheus_client import CollectorRegistry
+
+    from icetail.monitor.planning.manifests import shared_manifest_cache, shared_manifest_cache_weight
+    from icetail.monitor.service.metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics.create(registry)
+    table, _ = _counted(_grown(small_table, 3))
+    bound = 1_000_007  # this test's own shared cache
+    before = registry.get_sample_value("icetail_manifest_cache_entries")
+    assert before == shared_manifest_cache_weight()
+    Planner(table, manifest_cache_entries=bound, share_manifest_cache=True).plan(None, None)
+    held = shared_manifest_cache(bound).weight
+    assert held > 0
+    assert registry.get_sample_value("icetail_manifest_cache_entries") == before + held
