@@ -203,7 +203,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     changes.add_argument("--keep-carry-over", action="store_true", help="keep identical DELETE/INSERT pairs")
     changes.add_argument(
-        "--net", action="store_true", help="each row's net effect over the range (gathers the range's changes)"
+        "--net",
+        action="store_true",
+        help="each row's net effect over the range (gathers the range's changes; folded by Spark tasks "
+        "in partitions above --reconcile-partition-bytes)",
     )
     changes.add_argument(
         "--verify",
@@ -214,8 +217,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--reconcile-partition-bytes",
         type=int,
         default=None,
-        help="a snapshot to reconcile bigger than this (estimated parquet bytes) is reconciled by Spark tasks in "
-        "partitions of about this size (default 8 MiB; 0: whole, in this process)",
+        help="a snapshot to reconcile (or a --net range) bigger than this (estimated parquet bytes) is reconciled "
+        "by Spark tasks in partitions of about this size (default 8 MiB; 0: whole, in this process)",
     )
     changes.add_argument(
         "--with-schema-id", action="store_true", help="add _schema_id: the schema id of each row's commit snapshot"

@@ -8,6 +8,8 @@ as a whole, every other snapshot streams chunk by chunk.
 from __future__ import annotations
 
 import inspect
+import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec
@@ -23,6 +25,8 @@ from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.partitioned import (
     DEFAULT_RECONCILE_PARTITION_BYTES,
     PartitionedSnapshot,
+    net_partitioned,
+    net_spec,
     partition_spec,
     partitioned_snapshots,
     segments_in_order,
@@ -49,10 +53,11 @@ from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns
+from icetail.reader.net_shuffle import NetFoldNotExact, net_outputs
 from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.row_filter import checked_row_filter
 from icetail.reader.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
-from icetail.reader.shuffle import shuffled_outputs
+from icetail.reader.shuffle import ShuffleOutput, shuffled_outputs
 from icetail.reader.spark import SplitRequest, is_connect, run_splits, spark_session
 from icetail.reader.split_reader import Chunk
 
@@ -225,13 +230,49 @@ def iter_changes(
         chunks = run_splits(session(), context, requests, chunk_rows=chunk_rows)
         return chunks if on_chunk is None else observed(chunks, on_chunk)
 
+    def partition_rows(outputs: Iterator[ShuffleOutput]) -> Iterator[pa.RecordBatch]:
+        """Each output's rows in index order; every read chunk (all on the first output) is seen,
+        and checked, before any row leaves, so a refused snapshot yields nothing."""
+        for output in outputs:
+            for chunk in output.read:
+                if on_chunk is not None:
+                    on_chunk(chunk)
+                check = verifier.add(chunk) if verifier is not None else None
+                if check is not None:
+                    checked(check)
+            rows = output.rows()
+            if rows is not None:
+                yield from rows.to_batches()
+
+    partition_bytes = (
+        DEFAULT_RECONCILE_PARTITION_BYTES if reconcile_partition_bytes is None else reconcile_partition_bytes
+    )
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
     strict = mode == VerifyMode.STRICT
     if net:  # the fold holds every row until the range is read: a refused snapshot raises before any row
         lineage = NetLineage(keyed=lineage_pairing, output=with_row_lineage)
+        schema = lineage.read_schema(table, plan.schema_id, with_schema_id=with_schema_id)
+        folded = net_partitioned(plan.splits, partition_bytes)
+        if folded is not None and not is_connect(session()):
+            fold = net_spec(
+                folded,
+                first_output=0,
+                read_schema=schema,
+                identifiers=identifiers,
+                row_lineage=lineage.keyed,
+                output_lineage=lineage.output,
+                chunk_rows=chunk_rows,
+            )
+            try:  # raised before any output: the range is then folded in the driver, as below
+                first = next(outputs := net_outputs(session(), context, fold), None)
+            except NetFoldNotExact as exc:
+                log.info("net changes folded in the driver: %s", exc)
+            else:
+                if first is not None:
+                    yield from partition_rows(itertools.chain([first], outputs))
+                return
         chunks = read([SplitRequest(s, with_row_lineage=lineage.reads) for s in plan.splits])
         released = releases(chunks, snapshot_of, set(), verifier, on_check=checked)
-        schema = lineage.read_schema(table, plan.schema_id, with_schema_id=with_schema_id)
         yield from net_rows(lineage, schema, snapshot_batches(released), plan.tasks, identifiers).to_batches()
         return
     gathered = gathered_snapshots(
@@ -242,9 +283,6 @@ def iter_changes(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=lineage_pairing or with_row_lineage
     )
     pairing = Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_row_lineage)
-    partition_bytes = (
-        DEFAULT_RECONCILE_PARTITION_BYTES if reconcile_partition_bytes is None else reconcile_partition_bytes
-    )
     partitioned = partitioned_snapshots(plan.splits, gathered, partition_bytes) if partition_bytes else {}
     if partitioned and is_connect(session()):
         partitioned = {}
@@ -267,16 +305,7 @@ def iter_changes(
                 chunk_rows=chunk_rows,
                 stage_as=None,
             )
-            for output in shuffled_outputs(session(), context, spec):
-                for chunk in output.read:  # every read chunk, with the first output: before any row leaves
-                    if on_chunk is not None:
-                        on_chunk(chunk)
-                    check = verifier.add(chunk) if verifier is not None else None
-                    if check is not None:
-                        checked(check)
-                rows = output.rows()
-                if rows is not None:
-                    yield from rows.to_batches()
+            yield from partition_rows(shuffled_outputs(session(), context, spec))
         elif release.reconcile:
             yield from pairing.reconciled(release.batches).to_batches()
         else:
@@ -320,6 +349,7 @@ def checked_filter(table: Table, plan: ChangePlan, row_filter: str | None) -> st
 
 
 P = ParamSpec("P")
+log = logging.getLogger("icetail.changes")
 
 
 def plan_range(

@@ -224,16 +224,16 @@ def partition_spec(
 
 def net_spec(
     batch: PartitionedSnapshot,
-    progress: Mapping[str, SplitProgress],
     *,
+    first_output: int,
     read_schema: pa.Schema,
     identifiers: tuple[str, ...],
     row_lineage: bool,
     output_lineage: bool,
     chunk_rows: int | None,
 ) -> NetShuffleSpec:
-    """The partitioned net fold of a whole batch (`batch`: all its splits), resuming after the outputs
-    its first split records as delivered."""
+    """The partitioned net fold of a whole batch or range (`batch`: all its splits), from output
+    `first_output` (inclusive): a resumed batch starts after the outputs its first split records."""
     return NetShuffleSpec(
         requests=tuple(SplitRequest(s, 0, with_row_lineage=row_lineage or output_lineage) for s in batch.splits),
         split_indexes=batch.indexes,
@@ -244,7 +244,7 @@ def net_spec(
         whole_snapshots=frozenset(snapshots_needing_reconcile(s.task for s in batch.splits)),
         row_lineage=row_lineage,
         output_lineage=output_lineage,
-        first_output=progress[batch.anchor.split_id].parts_done or 0,
+        first_output=first_output,
         chunk_rows=chunk_rows,
     )
 

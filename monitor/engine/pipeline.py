@@ -1055,7 +1055,7 @@ class Pipeline:
         with_schema_id = self.config.with_schema_id
         spec = net_spec(
             partitioned,
-            progress,
+            first_output=progress[partitioned.anchor.split_id].parts_done or 0,
             read_schema=schema,
             identifiers=identifiers,
             row_lineage=has_row_lineage(table),

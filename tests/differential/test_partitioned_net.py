@@ -1,4 +1,5 @@
-"""`run --net` folded in partitions by Spark tasks equals the driver fold, on Java-written tables.
+"""`run --net` and `changes --net` folded in partitions by Spark tasks equal the driver fold, on
+Java-written tables.
 
 Java Iceberg (Spark 3.5) writes the histories of tests/differential/test_partitioned_reconcile.py:
 copy-on-write and merge-on-read UPDATE, DELETE and MERGE, a rewrite that changes nothing
@@ -74,6 +75,45 @@ def _replayed(net: pa.Table) -> Counter[tuple[Any, ...]]:
     return added - removed
 
 
+def _api_net(catalog: Any, partition_bytes: int, seen: list[bool], **options: Any) -> pa.Table:
+    """`iter_changes(net=True)` of the whole history (so `changes --net` and `read_changes(net=True)`)."""
+    from icetail.monitor.engine.api import iter_changes, plan_range
+
+    table = catalog.load_table("t")
+    batches = iter_changes(
+        table,
+        plan_range(table),
+        net=True,
+        spark=catalog.spark,
+        chunk_rows=200,
+        on_chunk=lambda chunk: seen.append(chunk.batch is None),
+        reconcile_partition_bytes=partition_bytes,
+        **options,
+    )
+    return pa.Table.from_batches(list(batches))
+
+
+def _check_api_both_ways(
+    catalog: Any, caplog: pytest.LogCaptureFixture, *, partitioned: bool = True, **options: Any
+) -> None:
+    """The API's net changes over the whole history, folded by Spark tasks in partitions, equal the
+    driver's fold and give Java's rows at the end. The shuffle's read chunks reach `on_chunk`
+    without rows (their rows go to the partitions), which shows the partitioned fold ran;
+    `partitioned=False`: the range lost lineage, so it is folded in the driver instead."""
+    options.pop("per_batch", None)
+    driver = _api_net(catalog, 0, [], **options)
+    seen: list[bool] = []
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="icetail.changes"):
+        folded = _api_net(catalog, TINY, seen, **options)
+    assert any(seen) == partitioned, seen
+    assert ("folded in the driver" in caplog.text) == (not partitioned), caplog.text
+    expected, got = row_multiset(driver, driver.schema), row_multiset(folded, driver.schema)
+    assert expected == got, diff_report(expected, got)
+    end = spark_df_to_arrow(catalog.sql(f"SELECT {', '.join(DATA)} FROM {{cat}}.ns.t"))
+    assert _replayed(folded) == Counter(tuples(end, DATA))
+
+
 def _check_both_ways(
     catalog: Any, root: Path, caplog: pytest.LogCaptureFixture, *, partitioned: bool = True, **options: Any
 ) -> pa.Table:
@@ -104,6 +144,7 @@ def test_v2_partitioned_net_equals_the_driver_fold(catalog, tmp_path, caplog, mo
     for statement in _statements(duplicates=not identifiers):
         catalog.sql(statement)
     identifier_columns = tuple(identifiers) if identifiers else None
+    _check_api_both_ways(catalog, caplog, identifier_columns=identifier_columns)
     rows = _check_both_ways(catalog, tmp_path, caplog, identifier_columns=identifier_columns)
     kinds = Counter(rows.column("_change_type").to_pylist())
     assert kinds["UPDATE_BEFORE" if identifiers else "DELETE"] > 10, kinds
@@ -114,11 +155,15 @@ def test_v2_partitioned_net_equals_the_driver_fold(catalog, tmp_path, caplog, mo
 def test_v3_row_lineage_partitioned_net_equals_the_driver_fold(catalog, tmp_path, caplog, mode) -> None:
     create_table(catalog, mode)
     statements = _statements(duplicates=True)
-    for statement in [*statements[:3], *LINEAGE_STATEMENTS[1:], statements[-1], LINEAGE_STATEMENTS[1]]:
+    for statement in [*statements[:3], *LINEAGE_STATEMENTS[1:]]:
+        catalog.sql(statement)
+    _check_api_both_ways(catalog, caplog, with_row_lineage=True)  # before the overwrite: four stages
+    for statement in [statements[-1], LINEAGE_STATEMENTS[1]]:
         catalog.sql(statement)
     rows = _check_both_ways(catalog, tmp_path / "batches", caplog, with_row_lineage=True)
     assert "UPDATE_BEFORE" in rows.column("_change_type").to_pylist() and "_row_id" in rows.column_names
     # one batch of the whole history: the INSERT OVERWRITE gives rows inserted in it new row ids
+    _check_api_both_ways(catalog, caplog, partitioned=False, with_row_lineage=True)
     rows = _check_both_ways(catalog, tmp_path / "whole", caplog, partitioned=False, per_batch=None)
     assert "UPDATE_BEFORE" not in rows.column("_change_type").to_pylist() and "_row_id" not in rows.column_names
     assert caplog.text.count("folded in the driver") == 1, caplog.text
