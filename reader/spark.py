@@ -35,12 +35,14 @@ from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.context import ReadContext
+from icetail.reader.daemon_zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
+from icetail.reader.daemon_zygote import start_zygote, stop_zygotes
 from icetail.reader.java_runtime import check_java
 from icetail.reader.local_disk import handoff_full, spark_job_error
 from icetail.reader.metadata_columns import constant_column_count, with_constant_metadata
 from icetail.reader.session_health import quiet_accumulator_server
 from icetail.reader.split_reader import Chunk, read_split
-from icetail.reader.worker_python import check_worker_python
+from icetail.reader.worker_python import check_worker_python, worker_python
 from icetail.sinks.base import ChunkStager, SplitSlot
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
@@ -130,18 +132,35 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
         settings["spark.master"] = "local[*]"
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
-        settings.setdefault("spark.python.daemon.module", "icetail.reader.spark_daemon")
+        settings.setdefault("spark.python.daemon.module", ICETAIL_DAEMON)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
         settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
+        if settings.get("spark.python.daemon.module") == ICETAIL_DAEMON and SparkContext._active_spark_context is None:
+            _start_daemon_zygote(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     quiet_accumulator_server(session.sparkContext)
     return session
+
+
+ICETAIL_DAEMON = "icetail.reader.spark_daemon"
+
+
+def _start_daemon_zygote(settings: dict[str, str]) -> None:
+    """Import the worker daemon beside the JVM's start (reader/daemon_zygote.py): in the workers'
+    interpreter and environment as Spark will give them (its executorEnv and hash seed)."""
+    executor_env = {
+        k.removeprefix("spark.executorEnv."): v for k, v in settings.items() if k.startswith("spark.executorEnv.")
+    }
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), **executor_env}
+    path = start_zygote(worker_python(settings, os.environ)[0], env)
+    if path is not None:
+        settings[f"spark.executorEnv.{ZYGOTE_SOCKET_ENV}"] = path
 
 
 # What a Spark JVM this process launches runs as: pyspark's `bin/spark-submit`, then
@@ -219,6 +238,7 @@ class BackgroundSession:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGTERM)
             self._thread.join(0.05)
+        stop_zygotes()  # the worker daemon's zygote, unused (reader/daemon_zygote.py)
         if self._future.done():
             self.close()
 

@@ -1,6 +1,6 @@
 """PySpark's worker daemon, minus three per-task costs that buy nothing for icetail.
 
-Select it with `spark.python.daemon.module=reader.spark_daemon` (done for local masters).
+Select it with `spark.python.daemon.module=icetail.reader.spark_daemon` (done for local masters).
 
 * PySpark calls `importlib.invalidate_caches()` before every task, which makes every
   zipimporter re-read the central directory of `pyspark.zip` and py4j's zip: about 70 ms a task
@@ -15,38 +15,50 @@ Select it with `spark.python.daemon.module=reader.spark_daemon` (done for local 
   second waits: 40 ms a task. The worker re-arms TCP_QUICKACK before reading each task and
   sets TCP_NODELAY for its own replies.
 
-Everything else is PySpark's own daemon.
+Everything else is PySpark's own daemon. When the driver started a zygote (reader/daemon_zygote.py),
+this module, run by Spark, only asks it for a daemon forked from these imports, already made.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import socket
-import zipimport
+import os
+from types import ModuleType
 from typing import Any
 
-from pyspark import daemon
-
-zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
-
-with contextlib.suppress(ImportError):
-    import icetail.reader.split_reader  # noqa: F401
-    import icetail.sinks.iceberg_mirror_tasks  # noqa: F401  (the Iceberg mirror's rewrite tasks)
-
-_pyspark_worker = daemon.worker
+from icetail.reader.daemon_zygote import SOCKET_ENV, launch
 
 
-def _worker(sock: socket.socket, authenticated: bool) -> Any:
-    """PySpark's per-task worker loop body, with the socket set to acknowledge at once."""
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)  # Linux only; not permanent
-    return _pyspark_worker(sock, authenticated)
+def prepared() -> ModuleType:
+    """`pyspark.daemon` with icetail's changes, the read path imported and frozen; idempotent."""
+    import contextlib
+    import gc
+    import socket
+    import zipimport
+
+    from pyspark import daemon
+
+    if getattr(daemon, "_icetail_prepared", False):
+        return daemon
+    zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
+
+    with contextlib.suppress(ImportError):
+        import icetail.reader.split_reader  # noqa: F401
+        import icetail.sinks.iceberg_mirror_tasks  # noqa: F401  (the Iceberg mirror's rewrite tasks)
+
+    pyspark_worker = daemon.worker
+
+    def _worker(sock: socket.socket, authenticated: bool) -> Any:
+        """PySpark's per-task worker loop body, with the socket set to acknowledge at once."""
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)  # Linux only; not permanent
+        return pyspark_worker(sock, authenticated)
+
+    daemon.worker = _worker
+    daemon._icetail_prepared = True  # type: ignore[attr-defined]
+    gc.freeze()
+    return daemon
 
 
-daemon.worker = _worker
-gc.freeze()
-
-if __name__ == "__main__":
-    daemon.manager()
+if __name__ == "__main__" and not launch(os.environ.get(SOCKET_ENV)):
+    prepared().manager()

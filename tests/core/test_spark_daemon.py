@@ -13,7 +13,7 @@ def _worker_state(_: Any) -> list[tuple[str, int]]:
 
     from pyspark import daemon
 
-    return [(daemon.worker.__qualname__, gc.get_freeze_count())]
+    return [(daemon.worker.__name__, gc.get_freeze_count())]
 
 
 def test_tasks_run_in_icetail_daemon_with_frozen_imports(spark: Any) -> None:
