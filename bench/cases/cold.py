@@ -5,7 +5,10 @@ loads the catalog, plans, reads, writes one parquet file and exits. Each round r
 interpreter given (default: this one and `.venv-spark4/bin/python` when present), interleaved:
 
 * `icetail_changes` - `python -m icetail changes --output X.parquet` of the appended snapshot;
-* `spark_start_stop` - the same interpreter starting and stopping icetail's local SparkSession;
+* `icetail_changes_no_zygote` - the same with `ICETAIL_DAEMON_ZYGOTE=0`: the worker daemon
+  imports the read path after the JVM's start, not beside it (reader/daemon_zygote.py);
+* `spark_start_stop` - the same interpreter starting and stopping icetail's local SparkSession
+  (no zygote: a bare start);
 * `raw_read_write` - `pyarrow.parquet.read_table` of the files (threaded) and `write_table`;
 * `java_iceberg` - (pyspark 3.5 with the test jars) Java Iceberg 1.10 reading the same range
   incrementally (`start-snapshot-id`/`end-snapshot-id`) and writing it as parquet.
@@ -81,19 +84,24 @@ def _run(argv: list[str], env: dict[str, str]) -> float:
     return seconds
 
 
+NO_ZYGOTE = {"ICETAIL_DAEMON_ZYGOTE": "0"}  # reader/daemon_zygote.py off
+
+
 def commands(python: str, t: Target, scratch: Path, java: bool) -> dict[str, list[str]]:
     from bench import generate as gen
 
     files = [gen.local_path(f) for f in t.files]
+    changes = [
+        python, "-m", "icetail", "changes", "--catalog", t.catalog, "--table", t.ident,
+        "--from-snapshot", str(t.from_exclusive), "--to-snapshot", str(t.to_inclusive),
+        "--output", str(scratch / "icetail.parquet"),
+    ]  # fmt: skip
     out = {
-        "icetail_changes": [
-            python, "-m", "icetail", "changes", "--catalog", t.catalog, "--table", t.ident,
-            "--from-snapshot", str(t.from_exclusive), "--to-snapshot", str(t.to_inclusive),
-            "--output", str(scratch / "icetail.parquet"),
-        ],
-        "spark_start_stop": [python, "-c", SPARK],
+        "icetail_changes": changes,
+        "icetail_changes_no_zygote": changes,  # the worker daemon imported after the JVM's start (R44)
+        "spark_start_stop": [python, "-c", SPARK],  # a bare start: no zygote importing beside it
         "raw_read_write": [python, "-c", RAW, str(scratch / "raw.parquet"), *files],
-    }  # fmt: skip
+    }
     if java:
         metadata = t.table.metadata_location
         out["java_iceberg"] = [
@@ -112,7 +120,7 @@ def measure(pythons: list[str], t: Target, rounds: int) -> dict[str, Any]:
         for round_index in range(rounds):
             for python in pythons:
                 for name, argv in commands(python, t, scratch, java_ok[python]).items():
-                    seconds = _run(argv, env)
+                    seconds = _run(argv, env if name == "icetail_changes" else {**env, **NO_ZYGOTE})
                     runs[python].setdefault(name, []).append(seconds)
                     log(f"round {round_index + 1} pyspark {versions[python]}: {name} {seconds:.2f}s")
             for leftover in scratch.iterdir():
@@ -130,6 +138,9 @@ def measure(pythons: list[str], t: Target, rounds: int) -> dict[str, Any]:
             },
             "vs_raw_plus_spark_start_median": round(
                 (med["raw_read_write"] + med["spark_start_stop"]) / med["icetail_changes"], 3
+            ),
+            "no_zygote_vs_raw_plus_spark_start_median": round(
+                (med["raw_read_write"] + med["spark_start_stop"]) / med["icetail_changes_no_zygote"], 3
             ),
         }
         if "java_iceberg" in med:
@@ -151,6 +162,7 @@ def print_report(report: dict[str, Any], load: tuple[float, float]) -> None:
             print(f"    {name:18s} {s['min']:7.2f} {s['median']:7.2f} {s['max']:7.2f}")
         ratio = entry["vs_raw_plus_spark_start_median"]
         print(f"    icetail vs (raw read+write + Spark start/stop), medians: {ratio}x")
+        print(f"    the same without the daemon zygote: {entry['no_zygote_vs_raw_plus_spark_start_median']}x")
         if "vs_java_median" in entry:
             print(f"    icetail vs Java Iceberg, medians: {entry['vs_java_median']}x")
 
