@@ -40,11 +40,7 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
         row.runs += len(r.runs)
         row.recovered += int(r.ok)
         row.bad_lines += r.bad_lines
-        row.leases_left += sum(
-            1
-            for run in r.runs
-            if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink", "keyed-kill"))
-        )
+        row.leases_left += sum(1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith(KILLS))
         row.seconds += r.seconds
         if r.verdict is not None:
             row.lost += r.verdict.lost
@@ -54,6 +50,8 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
                 row.duplicated += r.verdict.duplicated + r.verdict.foreign
     return sorted(rows.values(), key=lambda x: x.combo)
 
+
+KILLS = ("sigkill", "reset-sink", "keyed-kill", "sink-writer+kill")  # nothing releases a lease under SIGKILL
 
 HEADER = (
     f"{'kind store sink fault':48s} {'trials':>6s} {'faults':>6s} {'runs':>5s} {'recov':>5s} "
