@@ -119,14 +119,18 @@ def plan_trials(
     stores: tuple[str, ...],
     sinks: tuple[str, ...],
     faults: tuple[str, ...],
+    weights: dict[str, int] | None = None,
 ) -> list[TrialSpec]:
     """Seeded choices; the combinations are visited round-robin in a shuffled order so that a short
-    run covers as many as it can instead of repeating a few."""
+    run covers as many as it can instead of repeating a few. `weights` (a kind, store, sink or
+    fault -> N) puts each combination with that name N times in the round (a larger share)."""
     rng = random.Random(seed)
+    weights = weights or {}
     combos = [
         (k, st, si, f) for k in kinds for st in stores for si in sinks for f in faults if applicable(st, si, f, k)
     ]
     if not combos:
         raise ValueError("no combination of the given kinds, stores, sinks and faults is applicable")
+    combos = [c for c in combos for _ in range(max([1, *(weights.get(name, 1) for name in c)]))]
     rng.shuffle(combos)
     return [TrialSpec(i, *combos[i % len(combos)], seed=rng.randrange(2**31)) for i in range(trials)]
