@@ -77,6 +77,17 @@ from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_file
 _T = TypeVar("_T")
 
 
+def outraced(attempts: int, retries: int) -> str:
+    """Why a commit was given up: another writer's commits landed first every time (chaos harness,
+    issue 26: pyiceberg's own text, `Requirement failed: branch main has changed: expected id ...`,
+    named neither the other writer nor what to do)."""
+    return (
+        f"another writer committed to the table before each of the sink's {attempts} attempts (the table's "
+        f"commit.retry.num-retries is {retries}); nothing was committed: run again to resume (serve retries), "
+        "or raise commit.retry.num-retries"
+    )
+
+
 class IcebergTarget:
     """An Iceberg table of a pyiceberg catalog that chunks are committed to, each chunk once: the table's
     loading, creation and reloading, the chunk ledger and the one-commit-per-group step (`_append_once`)
@@ -175,10 +186,10 @@ class IcebergTarget:
             try:
                 table = committed(table, stage)
                 break
-            except CommitFailedException:
+            except CommitFailedException as exc:
                 conflicts += 1
                 if conflicts > retries:
-                    raise
+                    raise CommitFailedException(outraced(conflicts, retries)) from exc
                 table, reloaded = self._reloaded(), True
         tokens: list[str] = []
         snapshot_id = self._committed(table, [chunks[i] for i in pending]) if pending else None
