@@ -520,6 +520,6 @@ def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -
         result = RepairTrialRunner(spec, config, work).run()
     else:
         result = TrialRunner(spec, config, work).run()
-    if result.ok and not keep:
+    if result.ok and not result.bad_lines and not keep:  # a bad exit line's logs are kept to look at
         shutil.rmtree(work, ignore_errors=True)
     return result
