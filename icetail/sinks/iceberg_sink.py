@@ -67,7 +67,7 @@ from icetail.kernel.errors import (
 from icetail.kernel.names import check_consumer_id
 from icetail.kernel.secrets import fileio_items
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.iceberg_commit import commit_retries, committed
+from icetail.sinks.iceberg_commit import commit_retries, committed, outraced
 from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
 from icetail.sinks.iceberg_evolution import evolve_by_field_id
 from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
@@ -75,17 +75,6 @@ from icetail.sinks.iceberg_schema import conform, sink_schema
 from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_file, staged_name
 
 _T = TypeVar("_T")
-
-
-def outraced(attempts: int, retries: int) -> str:
-    """Why a commit was given up: another writer's commits landed first every time (chaos harness,
-    issue 26: pyiceberg's own text, `Requirement failed: branch main has changed: expected id ...`,
-    named neither the other writer nor what to do)."""
-    return (
-        f"another writer committed to the table before each of the sink's {attempts} attempts (the table's "
-        f"commit.retry.num-retries is {retries}); nothing was committed: run again to resume (serve retries), "
-        "or raise commit.retry.num-retries"
-    )
 
 
 class IcebergTarget:
@@ -182,7 +171,16 @@ class IcebergTarget:
             pending = [i for i, d in enumerate(done) if d is None]
             if not pending:
                 break
+            head = table.metadata.current_snapshot_id
             table, stage = appended(table, pending)
+            if table.metadata.current_snapshot_id != head:
+                # a schema commit conflicted and was redone on the table as committed now (another
+                # writer's snapshots in it): the chunks are looked up again there before committing
+                conflicts += 1
+                if conflicts > retries:
+                    raise CommitFailedException(outraced(conflicts, retries))
+                reloaded = True
+                continue
             try:
                 table = committed(table, stage)
                 break

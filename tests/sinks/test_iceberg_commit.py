@@ -10,6 +10,7 @@ import pickle
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table, TableProperties
@@ -120,6 +121,28 @@ def test_a_commit_outraced_by_another_writer_past_the_retries_says_so_in_one_lin
     sink.close()
     assert ids(load(sql_catalog)) == [1, 1, 2, 3]
     assert _chunk_ids(sql_catalog)[-1] == key(2).name
+
+
+def test_a_schema_change_another_writer_committed_meanwhile_is_redone_on_the_table_as_it_is(
+    sql_catalog: SqlCatalog,
+) -> None:
+    """Chaos harness, issue 26 (`sink-writer`, finding 15): the sink's schema commit (the source's new
+    column, or the field-id map) was made once, on the metadata it held: another writer's commit
+    in between failed the run (`the table cannot be prepared: CommitFailedException: ...`)."""
+    sink = _sink()
+    sink.write(key(0), change_rows([1]))
+    billing = open_sink(URL, consumer="billing")  # another consumer of the same source, into the same table
+    billing.write(key(0, consumer="billing"), change_rows([7], extra={"note": pa.array(["b"])}))
+    billing.close()
+
+    token = sink.write(key(1), change_rows([2], extra={"note": pa.array(["a"])}))  # on its held metadata
+    sink.close()
+
+    table = load(sql_catalog)
+    assert [f.name for f in table.schema().fields].count("note") == 1
+    assert ids(table) == [1, 2, 7]
+    current = table.current_snapshot()
+    assert current is not None and str(current.snapshot_id) == token
 
 
 def test_commits_on_held_metadata_keep_the_tables_whole_history(sql_catalog: SqlCatalog) -> None:
