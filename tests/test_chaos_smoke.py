@@ -87,3 +87,23 @@ def test_the_check_sees_a_lost_and_a_repeated_chunk(trials: tuple[Path, list[Tri
     assert verdict.duplicated > 0 and verdict.lost > 0, verdict
     assert verdict.lost == before - verdict.delivered, verdict  # the deleted file's rows, each missed once
     assert not verdict.ok(exactly_once=True)
+
+
+def test_the_history_check_sees_a_lost_version(trials: tuple[Path, list[TrialResult]]) -> None:
+    root, results = trials
+    (result,) = [r for r in results if r.spec.sink == "icehistory"]
+    work = root / f"trial-{result.spec.index:03d}"
+    sinkcat = LocalCatalog("chaossink", work / "sinkcatalog")
+    sink = Sink("icehistory", "", catalog=sinkcat)
+    table = LocalCatalog("chaossrc", work / "source").load(IDENT)
+    cursor = table.metadata.current_snapshot_id
+    assert cursor is not None
+    held = verify(sink, table, cursor)
+    assert held.ok(exactly_once=True) and held.expected > table.scan().to_arrow().num_rows, held  # closed ones too
+    target = sinkcat.load("out.history")
+    closed = target.scan(row_filter="_valid_to_snapshot_id IS NOT NULL").to_arrow().slice(0, 1).to_pylist()
+    assert closed, "an overwrite closes versions"
+    version = closed[0]
+    target.delete(f"id == {version['id']} and _valid_from_snapshot_id == {version['_valid_from_snapshot_id']}")
+    verdict = verify(sink, table, cursor)
+    assert (verdict.lost, verdict.duplicated, verdict.foreign) == (1, 0, 0), verdict
