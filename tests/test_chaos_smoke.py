@@ -1,9 +1,11 @@
-"""Smoke test of the chaos harness (bench/chaos, issue 26): three seeded trials, small tables.
+"""Smoke test of the chaos harness (bench/chaos, issue 26): five seeded trials, small tables.
 
 Each trial runs `icetail run` in child processes while a writer commits to the source table, hurts
 the first run (SIGKILL of the process group; SIGTERM to the driver; the parquet+s3 sink's moto
-server answering 503 SlowDown), resumes until caught up, and
-checks the sink against the source's own snapshots. The second test shows the check can fail: a
+server answering 503 SlowDown; SIGKILL under an Iceberg history sink; a second writer appending
+to the Iceberg mirror's target meanwhile), resumes until caught up, and
+checks the sink against the source's own snapshots (a history: the versions they imply; the
+mirror: the rows at the cursor, and the second writer's rows all kept). The second test shows the check can fail: a
 sink with one chunk file lost and another copied is reported as such.
 """
 
@@ -29,6 +31,8 @@ SPECS = [
     TrialSpec(0, "cow-overwrite", "sqlite", "parquet", "sigkill", seed=20261126),
     TrialSpec(1, "schema-evolution", "sqlite", "parquet", "sigterm", seed=20261127),
     TrialSpec(2, "append-delete", "sqlite", "parquet+s3", "s3-503", seed=20261128),
+    TrialSpec(3, "cow-overwrite", "sqlite", "icehistory", "sigkill", seed=20261129),
+    TrialSpec(4, "append-delete", "sqlite", "icemirror", "sink-writer", seed=20261130),
 ]
 
 
@@ -55,6 +59,17 @@ def test_chaos_trials_deliver_exactly_once(trials: tuple[Path, list[TrialResult]
     assert sum(r.faults for r in results) >= 1, "no fault landed: the runs all ended before it"
 
 
+def test_the_second_writer_of_the_mirror_target_kept_its_rows(trials: tuple[Path, list[TrialResult]]) -> None:
+    root, results = trials
+    (result,) = [r for r in results if r.spec.fault == "sink-writer"]
+    work = root / f"trial-{result.spec.index:03d}"
+    target = LocalCatalog("chaossink", work / "sinkcatalog").load("out.mirror")
+    ids = target.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+    foreign = [i for i in ids if i < 0]
+    assert foreign, "the second writer committed nothing while the run wrote the mirror"
+    assert len(foreign) == len(set(foreign))  # and the trial's own check: each of its appends there once
+
+
 def test_the_check_sees_a_lost_and_a_repeated_chunk(trials: tuple[Path, list[TrialResult]]) -> None:
     root, results = trials
     work = root / f"trial-{results[0].spec.index:03d}"
@@ -72,3 +87,23 @@ def test_the_check_sees_a_lost_and_a_repeated_chunk(trials: tuple[Path, list[Tri
     assert verdict.duplicated > 0 and verdict.lost > 0, verdict
     assert verdict.lost == before - verdict.delivered, verdict  # the deleted file's rows, each missed once
     assert not verdict.ok(exactly_once=True)
+
+
+def test_the_history_check_sees_a_lost_version(trials: tuple[Path, list[TrialResult]]) -> None:
+    root, results = trials
+    (result,) = [r for r in results if r.spec.sink == "icehistory"]
+    work = root / f"trial-{result.spec.index:03d}"
+    sinkcat = LocalCatalog("chaossink", work / "sinkcatalog")
+    sink = Sink("icehistory", "", catalog=sinkcat)
+    table = LocalCatalog("chaossrc", work / "source").load(IDENT)
+    cursor = table.metadata.current_snapshot_id
+    assert cursor is not None
+    held = verify(sink, table, cursor)
+    assert held.ok(exactly_once=True) and held.expected > table.scan().to_arrow().num_rows, held  # closed ones too
+    target = sinkcat.load("out.history")
+    closed = target.scan(row_filter="_valid_to_snapshot_id IS NOT NULL").to_arrow().slice(0, 1).to_pylist()
+    assert closed, "an overwrite closes versions"
+    version = closed[0]
+    target.delete(f"id == {version['id']} and _valid_from_snapshot_id == {version['_valid_from_snapshot_id']}")
+    verdict = verify(sink, table, cursor)
+    assert (verdict.lost, verdict.duplicated, verdict.foreign) == (1, 0, 0), verdict

@@ -41,6 +41,16 @@ def _choices(allowed: tuple[str, ...]) -> Any:
     return parse
 
 
+def _weights(text: str) -> dict[str, int]:
+    out = {}
+    for part in text.split(","):
+        name, _, n = part.partition("=")
+        if name.strip() not in (*KINDS, *STORES, *SINKS, *FAULTS) or not n.strip().isdigit() or int(n) < 1:
+            raise argparse.ArgumentTypeError(f"{part!r}: NAME=N with NAME a kind, store, sink or fault, N >= 1")
+        out[name.strip()] = int(n)
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=6)
@@ -49,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stores", type=_choices(STORES), default=STORES, help=",".join(STORES))
     p.add_argument("--sinks", type=_choices(SINKS), default=SINKS, help=",".join(SINKS))
     p.add_argument("--faults", type=_choices(FAULTS), default=FAULTS, help=",".join(FAULTS))
+    p.add_argument(
+        "--weight",
+        type=_weights,
+        default={},
+        help="NAME=N[,NAME=N]: a kind, store, sink or fault whose combinations count N times in the plan",
+    )
     p.add_argument("--rows", type=int, default=TrialConfig.rows, help="rows of the first append")
     p.add_argument("--max-faults", type=int, default=TrialConfig.max_faults, help="faulted runs per trial, 1..N")
     p.add_argument("--horizon", type=float, default=TrialConfig.horizon, help="latest fault moment in a run, s")
@@ -71,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(f in DISK_FAULTS for f in faults) and (why := can_mount()):
         faults = tuple(f for f in faults if f not in DISK_FAULTS)
         print(f"chaos: the disk-full faults are skipped: {why}", file=sys.stderr)
-    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, faults)
+    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, faults, args.weight)
     if any(s.uses_postgresql for s in specs):
         from tests.support.stores import pg_unavailable
 

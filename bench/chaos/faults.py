@@ -14,6 +14,9 @@ the source catalog's SQLite file in `BEGIN EXCLUSIVE` for 2-20 s (a writer commi
 checkpoint store is filled to the last byte (it is emptied before the next run).
 `keyed-kill` / `keyed-term`: SIGKILL / SIGTERM at an observed moment of a batch (moments.py);
 `keyed-repair` is either inside a repair by direct diff (repair.py).
+`sink-writer`: a second process appends rows of its own to the Iceberg sink's target table
+every 0.3-1.2 s while the run commits there (sink_writer.py), and in half the trials the run is
+also killed (SIGKILL of the group) at the seeded moment.
 `reset-to` and `verify-strict` hurt no run: the first is `icetail reset --to` an earlier snapshot
 after a run that caught up, the second a snapshot whose summary lies (trial.py).
 """
@@ -46,8 +49,11 @@ class FaultShot:
     down: float = 0.0  # how long the fault lasts (pg-cut, the S3 faults)
     hold: float = 0.0  # s3-slow: how long each answer is held
     moment: str = ""  # keyed faults: the moment of the batch (moments.py)
+    kill: bool = False  # sink-writer: a SIGKILL at `delay` as well
 
     def __str__(self) -> str:
+        if self.kind == "sink-writer":
+            return f"sink-writer+kill at {self.delay:.1f}s" if self.kill else "sink-writer"
         if self.moment:
             return f"{self.kind} at {self.moment}"
         if self.kind in ("reset-to", "verify-strict"):
@@ -68,6 +74,8 @@ def draw(kind: str, rng: random.Random, horizon: float) -> FaultShot:
         return FaultShot(kind, moment, rng.uniform(4.0, 15.0), rng.uniform(3.5, 8.0))
     if kind == "catalog-lock":
         return FaultShot(kind, moment, rng.uniform(2.0, 20.0))
+    if kind == "sink-writer":
+        return FaultShot(kind, moment, kill=rng.random() < 0.5)
     if kind in ("keyed-kill", "keyed-term", "keyed-repair", "reset-to", "verify-strict"):
         return FaultShot(kind, 0.0)  # at a moment observed, or none at all
     return FaultShot(kind, moment)
@@ -118,6 +126,11 @@ class Targets:
 
 def fire(shot: FaultShot, proc: subprocess.Popen[Any], targets: Targets) -> str:
     """Inject `shot` into the running `proc`; a note of what happened."""
+    if shot.kind == "sink-writer":
+        if not shot.kill:
+            return "a second writer committing to the target"
+        kill_group(proc)
+        return "killed while a second writer commits to the target"
     if shot.kind in ("sigkill", "reset-sink", "keyed-kill"):
         kill_group(proc)
         return "killed, then icetail reset --sink" if shot.kind == "reset-sink" else "killed"

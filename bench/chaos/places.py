@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.table import Table
 
 from bench.chaos.s3 import aws_env, new_bucket
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.s3 import MotoServer, S3Catalog, new_s3_catalog
-from tests.support.sinks import read_iceberg_sink, read_parquet_sink
+from tests.support.sinks import read_parquet_sink
 from tests.support.stores import PG_URL
 
 EXACTLY_ONCE = {
@@ -24,8 +25,19 @@ EXACTLY_ONCE = {
     "jsonl": False,
     "parquet+s3": True,
     "iceberg+s3": True,
+    "icemirror": True,
+    "icehistory": True,
+    "pghistory": True,
+    "icemirror+s3": True,
 }
-S3_SINKS = ("parquet+s3", "iceberg+s3")
+S3_SINKS = ("parquet+s3", "iceberg+s3", "icemirror+s3")
+MIRRORS = ("pgmirror", "icemirror", "icemirror+s3")  # the target equals the source at the cursor
+HISTORIES = ("pghistory", "icehistory")  # the target holds every version of every key (SCD type 2)
+PG_SINKS = ("pgmirror", "pghistory")
+# the sinks whose target is an Iceberg table (a second writer can commit to it: `sink-writer`)
+ICEBERG_TARGETS = ("iceberg", "iceberg+s3", "icemirror", "icehistory", "icemirror+s3")
+TARGET_IDENT = {"iceberg": "out.changes", "iceberg+s3": "out.changes", "icemirror": "out.mirror",
+                "icemirror+s3": "out.mirror", "icehistory": "out.history"}  # fmt: skip
 
 
 def pg_url(port: int | None) -> str:
@@ -69,7 +81,7 @@ def new_store(kind: str, work: Path, proxy_port: int | None) -> Store:
 
 @dataclass(frozen=True)
 class Sink:
-    """A sink of a trial. `read()` returns its rows: change rows, or the mirrored table (pgmirror)."""
+    """A sink of a trial. `read()` returns its rows: change rows, or the target table (mirrors, histories)."""
 
     kind: str
     url: str
@@ -86,8 +98,21 @@ class Sink:
         return EXACTLY_ONCE[self.kind]
 
     @property
+    def keyed(self) -> bool:
+        """A mirror or a history: a table by key, not a change stream."""
+        return self.kind in MIRRORS or self.kind in HISTORIES
+
+    @property
     def extra_args(self) -> list[str]:
-        return ["--identifier-columns", "id"] if self.kind == "pgmirror" else []
+        return ["--identifier-columns", "id"] if self.keyed else []
+
+    def iceberg_target(self) -> Table | None:
+        """The Iceberg sink's target table as it is now (None before the sink created it)."""
+        if self.kind not in ICEBERG_TARGETS:
+            raise ValueError(f"{self.kind}: not an Iceberg target")
+        cat = self.catalog if self.catalog is not None else self.s3catalog
+        assert cat is not None
+        return cat.try_load(TARGET_IDENT[self.kind])
 
     def env(self) -> dict[str, str]:
         if self.catalog is not None:
@@ -102,16 +127,12 @@ class Sink:
         if self.kind == "parquet":
             assert self.path is not None
             return read_parquet_sink(self.path)
-        if self.kind == "iceberg":
-            assert self.catalog is not None
-            return read_iceberg_sink(self.catalog, "out.changes")
-        if self.kind == "pgmirror":
+        if self.kind in PG_SINKS:
             return self._read_mirror()
         if self.kind == "parquet+s3":
             return self._read_objects()
-        if self.kind == "iceberg+s3":
-            assert self.s3catalog is not None
-            table = self.s3catalog.try_load("out.changes")
+        if self.kind in ICEBERG_TARGETS:
+            table = self.iceberg_target()
             return table.scan().to_arrow() if table is not None and table.current_snapshot() is not None else None
         raise ValueError(f"{self.kind}: use read_jsonl")
 
@@ -186,18 +207,21 @@ def new_sink(
             bucket = new_bucket(server)
             return Sink(kind, f"parquet+s3://{bucket}/changes", server=server, bucket=bucket, endpoint=endpoint)
         s3cat = new_s3_catalog(server, work / "sinkcatalog", "chaoss3sink")
-        return Sink(kind, "iceberg://chaoss3sink/out.changes", server=server, s3catalog=s3cat, endpoint=endpoint)
+        url = f"iceberg://chaoss3sink/{TARGET_IDENT[kind]}" + ("?mode=mirror" if kind == "icemirror+s3" else "")
+        return Sink(kind, url, server=server, s3catalog=s3cat, endpoint=endpoint)
     if kind == "parquet":
         path = (work / "sink").resolve()
         return Sink(kind, f"parquet://{path}", path=path)
     if kind == "jsonl":
         path = (work / "sink" / "changes.jsonl").resolve()
         return Sink(kind, f"jsonl://{path}", path=path)
-    if kind == "iceberg":
+    if kind in ("iceberg", "icemirror", "icehistory"):
         cat = new_catalog(work / "sinkcatalog", "chaossink")
-        return Sink(kind, "iceberg://chaossink/out.changes", catalog=cat)
-    if kind == "pgmirror":
+        mode = {"icemirror": "?mode=mirror", "icehistory": "?mode=history"}.get(kind, "")
+        return Sink(kind, f"iceberg://chaossink/{TARGET_IDENT[kind]}{mode}", catalog=cat)
+    if kind in PG_SINKS:
         schema = f"icetail_chaos_m_{uuid.uuid4().hex[:10]}"
         pg_execute(f'CREATE SCHEMA "{schema}"')
-        return Sink(kind, f"{pg_url(proxy_port)}?table={schema}.t", schema=schema)
+        mode = "&mode=history" if kind == "pghistory" else ""
+        return Sink(kind, f"{pg_url(proxy_port)}?table={schema}.t{mode}", schema=schema)
     raise ValueError(kind)

@@ -8,7 +8,18 @@ from dataclasses import dataclass
 KINDS = ("append-delete", "cow-overwrite", "schema-evolution", "mor-v2", "dv-v3", "eq-deletes", "wap")
 JAVA_KINDS = ("mor-v2", "dv-v3", "eq-deletes", "wap")  # written by Java Iceberg (bench/chaos/java_source.py)
 STORES = ("sqlite", "postgresql")
-SINKS = ("parquet", "jsonl", "iceberg", "pgmirror", "parquet+s3", "iceberg+s3")
+SINKS = (
+    "parquet",
+    "jsonl",
+    "iceberg",
+    "pgmirror",
+    "parquet+s3",
+    "iceberg+s3",
+    "icemirror",  # iceberg://...?mode=mirror
+    "icehistory",  # iceberg://...?mode=history
+    "pghistory",  # postgresql://...&mode=history
+    "icemirror+s3",
+)
 FAULTS = (
     "sigkill",
     "sigterm",
@@ -25,6 +36,7 @@ FAULTS = (
     "keyed-kill",
     "keyed-term",
     "keyed-repair",
+    "sink-writer",
     "serve-pg-cut",
     "serve-s3-stop",
     "serve-s3-slow",
@@ -35,7 +47,10 @@ FAULTS = (
 )
 SERVE_PREFIX = "serve-"  # `icetail serve` under a transient fault, recovering without a restart (serve_trial.py)
 DISK_FAULTS = ("disk-full-sink", "disk-full-state", "serve-disk-full-sink", "serve-disk-full-state")
-LOCAL_SINKS = ("parquet", "jsonl", "iceberg")  # the sinks a small local filesystem can be put under
+LOCAL_SINKS = ("parquet", "jsonl", "iceberg", "icemirror", "icehistory")  # a small local filesystem can be under them
+PG_SINKS = ("pgmirror", "pghistory")
+HISTORY_SINKS = ("pghistory", "icehistory")
+ICEBERG_TARGETS = ("iceberg", "iceberg+s3", "icemirror", "icehistory", "icemirror+s3")  # `sink-writer` commits there
 S3_FAULTS = ("s3-stop", "s3-slow", "s3-503")
 KEYED_FAULTS = ("keyed-kill", "keyed-term")  # a signal at an observed moment (bench/chaos/moments.py)
 
@@ -64,7 +79,7 @@ class TrialSpec:
 
     @property
     def uses_postgresql(self) -> bool:
-        return self.store == "postgresql" or self.sink == "pgmirror"
+        return self.store == "postgresql" or self.sink in PG_SINKS
 
     @property
     def uses_s3(self) -> bool:
@@ -74,18 +89,24 @@ class TrialSpec:
 def applicable(store: str, sink: str, fault: str, kind: str = "append-delete") -> bool:
     """A PostgreSQL cut needs something that talks to PostgreSQL, an S3 fault an S3 sink; a lying
     summary (`verify-strict`) is written by the pyiceberg writer only, and only its tables are
-    expired by the harness (`keyed-repair`)."""
+    expired by the harness (`keyed-repair`). A second writer (`sink-writer`) needs an Iceberg
+    target; `reset --to` replays snapshots on purpose, which a history records as new versions
+    (by design: the check of a history wants each version once)."""
     if fault in ("verify-strict", "keyed-repair"):
         return kind not in JAVA_KINDS
     fault = fault.removeprefix(SERVE_PREFIX)
     if fault == "pg-cut":
-        return store == "postgresql" or sink == "pgmirror"
+        return store == "postgresql" or sink in PG_SINKS
     if fault in S3_FAULTS:
         return sink.endswith("+s3")
     if fault == "disk-full-sink":
         return sink in LOCAL_SINKS
     if fault == "disk-full-state":
         return store == "sqlite"
+    if fault == "sink-writer":
+        return sink in ICEBERG_TARGETS
+    if fault == "reset-to":
+        return sink not in HISTORY_SINKS
     if fault == "reset-sink":
         return sink in ("parquet", "jsonl")  # a second sink of the same kind beside the first
     return True
@@ -98,14 +119,18 @@ def plan_trials(
     stores: tuple[str, ...],
     sinks: tuple[str, ...],
     faults: tuple[str, ...],
+    weights: dict[str, int] | None = None,
 ) -> list[TrialSpec]:
     """Seeded choices; the combinations are visited round-robin in a shuffled order so that a short
-    run covers as many as it can instead of repeating a few."""
+    run covers as many as it can instead of repeating a few. `weights` (a kind, store, sink or
+    fault -> N) puts each combination with that name N times in the round (a larger share)."""
     rng = random.Random(seed)
+    weights = weights or {}
     combos = [
         (k, st, si, f) for k in kinds for st in stores for si in sinks for f in faults if applicable(st, si, f, k)
     ]
     if not combos:
         raise ValueError("no combination of the given kinds, stores, sinks and faults is applicable")
+    combos = [c for c in combos for _ in range(max([1, *(weights.get(name, 1) for name in c)]))]
     rng.shuffle(combos)
     return [TrialSpec(i, *combos[i % len(combos)], seed=rng.randrange(2**31)) for i in range(trials)]

@@ -10,7 +10,9 @@ committed chunk or partition (`ICETAIL_TEST_HOLD_AFTER_CHUNK`, moments.py; the r
 partitions of `--reconcile-partition-bytes 4096`), 1..max_faults times, then a run finishes.
 The check: the first snapshot's INSERTs exactly once, then exactly the difference between the
 cursor snapshot and the head (rows at the head and not at the cursor as INSERTs, the reverse as
-DELETEs, all carrying the head's snapshot id), and a collapsed batch in the consumer's history.
+DELETEs, all carrying the head's snapshot id), and a collapsed batch in the consumer's history;
+a mirror equal to the head; a history holding the first snapshot's versions, closed or replaced
+at the head as if the head were the next snapshot (the repair's one collapsed batch).
 """
 
 from __future__ import annotations
@@ -21,10 +23,22 @@ from pathlib import Path
 
 from bench.chaos.faults import FaultShot
 from bench.chaos.moments import MomentWatch
+from bench.chaos.places import HISTORIES
 from bench.chaos.plan import KEYED_FAULTS, TrialSpec
 from bench.chaos.source import IDENT
 from bench.chaos.trial import CONSUMER, TrialConfig, TrialResult, TrialRunner
-from bench.chaos.verify import Change, Verdict, compare, expected_changes, row_counts, sink_changes
+from bench.chaos.verify import (
+    Change,
+    Verdict,
+    compare,
+    expected_changes,
+    expected_history,
+    history_versions,
+    own_rows,
+    pyiceberg_rows,
+    row_counts,
+    sink_changes,
+)
 from icetail.state.store import open_store
 from tests.support.processes import child_env
 from tests.support.stores import view_state
@@ -102,8 +116,11 @@ class RepairTrialRunner(TrialRunner):
         columns = [f.name for f in table.schema().fields]
         at_cursor = row_counts(table.scan(snapshot_id=self.cursor0).to_arrow(), columns)
         at_head = row_counts(table.scan(snapshot_id=head).to_arrow(), columns)
-        if self.sink.kind == "pgmirror":
-            return compare(at_head, row_counts(self.sink.read(), columns)), caught_up
+        if self.sink.kind in HISTORIES:  # the first snapshot's versions, then the head's diff as one snapshot's
+            expected = expected_history(table, [self.cursor0, head], columns, pyiceberg_rows(table))
+            return compare(expected, history_versions(own_rows(self.sink.read()), columns)), caught_up
+        if self.sink.keyed:
+            return compare(at_head, row_counts(own_rows(self.sink.read()), columns)), caught_up
         expected = self.before.copy()
         expected.update(Counter({("I", head, row): n for row, n in (at_head - at_cursor).items()}))
         expected.update(Counter({("D", head, row): n for row, n in (at_cursor - at_head).items()}))

@@ -40,11 +40,7 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
         row.runs += len(r.runs)
         row.recovered += int(r.ok)
         row.bad_lines += r.bad_lines
-        row.leases_left += sum(
-            1
-            for run in r.runs
-            if run.lease_left and run.shot and not run.shot.startswith(("sigkill", "reset-sink", "keyed-kill"))
-        )
+        row.leases_left += sum(1 for run in r.runs if run.lease_left and run.shot and not run.shot.startswith(KILLS))
         row.seconds += r.seconds
         if r.verdict is not None:
             row.lost += r.verdict.lost
@@ -54,6 +50,8 @@ def combine(results: list[TrialResult]) -> list[ComboRow]:
                 row.duplicated += r.verdict.duplicated + r.verdict.foreign
     return sorted(rows.values(), key=lambda x: x.combo)
 
+
+KILLS = ("sigkill", "reset-sink", "keyed-kill", "sink-writer+kill")  # nothing releases a lease under SIGKILL
 
 HEADER = (
     f"{'kind store sink fault':48s} {'trials':>6s} {'faults':>6s} {'runs':>5s} {'recov':>5s} "
@@ -166,6 +164,12 @@ def summary(doc: dict[str, Any]) -> str:
     serve = [t for t in trials if t["spec"]["fault"].startswith("serve-")]
     felt = [int(m.group(1)) for t in serve if (m := re.search(r"(\d+) cycles failed", t["runs"][0]["note"]))]
     combos = len({c["combo"] for c in doc["combinations"]})
+    second = [t for t in trials if t["spec"]["fault"] == "sink-writer"]
+    commits = [max([0, *(int(x) for r in t["runs"] for x in re.findall(r"second writer: (\d+) commits", r["note"]))])
+               for t in second]  # fmt: skip
+    weave = re.compile(r"(\d+) icetail commits, (\d+) foreign, (\d+) icetail commits on top")
+    woven = [tuple(int(x) for x in m.groups()) for t in second if (m := weave.search(t["runs"][-1]["note"]))]
+    outraced = sum(1 for t in second for r in t["runs"] if "CommitFailedException" in r["last_line"])
     lines = [
         f"trials {len(trials)}, recovered {sum(t['ok'] for t in trials)}, combinations {combos}",
         f"runs {len(runs)}, faults that landed {sum(fired.values())} of {sum(drawn.values())} drawn: "
@@ -178,6 +182,11 @@ def summary(doc: dict[str, Any]) -> str:
         f"exits {dict(Counter(r['returncode'] for r in runs).most_common())}; faults landed {dict(stages)}",
         f"serve trials {len(serve)}, cycles failed (faults felt) {sum(felt)} in {sum(1 for n in felt if n)} "
         f"trials, recovered in place {sum(t['ok'] for t in serve)}",
+        f"sink-writer trials {len(second)} ({sum(t['ok'] for t in second)} recovered): second writer's commits "
+        f"{sum(commits)} (in {sum(1 for n in commits if n)} trials); on the targets: "
+        f"{sum(w[0] for w in woven)} icetail commits, {sum(w[1] for w in woven)} foreign, "
+        f"{sum(w[2] for w in woven)} icetail commits on top of a foreign one; "
+        f"runs stopped by a commit conflict (one line) {outraced}",
         f"time {sum(t['seconds'] for t in trials):.0f} s in trials",
         "findings: " + "; ".join(f"trial {t['spec']['index']} seed {t['spec']['seed']}: {t['findings']}"
                                  for t in trials if t["findings"]),

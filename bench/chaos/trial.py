@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyiceberg.table import Table
+
 from bench.chaos.disk import SmallDisk
 from bench.chaos.faults import FaultShot, Targets, draw, fire
 from bench.chaos.java_source import JavaWriter, java_service
@@ -21,6 +23,7 @@ from bench.chaos.places import Sink, Store, new_sink, new_store
 from bench.chaos.plan import JAVA_KINDS, KEYED_FAULTS, TrialSpec
 from bench.chaos.proxy import CuttableProxy
 from bench.chaos.s3 import moto
+from bench.chaos.sink_writer import SinkWriter, loader
 from bench.chaos.source import IDENT, Writer
 from bench.chaos.verify import Verdict, ancestry, sink_changes, verify, verify_reset
 from tests.support.catalogs import LocalCatalog, new_catalog
@@ -110,7 +113,7 @@ def exit_problem(shot: FaultShot | None, fired: bool, returncode: int, lines: li
         return "java stack trace"
     if returncode == 0:
         return ""
-    if shot is not None and shot.kind in ("sigkill", "reset-sink", "keyed-kill") and fired:
+    if shot is not None and (shot.kind in ("sigkill", "reset-sink", "keyed-kill") or shot.kill) and fired:
         return ""  # nothing can print under SIGKILL
     if returncode < 0 and any(line.startswith(f"consumer {CONSUMER}: state ") for line in lines):
         return ""  # the signal came after the run's closing lines (its work done), while Python exited
@@ -124,6 +127,27 @@ def exit_problem(shot: FaultShot | None, fired: bool, returncode: int, lines: li
     if errors[0] != len(lines) - 1:
         return f"{len(lines) - errors[0]} lines from the error on, not one"
     return ""
+
+
+def interleaving(table: Table | None) -> str:
+    """How icetail's and a second writer's commits interleave on the target's main branch."""
+    if table is None or table.current_snapshot() is None:
+        return "no target"
+    mine = other = on_other = 0
+    snap = table.current_snapshot()
+    chain = []
+    while snap is not None:
+        chain.append(snap)
+        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    props = {s.snapshot_id: s.summary.additional_properties if s.summary else {} for s in chain}
+    foreign = {snap for snap, p in props.items() if "icetail.consumer" not in p}
+    for s in chain:
+        if s.snapshot_id in foreign:
+            other += 1
+        else:
+            mine += 1
+            on_other += s.parent_snapshot_id in foreign
+    return f"{mine} icetail commits, {other} foreign, {on_other} icetail commits on top of a foreign one"
 
 
 class TrialRunner:
@@ -144,7 +168,7 @@ class TrialRunner:
             self.s3proxy = CuttableProxy(("127.0.0.1", server.port))
         disk = None
         if spec.base_fault == "disk-full-sink":
-            disk = SmallDisk(work / ("sinkcatalog" if spec.sink == "iceberg" else "sink"))
+            disk = SmallDisk(work / ("sinkcatalog" if spec.sink in ("iceberg", "icemirror", "icehistory") else "sink"))
         elif spec.base_fault == "disk-full-state":
             disk = SmallDisk(work / "state")
         self.store: Store = new_store(spec.store, work, port)
@@ -170,6 +194,9 @@ class TrialRunner:
         if spec.fault in KEYED_FAULTS:
             moment = draw_moment(spec.kind, spec.sink, self.rng)
             self.watch = MomentWatch(moment, work / "hold" / "hold", self.sink, self.store.direct_url, CONSUMER)
+        self.sink_writer: SinkWriter | None = None
+        if spec.fault == "sink-writer":
+            self.sink_writer = SinkWriter(loader(self.sink.iceberg_target), random.Random(spec.seed + 2))
         self._appends: frozenset[int] | None = None
         self._last_look = 0.0
         self.targets = Targets(self.proxy, self.s3proxy, self.source.root / "catalog.db", disk)
@@ -225,6 +252,9 @@ class TrialRunner:
             self.writer.join()
             self.findings.extend(f"writer: {e}" for e in self.writer.errors)
             verdict, caught_up = self.check()
+            if self.sink_writer is not None and runs:
+                note = f"{runs[-1].note}; target: {interleaving(self.sink.iceberg_target())}".lstrip("; ")
+                runs[-1] = dataclasses.replace(runs[-1], note=note)
             return TrialResult(
                 self.spec, tuple(runs), verdict, caught_up, time.monotonic() - started, tuple(self.findings)
             )
@@ -238,6 +268,8 @@ class TrialRunner:
                 proxy.close()
         for locker in self.targets.lockers:
             locker.kill()
+        if self.sink_writer is not None:
+            self.sink_writer.stop()
         if self.targets.disk is not None:
             self.targets.disk.unmount()
         self.store.drop()
@@ -282,6 +314,9 @@ class TrialRunner:
                 self.command(), env=env, cwd=REPO_ROOT, stdout=out, stderr=err, start_new_session=True
             )
             fired, note = False, ""
+            second = self.sink_writer if shot is not None and shot.kind == "sink-writer" else None
+            if second is not None:
+                second.start()
             try:
                 while proc.poll() is None:
                     elapsed = time.monotonic() - started
@@ -300,6 +335,9 @@ class TrialRunner:
                 kill_group(proc)  # whatever of it lingers (a JVM) goes with it
                 if watch is not None:
                     watch.disarm()
+                if second is not None:
+                    second.stop()
+                    note += f"; second writer: {second.commits} commits so far"
             seconds = time.monotonic() - started
         lines = [line for line in icetail_lines(err_path.read_text(errors="replace")) if line.strip()]
         returncode = proc.returncode
@@ -325,9 +363,12 @@ class TrialRunner:
 
     def _ready_for(self, shot: FaultShot) -> bool:
         """reset-sink waits until the consumer has a cursor (something to move), checked twice a second;
-        a keyed fault for its moment; reset-to and verify-strict fire nothing during a run."""
+        a keyed fault for its moment; reset-to and verify-strict fire nothing during a run; a kill
+        beside a second writer waits for that writer's first commit (icetail made the target)."""
         if shot.kind in ("reset-to", "verify-strict"):
             return False
+        if shot.kind == "sink-writer":
+            return self.sink_writer is not None and self.sink_writer.commits > 0
         if shot.kind in KEYED_FAULTS:
             assert self.watch is not None
             return self.watch.come(self.appends)
@@ -389,7 +430,7 @@ class TrialRunner:
         before = {snap for snap, _ in ancestry(table, lie)} - {lie}
         if state.cursor is not None and state.cursor not in before:
             problems.append(f"the cursor {state.cursor} is not before the refused snapshot {lie}")
-        if self.sink.kind != "pgmirror":
+        if not self.sink.keyed:
             columns = [f.name for f in table.schema().fields]
             held = sum(n for (_c, snap, _r), n in sink_changes(self.sink, columns)[0].items() if snap == lie)
             if held:
@@ -455,6 +496,9 @@ class TrialRunner:
         if isinstance(self.writer, JavaWriter):
             writer = self.writer
             rows_at = lambda snap: writer.rows_at(snap, self.work)  # noqa: E731
+        if self.sink_writer is not None:
+            self.findings.extend(f"second writer: {p}" for p in self.sink_writer.check(self.sink.read()))
+            self.findings.extend(f"second writer error: {e}" for e in self.sink_writer.errors[:3])
         if self.reset is not None:
             old, at = self.reset.old, self.reset.cursor
             return verify_reset(old, self.sink, table, at, state.cursor, rows_at), caught_up
@@ -476,6 +520,6 @@ def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -
         result = RepairTrialRunner(spec, config, work).run()
     else:
         result = TrialRunner(spec, config, work).run()
-    if result.ok and not keep:
+    if result.ok and not result.bad_lines and not keep:  # a bad exit line's logs are kept to look at
         shutil.rmtree(work, ignore_errors=True)
     return result

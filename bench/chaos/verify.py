@@ -5,7 +5,14 @@ of S minus the rows of its parent (INSERTs) and the other way round (DELETEs), a
 whole rows. A change stream holding exactly those for every S is one whose replay in order
 equals the table at the cursor, with nothing delivered twice and nothing missing; an update pair
 (UPDATE_BEFORE/UPDATE_AFTER) counts as the DELETE and INSERT it stands for. The mirror is
-checked as what it is, a table: its rows against the source's at the cursor.
+checked as what it is, a table: its rows against the source's at the cursor. A history (SCD
+type 2, docs/sinks.md) is checked as the versions the same snapshots imply: for every snapshot S
+on the ancestry, a key whose row at S differs from its row at S's parent (or that S added) gets a
+version valid from S, and the version it had is valid to S (as is one of a key S deleted); a row
+that S left as it was makes no version. `_valid_from`/`_valid_to` are S's commit times.
+
+Rows with a negative `id` are a second writer's (`sink-writer`, bench/chaos/sink_writer.py: the
+source's ids are never negative); they are left out here and checked apart.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from bench.chaos.places import Sink
+from bench.chaos.places import HISTORIES, Sink
 
 Row = tuple[Any, ...]
 Change = tuple[str, int, Row]  # ("I" | "D", commit snapshot id, data row)
@@ -58,6 +66,20 @@ def ancestry(table: Table, cursor: int) -> list[tuple[int, int | None]]:
 
 
 RowsAt = Callable[[int], pa.Table]  # the reference read of the table at a snapshot
+VALIDITY = ("_valid_from_snapshot_id", "_valid_to_snapshot_id", "_valid_from", "_valid_to")
+
+
+def own_rows(rows: pa.Table | None) -> pa.Table | None:
+    """`rows` without a second writer's (negative ids)."""
+    if rows is None or "id" not in rows.column_names:
+        return rows
+    return rows.filter(pc.fill_null(pc.greater_equal(rows.column("id"), 0), True))
+
+
+def foreign_rows(rows: pa.Table | None) -> pa.Table | None:
+    if rows is None or "id" not in rows.column_names:
+        return None
+    return rows.filter(pc.fill_null(pc.less(rows.column("id"), 0), False))
 
 
 def pyiceberg_rows(table: Table) -> RowsAt:
@@ -76,6 +98,48 @@ def expected_changes(table: Table, cursor: int, columns: list[str], rows_at: Row
         for row, n in (before - now).items():
             out[("D", snap, row)] += n
         before = now
+    return out
+
+
+def _millis(value: Any) -> int | None:
+    """A validity time as epoch milliseconds (a datetime from PostgreSQL or Arrow, or None)."""
+    if value is None:
+        return None
+    return round(value.timestamp() * 1000)
+
+
+def expected_history(table: Table, snaps: list[int], columns: list[str], read: RowsAt) -> Counter[Row]:
+    """The versions the snapshots `snaps` (in order, the first one's rows all inserted by it) imply,
+    by `id`: (row..., valid from snapshot, valid to snapshot or None, their commit times in ms)."""
+    key = columns.index("id")
+    millis = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
+    out: Counter[Row] = Counter()
+    open_: dict[Any, tuple[Row, int]] = {}  # key -> (row, valid from)
+    for snap in snaps:
+        now: dict[Any, Row] = {}
+        for row, n in row_counts(read(snap), columns).items():
+            if n != 1 or row[key] in now:
+                raise ValueError(f"snapshot {snap}: key {row[key]} twice: no history by key")
+            now[row[key]] = row
+        for k, (row, since) in list(open_.items()):
+            if now.get(k) != row:  # replaced or deleted by `snap`
+                out[(*row, since, snap, millis[since], millis[snap])] += 1
+                del open_[k]
+        for k, row in now.items():
+            if k not in open_:
+                open_[k] = (row, snap)
+    for row, since in open_.values():
+        out[(*row, since, None, millis[since], None)] += 1
+    return out
+
+
+def history_versions(rows: pa.Table | None, columns: list[str]) -> Counter[Row]:
+    """A history target's versions in `expected_history`'s form."""
+    if rows is None or rows.num_rows == 0:
+        return Counter()
+    out: Counter[Row] = Counter()
+    for (*row, since, until, t0, t1), n in row_counts(rows, [*columns, *VALIDITY]).items():
+        out[(*row, since, until, _millis(t0), _millis(t1))] += n
     return out
 
 
@@ -123,14 +187,17 @@ def verify(
     a mirror holds the table either way."""
     columns = [f.name for f in table.schema().fields]
     read = rows_at or pyiceberg_rows(table)
-    if sink.kind == "pgmirror":
-        return compare(row_counts(read(cursor), columns), row_counts(sink.read(), columns))
+    if sink.kind in HISTORIES:
+        snaps = [snap for snap, _ in ancestry(table, cursor)]
+        return compare(expected_history(table, snaps, columns, read), history_versions(own_rows(sink.read()), columns))
+    if sink.keyed:
+        return compare(row_counts(read(cursor), columns), row_counts(own_rows(sink.read()), columns))
     expected = expected_changes(table, cursor, columns, read)
     expected.update(Counter({k: n for k, n in expected.items() if k[1] in replayed}))
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
-    return compare(expected, delivered_changes(sink.read(), columns))
+    return compare(expected, delivered_changes(own_rows(sink.read()), columns))
 
 
 def sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
@@ -138,7 +205,7 @@ def sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return jsonl_changes(objects, columns), torn
-    return delivered_changes(sink.read(), columns), 0
+    return delivered_changes(own_rows(sink.read()), columns), 0
 
 
 def verify_reset(

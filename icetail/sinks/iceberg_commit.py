@@ -67,3 +67,14 @@ def commit_retries(table: Table) -> int:
         return max(0, int(raw)) if raw is not None else TableProperties.COMMIT_NUM_RETRIES_DEFAULT
     except ValueError:
         return TableProperties.COMMIT_NUM_RETRIES_DEFAULT
+
+
+def outraced(attempts: int, retries: int) -> str:
+    """Why a commit was given up: another writer's commits landed first every time (chaos harness,
+    issue 26: pyiceberg's own text, `Requirement failed: branch main has changed: expected id ...`,
+    named neither the other writer nor what to do)."""
+    return (
+        f"another writer committed to the table before each of the sink's {attempts} attempts (the table's "
+        f"commit.retry.num-retries is {retries}); nothing was committed: run again to resume (serve retries), "
+        "or raise commit.retry.num-retries"
+    )

@@ -28,13 +28,14 @@ import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from pyiceberg.exceptions import ResolveError
+from pyiceberg.exceptions import CommitFailedException, ResolveError
 from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.schema import promote
 from pyiceberg.table import Table
 from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 
 from icetail.kernel.errors import SinkRejectedError
+from icetail.sinks.iceberg_commit import commit_retries, outraced
 from icetail.sinks.iceberg_schema import sink_schema
 
 SOURCE_FIELD_IDS = "icetail.source-field-ids"  # table property: JSON {source field id: sink field id}
@@ -66,7 +67,22 @@ def evolve_by_field_id(table: Table, rows: pa.Schema, where: str, *, drop_missin
     """Evolve `table` so that it holds rows of `rows` (schema and id map in one commit); the table after.
 
     `drop_missing`: a sink field whose source field the rows lack is dropped (the mirror), not kept.
+    The commit is made on `table` as the sink holds it; when another writer committed since (a
+    conflict), the evolution is worked out again on the table as committed now and committed again,
+    up to the table's `commit.retry.num-retries` (chaos harness, finding 15: it was made once).
     """
+    retries = commit_retries(table)
+    for attempt in range(retries + 1):
+        try:
+            return _evolved_once(table, rows, where, drop_missing)
+        except CommitFailedException as exc:
+            if attempt == retries:
+                raise CommitFailedException(outraced(attempt + 1, retries)) from exc
+            table = table.refresh()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _evolved_once(table: Table, rows: pa.Schema, where: str, drop_missing: bool) -> Table:
     known = _known_ids(table)
     changes = _Changes(drop=drop_missing)
     _match(rows, table.schema().as_struct(), (), known, changes, where)

@@ -67,7 +67,7 @@ from icetail.kernel.errors import (
 from icetail.kernel.names import check_consumer_id
 from icetail.kernel.secrets import fileio_items
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.iceberg_commit import commit_retries, committed
+from icetail.sinks.iceberg_commit import commit_retries, committed, outraced
 from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
 from icetail.sinks.iceberg_evolution import evolve_by_field_id
 from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
@@ -171,14 +171,23 @@ class IcebergTarget:
             pending = [i for i, d in enumerate(done) if d is None]
             if not pending:
                 break
+            head = table.metadata.current_snapshot_id
             table, stage = appended(table, pending)
+            if table.metadata.current_snapshot_id != head:
+                # a schema commit conflicted and was redone on the table as committed now (another
+                # writer's snapshots in it): the chunks are looked up again there before committing
+                conflicts += 1
+                if conflicts > retries:
+                    raise CommitFailedException(outraced(conflicts, retries))
+                reloaded = True
+                continue
             try:
                 table = committed(table, stage)
                 break
-            except CommitFailedException:
+            except CommitFailedException as exc:
                 conflicts += 1
                 if conflicts > retries:
-                    raise
+                    raise CommitFailedException(outraced(conflicts, retries)) from exc
                 table, reloaded = self._reloaded(), True
         tokens: list[str] = []
         snapshot_id = self._committed(table, [chunks[i] for i in pending]) if pending else None

@@ -10,10 +10,12 @@ import pickle
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table, TableProperties
 
+from icetail.kernel.errors import SinkError
 from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg_commit import commit_view
 from icetail.sinks.iceberg_ledger import CHUNK_ID_PROPERTY
@@ -93,6 +95,54 @@ def test_another_writers_commit_between_chunks_is_kept_under_the_next_chunk(sql_
     current = table.current_snapshot()
     assert current is not None and str(current.snapshot_id) == token
     assert str(current.parent_snapshot_id) == between
+
+
+def test_a_commit_outraced_by_another_writer_past_the_retries_says_so_in_one_line(sql_catalog: SqlCatalog) -> None:
+    """Chaos harness, issue 26 (`sink-writer`, finding 14): the error named neither the other writer
+    nor what to do, only pyiceberg's `Requirement failed: branch main has changed: expected id ...`."""
+    first = _sink()
+    first.write(key(0), change_rows([1]))
+    first.close()
+    with load(sql_catalog).transaction() as tx:
+        tx.set_properties({TableProperties.COMMIT_NUM_RETRIES: "0"})
+    sink = _sink()
+    sink.write(key(1), change_rows([2]))  # the sink now holds the table's metadata
+    load(sql_catalog).append(load(sql_catalog).scan(row_filter="id == 1").to_arrow())  # another writer's commit
+
+    with pytest.raises(SinkError) as raised:
+        sink.write(key(2), change_rows([3]))
+    text = str(raised.value)
+    assert "\n" not in text
+    assert f"chunk {key(2).name} not written" in text, text
+    assert "another writer committed to the table before each of the sink's 1 attempts" in text, text
+    assert "commit.retry.num-retries is 0" in text and "run again to resume" in text, text
+
+    sink.write(key(2), change_rows([3]))  # the next attempt (a rerun, serve's retry) commits it
+    sink.close()
+    assert ids(load(sql_catalog)) == [1, 1, 2, 3]
+    assert _chunk_ids(sql_catalog)[-1] == key(2).name
+
+
+def test_a_schema_change_another_writer_committed_meanwhile_is_redone_on_the_table_as_it_is(
+    sql_catalog: SqlCatalog,
+) -> None:
+    """Chaos harness, issue 26 (`sink-writer`, finding 15): the sink's schema commit (the source's new
+    column, or the field-id map) was made once, on the metadata it held: another writer's commit
+    in between failed the run (`the table cannot be prepared: CommitFailedException: ...`)."""
+    sink = _sink()
+    sink.write(key(0), change_rows([1]))
+    billing = open_sink(URL, consumer="billing")  # another consumer of the same source, into the same table
+    billing.write(key(0, consumer="billing"), change_rows([7], extra={"note": pa.array(["b"])}))
+    billing.close()
+
+    token = sink.write(key(1), change_rows([2], extra={"note": pa.array(["a"])}))  # on its held metadata
+    sink.close()
+
+    table = load(sql_catalog)
+    assert [f.name for f in table.schema().fields].count("note") == 1
+    assert ids(table) == [1, 2, 7]
+    current = table.current_snapshot()
+    assert current is not None and str(current.snapshot_id) == token
 
 
 def test_commits_on_held_metadata_keep_the_tables_whole_history(sql_catalog: SqlCatalog) -> None:
