@@ -36,6 +36,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from icetail.kernel.processes import process_is_running
+
 SOCKET_ENV = "ICETAIL_DAEMON_ZYGOTE"  # where the launcher finds the zygote (set through spark.executorEnv)
 OFF = "0"
 MAX_SOCKET_PATH = 100  # AF_UNIX paths end at 108 bytes on Linux (a long TMPDIR)
@@ -141,23 +143,13 @@ def _wait_for(pid: int) -> None:
     except (AttributeError, OSError):
         fd = None
     if fd is None:
-        while _alive(pid):
+        while process_is_running(pid):
             select.select([], [], [], 0.5)
         return
     try:
         select.select([fd], [], [])  # readable once the process has exited
     finally:
         os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def serve(path: str) -> None:
