@@ -184,10 +184,11 @@ def iter_changes(
     `row_filter` (reader/row_filter.py): the changes of the rows it selects; plan with the same
     filter (`plan_range(..., row_filter=)`) so that files which cannot match are not read. A
     summary counts every row, so a filtered read is not verified (`strict` is refused).
-    `reconcile_partition_bytes`: a snapshot to reconcile bigger than this (estimated parquet bytes)
-    is reconciled by Spark tasks in partitions of about this size (monitor/engine/partitioned.py),
-    so the driver never holds it whole; 0: every snapshot whole, in the driver; None: the default
-    (8 MiB). Spark Connect has no RDDs to shuffle with: there every snapshot is reconciled whole.
+    `reconcile_partition_bytes`: a snapshot to reconcile (or, with `net`, the range) bigger than this
+    (estimated parquet bytes) is reconciled by Spark tasks in partitions of about this size
+    (monitor/engine/partitioned.py, reader/net_shuffle.py), so the driver never holds it whole;
+    0: every snapshot whole, in the driver; None: the default (8 MiB). Spark Connect has no RDDs
+    to shuffle with: there every snapshot is reconciled whole.
     """
     if reconcile_partition_bytes is not None and reconcile_partition_bytes < 0:
         raise ConfigError(f"reconcile partition bytes must be >= 0, got {reconcile_partition_bytes}")
@@ -425,8 +426,9 @@ def changes_batch_reader(
     held only those (docs/semantics.md, "Row filters"); files that cannot match are not read.
     `columns`: only these top-level data columns, in that order, then the changelog columns; the
     rows are the same (as `changes --columns`: carry-overs and updates are found on every column).
-    `reconcile_partition_bytes`: a snapshot with updates or carry-overs bigger than this (estimated
-    parquet bytes, default 8 MiB) is reconciled by Spark tasks in partitions of about this size,
+    `reconcile_partition_bytes`: a snapshot with updates or carry-overs (or, with `net`, the range)
+    bigger than this (estimated parquet bytes, default 8 MiB) is reconciled by Spark tasks in
+    partitions of about this size,
     not whole in this process; 0: whole, here (as `changes --reconcile-partition-bytes`).
     """
     plan = plan_range(
