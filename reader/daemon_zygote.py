@@ -87,6 +87,8 @@ def stop_zygotes() -> None:
                 process.terminate()  # it may still be importing, deaf to its stdin
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(STOP_SECONDS)
+            if process.returncode is not None:  # stopped before its handler was set: its socket stays
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)
         else:
             process.poll()  # reaped if it ended
 
