@@ -94,7 +94,7 @@ def stop_zygotes() -> None:
 
 
 def launch(path: str | None) -> bool:
-    """The launcher: have the zygote fork the daemon on this process's pipes, then wait for it.
+    """The launcher: have the zygote become the daemon on this process's pipes, then wait for it.
     False when the zygote cannot be reached: the caller runs the daemon itself."""
     if not path or path == OFF:
         return False

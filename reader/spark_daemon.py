@@ -16,7 +16,7 @@ Select it with `spark.python.daemon.module=icetail.reader.spark_daemon` (done fo
   sets TCP_NODELAY for its own replies.
 
 Everything else is PySpark's own daemon. When the driver started a zygote (reader/daemon_zygote.py),
-this module, run by Spark, only asks it for a daemon forked from these imports, already made.
+this module, run by Spark, only hands it Spark's pipes: the zygote, these imports done, becomes the daemon.
 """
 
 from __future__ import annotations
