@@ -19,7 +19,8 @@ import shutil
 import time
 from pathlib import Path
 
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.planning.planner import Planner
 from tests.support.expiry import expire
 from tests.support.javaref import build_spark_session, new_catalog

@@ -103,7 +103,8 @@ def build_v3(workdir: Path, rows: int, files: int, rounds: int, updated: int) ->
 def measure(workdir: Path, mode: str, partition_bytes: int, catalog: str, table: str) -> dict[str, Any]:
     """One delivery of the whole history as one net batch, in this process; its figures."""
     from bench.procs import RssSampler
-    from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
+    from icetail.monitor.engine.pipeline import Pipeline
     from icetail.reader.spark import spark_session
 
     out = workdir / mode

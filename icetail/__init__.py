@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from icetail.kernel.errors import IcetailError, TerminalError, TransientError
     from icetail.monitor.engine.api import changes_batch_reader, read_changes
-    from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
+    from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
     from icetail.sinks.base import ChunkKey, Sink
     from icetail.sinks.callback_sink import CallbackSink
     from icetail.sinks.factory import open_sink
@@ -39,7 +40,7 @@ _EXPORTS = {
     "read_changes": "icetail.monitor.engine.api",
     "BatchOutcome": "icetail.monitor.engine.pipeline",
     "Pipeline": "icetail.monitor.engine.pipeline",
-    "PipelineConfig": "icetail.monitor.engine.pipeline",
+    "PipelineConfig": "icetail.monitor.engine.config",
     "IcetailError": "icetail.kernel.errors",
     "TerminalError": "icetail.kernel.errors",
     "TransientError": "icetail.kernel.errors",

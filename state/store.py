@@ -34,6 +34,7 @@ from icetail.kernel.errors import (
     StateConflictError,
     StateError,
 )
+from icetail.kernel.settings import HISTORY_LIMIT
 from icetail.state.checkpoint import (
     BatchShape,
     Checkpoint,
@@ -58,7 +59,6 @@ from icetail.state.migrations import (
 )
 from icetail.state.urls import PostgresLocation, SqliteLocation, parse_store_url
 
-HISTORY_LIMIT = 100  # finished batches kept per consumer; older ones are trimmed on write
 STOP_REASON_CHARS = 1000  # a stopped consumer's reason: its first line, at most this long
 
 T = TypeVar("T")

@@ -34,7 +34,8 @@ class _FailingSink:
 
 def case_recovery(ctx: Context) -> CaseResult:
     from icetail.kernel.errors import IcetailError
-    from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
+    from icetail.monitor.engine.pipeline import Pipeline
 
     result = CaseResult("recovery")
     cat, scale = ctx.catalog, ctx.scale

@@ -32,7 +32,6 @@ from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink
 from icetail.sinks.change_columns import CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink
 
-FORMATS = ("changelog", "debezium")  # `--format`: icetail's change rows (Iceberg's changelog columns), or envelopes
 CONNECTOR = "icetail"
 
 
@@ -43,12 +42,6 @@ class EnvelopeSource:
     table: str  # NAMESPACE.TABLE
     sequence_numbers: Mapping[int, int]
     full_start: bool = False  # the rows are a full start's (op "r", source.snapshot "true")
-
-
-def check_format(value: str, flag: str = "--format") -> str:
-    if value not in FORMATS:
-        raise ConfigError(f"{flag} {value!r} is not one of: {', '.join(FORMATS)}")
-    return value
 
 
 def envelope_schema(change_schema: pa.Schema) -> pa.Schema:

@@ -86,12 +86,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo_pipeline(root, table, format_rows, env)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("demo", help="create a local demo table and follow it (embedded defaults)")
-    parser.add_argument("--dir", default=".icetail-demo", help="where the demo warehouse, catalog and state go")
-    parser.set_defaults(func=cmd_demo)
-
-
 def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - convenience
     from icetail.monitor.cli.main import main as cli_main
 

@@ -13,7 +13,8 @@ import pyarrow.dataset as ds
 from pyiceberg.table import Table
 
 from icetail.monitor.cli.progress import describe
-from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.monitor.planning.plan_report import format_plan
 from icetail.monitor.planning.planner import Planner
 from icetail.monitor.service.http_server import MonitorServer

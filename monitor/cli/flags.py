@@ -37,7 +37,8 @@ class SuggestingParser(argparse.ArgumentParser):
             close = difflib.get_close_matches(unknown, parser._long_options(), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else f"see {parser.prog} --help"
             self.exit(2, f"{parser.prog}: error: unknown option {unknown}; {hint}\n")
-        super().error(message)
+        # one line, as every other refusal: the usage block is what `--help` is for
+        parser.exit(2, f"{parser.prog}: error: {message}; see {parser.prog} --help\n")
 
     def _suggest_command(self) -> None:
         """`icetail chnges`: one line with the command meant, exit 2 (the first word that is not a flag)."""

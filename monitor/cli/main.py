@@ -7,32 +7,50 @@ Exit status: 0 success, 2 bad input (one line on stderr naming the problem and t
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
-from icetail._version import installed_version
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.cli.examples import add_examples
 from icetail.monitor.cli.flags import SuggestingParser
 from icetail.monitor.cli.launch import Terminated, stopped
 from icetail.monitor.cli.launch import entry as launch_entry
+from icetail.monitor.cli.parsers import register_all
 from icetail.monitor.service.logs import quiet_py4j_root_records
+
+_PACKAGE = "icetail.monitor.cli"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # the commands are imported here, not with this module: they import pyspark (seconds), and
-    # launch.py installs the SIGTERM handler before, so a stop during start-up ends in one line too
-    from icetail.monitor.cli import changes_cmd, demo, run_cmd, serve_cmd
-
+    """The whole command line; light (parsers.py): a command's own modules load when it runs."""
     parser = SuggestingParser(prog="icetail", description="tail -f for Apache Iceberg tables")
-    parser.add_argument("--version", action="version", version=f"icetail {installed_version()}")
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (changes_cmd, run_cmd, serve_cmd, demo):
-        module.register(subparsers)
+    register_all(subparsers)
     add_examples(subparsers)
     return parser
+
+
+class VersionAction(argparse.Action):
+    """`--version`: the installed version, read only when asked for (importlib.metadata scans site-packages)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from icetail._version import installed_version
+
+        parser.exit(0, f"icetail {installed_version()}\n")
+
+
+def command_of(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    """The handler a command names (`module:function` of icetail.monitor.cli), imported now."""
+    module, function = args.handler.split(":")
+    return cast(Callable[[argparse.Namespace], int], getattr(importlib.import_module(f"{_PACKAGE}.{module}"), function))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stopped()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        return int(command_of(args)(args))
     except IcetailError as exc:
         print(f"icetail: error: {exc}", file=sys.stderr)
         return exc.exit_code  # 2 for a TerminalError (fix the input), 1 for a TransientError

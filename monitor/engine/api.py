@@ -21,9 +21,9 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.kernel.secrets import fileio_items
+from icetail.kernel.settings import DEFAULT_RECONCILE_PARTITION_BYTES, MAIN_BRANCH
 from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.partitioned import (
-    DEFAULT_RECONCILE_PARTITION_BYTES,
     PartitionedSnapshot,
     net_partitioned,
     net_spec,
@@ -31,7 +31,8 @@ from icetail.monitor.engine.partitioned import (
     partitioned_snapshots,
     segments_in_order,
 )
-from icetail.monitor.engine.ranges import Instant, RangeBounds, plan_resolved, resolve_range
+from icetail.monitor.engine.range_bounds import Instant, RangeBounds
+from icetail.monitor.engine.ranges import plan_resolved, resolve_range
 from icetail.monitor.engine.release import (
     Pairing,
     Release,
@@ -41,15 +42,8 @@ from icetail.monitor.engine.release import (
     snapshot_batches,
     snapshots_needing_reconcile,
 )
-from icetail.monitor.engine.verify import (
-    SnapshotCheck,
-    VerifyMode,
-    report,
-    verifier_for,
-    verify_mode_with_filter,
-)
+from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, report, verifier_for, verify_mode_with_filter
 from icetail.monitor.planning.planner import ChangePlan
-from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.context import ReadContext
 from icetail.reader.metadata_columns import change_schema
 from icetail.reader.net import fold_range, net_key_columns

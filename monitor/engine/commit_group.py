@@ -15,40 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from icetail.kernel.errors import ConfigError
+from icetail.monitor.engine.config import GroupPolicy
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey
 from icetail.state.checkpoint import ChunkCommit
-
-MAX_CHUNKS_PER_COMMIT = 100  # every chunk id is named in the sink snapshot's summary: keep it small
-
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    """When a group of staged chunks is committed: whichever bound is reached first.
-
-    The pipeline also commits the group when the batch's read ends, before a chunk it cannot
-    group (a reconciled snapshot, rows written from the driver to a sink that does not write
-    groups) and on a stop request. A group-writing sink (keyed.GroupWriteSink, the PostgreSQL
-    mirror) gets the read rows of the group's chunks in one `write_group`.
-    """
-
-    min_rows: int  # committed once it holds at least this many change rows (inclusive); <= 1: every chunk
-    max_wait_seconds: float  # ... or once its first chunk has waited this long (inclusive)
-    max_chunks: int = MAX_CHUNKS_PER_COMMIT  # ... or once it holds this many chunks
-
-    def __post_init__(self) -> None:
-        if self.min_rows < 0:
-            raise ConfigError(f"--sink-commit-rows must be >= 0, got {self.min_rows}")
-        if self.max_wait_seconds < 0:
-            raise ConfigError(f"--sink-commit-interval must be >= 0s, got {self.max_wait_seconds}s")
-        if self.max_chunks < 1:
-            raise ConfigError(f"a sink commit holds at least one chunk, got {self.max_chunks}")
-
-    @property
-    def groups(self) -> bool:
-        """False when every chunk is committed on its own."""
-        return self.min_rows > 1 and self.max_wait_seconds > 0 and self.max_chunks > 1
 
 
 @dataclass(frozen=True)

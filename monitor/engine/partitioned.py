@@ -41,7 +41,6 @@ from icetail.state.store import CheckpointStore
 
 # estimated (compressed parquet) split bytes per partition: about 400k change rows of a table of 8
 # narrow columns, ~350 MB peak in the Python worker that reconciles them (bench/RESULTS.md, R27)
-DEFAULT_RECONCILE_PARTITION_BYTES = 8 * 1024 * 1024
 T = TypeVar("T")
 MAX_RECONCILE_PARTITIONS = 4096  # per phase; a bound on Spark tasks, not on snapshot size
 

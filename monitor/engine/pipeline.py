@@ -32,7 +32,6 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
 from icetail.kernel.holds import hold_while_file
 from icetail.kernel.model import ChangeSplit
-from icetail.kernel.names import check_consumer_id
 from icetail.kernel.processes import host_name, lease_holder_is_dead
 from icetail.monitor.engine.api import (
     NetLineage,
@@ -45,11 +44,11 @@ from icetail.monitor.engine.api import (
     schema_id_of,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, coalesced
+from icetail.monitor.engine.commit_group import ChunkGroup, coalesced
+from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.hints import reset_command
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
 from icetail.monitor.engine.partitioned import (
-    DEFAULT_RECONCILE_PARTITION_BYTES,
     PartitionDelivery,
     PartitionedSnapshot,
     deliver_partitioned,
@@ -67,16 +66,8 @@ from icetail.monitor.engine.release import (
     releases,
     snapshot_batches,
 )
-from icetail.monitor.engine.startup import (
-    DIFF,
-    CursorProblem,
-    StartMode,
-    cursor_problem,
-    initial_cursor,
-    parse_missing_cursor_policy,
-    parse_start,
-    recovery_for,
-)
+from icetail.monitor.engine.start_mode import StartMode, parse_start
+from icetail.monitor.engine.startup import DIFF, CursorProblem, cursor_problem, initial_cursor, recovery_for
 from icetail.monitor.engine.verify import (
     SnapshotCheck,
     SnapshotVerifier,
@@ -86,9 +77,8 @@ from icetail.monitor.engine.verify import (
     verifier_for,
 )
 from icetail.monitor.planning.lineage import snapshots_between
-from icetail.monitor.planning.manifests import DEFAULT_MANIFEST_CACHE_ENTRIES
-from icetail.monitor.planning.planner import DEFAULT_TARGET_SPLIT_BYTES, ChangePlan, Planner, same_schema_prefix
-from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch
+from icetail.monitor.planning.planner import ChangePlan, Planner, same_schema_prefix
+from icetail.monitor.planning.refs import table_on_branch
 from icetail.reader.metadata_columns import CHANGE_TYPE
 from icetail.reader.net_shuffle import NetFoldNotExact
 from icetail.reader.reconcile import HIDDEN_PREFIX
@@ -102,7 +92,7 @@ from icetail.reader.spark import (
 )
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
-from icetail.sinks.debezium import EnvelopeSink, check_format
+from icetail.sinks.debezium import EnvelopeSink
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink, SparkTaskSink
 from icetail.state.checkpoint import (
     BatchShape,
@@ -113,81 +103,10 @@ from icetail.state.checkpoint import (
     InflightBatch,
     SplitProgress,
 )
-from icetail.state.store import HISTORY_LIMIT, CheckpointStore, open_store
+from icetail.state.store import CheckpointStore, open_store
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
 log = logging.getLogger("icetail.pipeline")
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    catalog: str
-    table: str
-    state_url: str
-    sink_url: str
-    consumer: str | None = None
-    start: str = "earliest"
-    max_snapshots_per_batch: int | None = None
-    chunk_rows: int | None = None  # rows between two offset commits; None: one parquet row group
-    # an Iceberg sink commits staged chunks together until a commit holds this many rows (inclusive)...
-    sink_commit_rows: int = 1_000_000
-    sink_commit_interval_seconds: float = 10.0  # ... or its first chunk waited this long; 0 rows or 0s: per chunk
-    identifier_columns: tuple[str, ...] | None = None
-    carry_over_removal: bool = True
-    on_missing_cursor: str = "fail"
-    protect_cursor: bool = False
-    lease_ttl_seconds: float = 120.0
-    target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
-    branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
-    net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
-    verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
-    with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
-    with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
-    # a snapshot to reconcile with more estimated bytes is reconciled by Spark tasks in partitions of
-    # about this size, a chunk each (monitor/engine/partitioned.py); 0: every snapshot whole, in the driver
-    reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
-    # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
-    output_format: str = "changelog"
-    # decoded manifest entries kept across batches and serve cycles (planning/manifests.py); 0: none
-    manifest_cache_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES
-    # finished batches kept in the store's history per consumer (older ones are pruned as each batch
-    # finishes); recovery needs only the newest (the next batch's ordinals, a replayed finish)
-    history_retention: int = HISTORY_LIMIT
-
-    def __post_init__(self) -> None:
-        check_format(self.output_format)
-        if self.history_retention < 1:
-            kept = self.history_retention
-            raise ConfigError(f"history_retention must be >= 1 (finished batches kept per consumer), got {kept}")
-        if self.net and not self.carry_over_removal:
-            raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
-        parse_start(self.start)
-        if not self.branch or self.branch != self.branch.strip():
-            raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
-        parse_verify_mode(self.verify)
-        parse_missing_cursor_policy(self.on_missing_cursor)
-        if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
-            raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
-        if self.chunk_rows is not None and self.chunk_rows < 1:
-            raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
-        if self.manifest_cache_entries < 0:
-            raise ConfigError(f"--manifest-cache-entries must be >= 0, got {self.manifest_cache_entries}")
-        if self.reconcile_partition_bytes < 0:
-            raise ConfigError(f"reconcile partition bytes must be >= 0, got {self.reconcile_partition_bytes}")
-        _ = self.group_policy  # checks the sink commit bounds
-        if "." not in self.table:
-            raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
-        check_consumer_id(self.consumer_id, derived_from=None if self.consumer else "--catalog and --table")
-
-    @property
-    def group_policy(self) -> GroupPolicy:
-        """When staged chunks of a group-committing sink are committed together."""
-        return GroupPolicy(self.sink_commit_rows, self.sink_commit_interval_seconds)
-
-    @property
-    def consumer_id(self) -> str:
-        """Default consumer id: derived from catalog and table."""
-        return self.consumer or f"{self.catalog}.{self.table}"
 
 
 @dataclass(frozen=True)

@@ -13,31 +13,11 @@ from dataclasses import dataclass, replace
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
+from icetail.monitor.engine.range_bounds import Instant, RangeBounds
 from icetail.monitor.planning.diff import REPLACE, operation_of
 from icetail.monitor.planning.lineage import is_ancestor, snapshot_as_of, snapshot_by_id, snapshots_between
 from icetail.monitor.planning.planner import ChangePlan, Planner
-from icetail.monitor.planning.refs import MAIN_BRANCH, table_on_branch, tag_snapshot
-
-Instant = datetime.datetime | int  # an aware datetime (naive: UTC) or epoch milliseconds
-
-
-@dataclass(frozen=True)
-class RangeBounds:
-    """A range as the user gave it: at most one bound per end, on the history of `branch`.
-
-    `from_timestamp_exclusive` starts after the newest snapshot committed at or before it (as
-    Iceberg's changelog view reads `start-timestamp`); `from_timestamp_inclusive` starts with the
-    first snapshot committed at or after it (as Delta's `startingTimestamp`).
-    """
-
-    from_snapshot_id_exclusive: int | None = None
-    to_snapshot_id_inclusive: int | None = None
-    from_timestamp_exclusive: Instant | None = None
-    from_timestamp_inclusive: Instant | None = None
-    to_timestamp_inclusive: Instant | None = None
-    from_tag: str | None = None
-    to_tag: str | None = None
-    branch: str = MAIN_BRANCH
+from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
 
 
 @dataclass(frozen=True)
@@ -163,21 +143,6 @@ def _one_bound(end: str, **given: object) -> None:
     kinds = [_BOUND_KINDS.get(name, "a timestamp") for name, value in given.items() if value is not None]
     if len(kinds) > 1:
         raise ConfigError(f"the {end} of the range is given twice ({' and '.join(kinds)}); give one of them")
-
-
-ISO_EXAMPLE = "2026-01-31T12:00:00Z"
-
-
-def parse_instant(raw: str, what: str) -> datetime.datetime:
-    """An ISO 8601 time (`2026-01-31`, `2026-01-31 12:00:00`, `...T12:00:00.250+02:00`, `...Z`), UTC
-    when it has no offset; ConfigError naming `what` (a flag or an option) otherwise."""
-    try:
-        when = datetime.datetime.fromisoformat(raw.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ConfigError(
-            f"{what} {raw!r} is not an ISO 8601 time; write e.g. {ISO_EXAMPLE} (UTC when no offset is given)"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
 
 
 def _epoch_ms(instant: Instant) -> int:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
 
-from icetail.kernel.errors import ConfigError, NotAncestorError, TerminalError
+from icetail.kernel.errors import NotAncestorError, TerminalError
+from icetail.kernel.settings import MAIN_BRANCH
 from icetail.monitor.engine.hints import reset_command
+from icetail.monitor.engine.start_mode import StartMode
 from icetail.monitor.planning.lineage import (
     CursorCondition,
     cursor_condition,
@@ -17,57 +18,10 @@ from icetail.monitor.planning.lineage import (
     snapshot_as_of,
     snapshot_or_raise,
 )
-from icetail.monitor.planning.refs import MAIN_BRANCH, tag_snapshot
+from icetail.monitor.planning.refs import tag_snapshot
 from icetail.state.checkpoint import Cursor
 
-START_MODES = ("earliest", "latest", "full", "snapshot:ID", "timestamp:ISO8601", "tag:NAME")
-MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full", "diff")
 DIFF = "diff"
-
-
-@dataclass(frozen=True)
-class StartMode:
-    kind: str  # earliest | latest | full | snapshot | timestamp | tag
-    snapshot_id: int | None = None
-    timestamp_ms: int | None = None
-    tag: str | None = None  # kind "tag": the tagged snapshot counts as delivered, like snapshot:ID
-
-    @property
-    def reads_full_snapshot(self) -> bool:
-        """`full`: the first batch is the current snapshot's rows as INSERTs."""
-        return self.kind == "full"
-
-
-ISO_EXAMPLE = "2026-01-31T12:00:00Z"
-
-
-def parse_start(text: str, flag: str = "--start") -> StartMode:
-    """Parse `--start` (or `reset --to`, named by `flag`); ConfigError naming the accepted forms."""
-    if text in ("earliest", "latest", "full"):
-        return StartMode(text)
-    if text.startswith("snapshot:"):
-        try:
-            return StartMode("snapshot", snapshot_id=int(text.split(":", 1)[1]))
-        except ValueError:
-            raise ConfigError(f"{flag} {text!r}: the snapshot id must be an integer, e.g. snapshot:1234") from None
-    if text.startswith("tag:"):
-        name = text.split(":", 1)[1].strip()
-        if not name:
-            raise ConfigError(f"{flag} {text!r}: name the tag, e.g. tag:audited")
-        return StartMode("tag", tag=name)
-    if text.startswith("timestamp:"):
-        raw = text.split(":", 1)[1]
-        try:
-            when = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise ConfigError(
-                f"{flag} {text!r}: {raw!r} is not an ISO 8601 time; write e.g. timestamp:{ISO_EXAMPLE} "
-                "(UTC when no offset is given)"
-            ) from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=datetime.timezone.utc)
-        return StartMode("timestamp", timestamp_ms=int(when.timestamp() * 1000))
-    raise ConfigError(f"{flag} {text!r} is not one of: {', '.join(START_MODES)} (e.g. timestamp:{ISO_EXAMPLE})")
 
 
 def initial_cursor(metadata: TableMetadata, mode: StartMode, table_name: str = "the table") -> Cursor:
@@ -218,9 +172,3 @@ def recovery_for(problem: CursorProblem, policy: str, protect_cursor: bool) -> s
     if policy == "fail" and protect_cursor and problem.condition == CursorCondition.CHAIN_EXPIRED:
         return DIFF
     return policy
-
-
-def parse_missing_cursor_policy(text: str) -> str:
-    if text not in MISSING_CURSOR_POLICIES:
-        raise ConfigError(f"--on-missing-cursor {text!r} is not one of: {', '.join(MISSING_CURSOR_POLICIES)}")
-    return text

@@ -17,8 +17,9 @@ from enum import Enum
 
 from pyiceberg.table.metadata import TableMetadata
 
-from icetail.kernel.errors import ConfigError, TerminalError
+from icetail.kernel.errors import TerminalError
 from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType
+from icetail.kernel.settings import verify_mode_for_read, verify_mode_name
 from icetail.monitor.planning.summary_rules import Expectation, expectations
 from icetail.reader.split_reader import Chunk
 
@@ -31,14 +32,8 @@ class VerifyMode(str, Enum):
     STRICT = "strict"
 
 
-VERIFY_MODES = tuple(m.value for m in VerifyMode)
-
-
 def parse_verify_mode(text: str, flag: str = "--verify") -> VerifyMode:
-    try:
-        return VerifyMode(str(text).strip().lower())
-    except ValueError:
-        raise ConfigError(f"{flag} {text!r} is not one of {', '.join(VERIFY_MODES)}") from None
+    return VerifyMode(verify_mode_name(text, flag))
 
 
 class SnapshotCheckError(TerminalError, stage="read"):
@@ -72,15 +67,7 @@ class SnapshotCheck:
 
 def verify_mode_with_filter(verify: str, row_filter: str | None, flag: str = "verify") -> VerifyMode:
     """The verify mode to read with: a filtered read cannot be checked against whole-snapshot summaries."""
-    mode = parse_verify_mode(verify, flag)
-    if row_filter is None:
-        return mode
-    if mode == VerifyMode.STRICT:
-        raise ConfigError(
-            "--verify strict checks whole snapshots against their summaries, which a --filter reads only part of; "
-            "drop one of them"
-        )
-    return VerifyMode.OFF
+    return VerifyMode(verify_mode_for_read(verify, row_filter, flag))
 
 
 def strict_error(mismatch: Mismatch, setting: str = "--verify") -> SnapshotCheckError:

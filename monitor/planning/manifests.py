@@ -35,6 +35,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.errors import IcetailError, MetadataError
 from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
+from icetail.kernel.settings import DEFAULT_MANIFEST_CACHE_ENTRIES
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
 from icetail.reader.lru import LRU
 from icetail.reader.pyiceberg_compat import (
@@ -48,7 +49,6 @@ from icetail.reader.pyiceberg_compat import (
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 
-DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000
 """File entries (and manifest-list records) a ManifestReader keeps decoded: ~0.5 KB each (R33)."""
 
 

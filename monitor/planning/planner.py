@@ -15,6 +15,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
+from icetail.kernel.settings import DEFAULT_MANIFEST_CACHE_ENTRIES, DEFAULT_TARGET_SPLIT_BYTES, MAIN_BRANCH
 from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
 from icetail.monitor.planning.diff import (
     COLLAPSED,
@@ -26,19 +27,12 @@ from icetail.monitor.planning.diff import (
     snapshot_schema_id,
 )
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
-from icetail.monitor.planning.manifests import (
-    DEFAULT_MANIFEST_CACHE_ENTRIES,
-    DEFAULT_PLANNING_THREADS,
-    ManifestReader,
-    shared_manifest_cache,
-)
+from icetail.monitor.planning.manifests import DEFAULT_PLANNING_THREADS, ManifestReader, shared_manifest_cache
 from icetail.monitor.planning.pruning import FilePruner
-from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.deletes import referenced_data_files
 from icetail.reader.fileio import file_io_for
 from icetail.reader.lru import LRU
 
-DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024
 MAX_CACHED_DELETE_FILES = 4096  # position delete files whose referenced data files a planner remembers
 
 

@@ -15,8 +15,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 
 from icetail.kernel.errors import RefNotFoundError
-
-MAIN_BRANCH = "main"
+from icetail.kernel.settings import MAIN_BRANCH
 
 
 def refs_text(metadata: TableMetadata) -> str:

@@ -13,13 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from icetail.kernel.errors import ConfigError, message_line
-from icetail.monitor.engine.pipeline import PipelineConfig
-from icetail.monitor.engine.verify import VERIFY_MODES
-from icetail.sinks.debezium import FORMATS
-from icetail.sinks.factory import parse_sink_url
+from icetail.kernel.settings import FORMATS, VERIFY_MODES
+from icetail.monitor.engine.config import PipelineConfig
 from icetail.state.urls import parse_store_url
 
 PIPELINE_KEYS = {
@@ -188,19 +184,23 @@ def load_file(path: str | None) -> dict[str, Any]:
         return {}
     try:
         with open(path, encoding="utf-8") as stream:
-            raw = yaml.safe_load(stream) or {}
+            text = stream.read()
     except FileNotFoundError as exc:
         raise ConfigError(f"--config {path} does not exist") from exc
     except IsADirectoryError as exc:
         raise ConfigError(f"--config {path} is a directory; name a YAML file") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--config {path} is not valid YAML: {message_line(exc)}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"--config {path} is not UTF-8 text (byte {exc.start} cannot be decoded); name a YAML file saved as UTF-8"
         ) from exc
     except OSError as exc:
         raise ConfigError(f"--config {path} cannot be read: {exc.strerror or exc}") from exc
+    import yaml  # only for a config file that exists: flags alone need no YAML parser
+
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path} is not valid YAML: {message_line(exc)}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of keys")
     return _coerce_all(_normalize(raw, path), lambda key: path)
@@ -250,6 +250,8 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         pipeline = config_from_args(args, base)
         # URLs are checked before anything starts (metrics server, Spark, a first cycle), as `run` does
         parse_store_url(pipeline.state_url)
+        from icetail.sinks.factory import parse_sink_url
+
         parse_sink_url(pipeline.sink_url)
         pipelines.append(pipeline)
     consumers = [p.consumer_id for p in pipelines]

@@ -44,7 +44,8 @@ from icetail.kernel.errors import (
     is_disk_full,
     message_line,
 )
-from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.engine.verify import SnapshotCheck
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots

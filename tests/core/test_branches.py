@@ -22,8 +22,9 @@ import pytest
 from icetail.kernel.errors import BranchDroppedError, ConfigError, NotAncestorError, RefNotFoundError
 from icetail.monitor.cli.main import main
 from icetail.monitor.engine.api import plan_range, read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from icetail.monitor.engine.startup import parse_start
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
+from icetail.monitor.engine.start_mode import parse_start
 from icetail.sinks.parquet_sink import ParquetDirSink
 from tests.support.compare import row_multiset
 from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink

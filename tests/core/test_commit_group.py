@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from icetail.kernel.errors import ConfigError
-from icetail.monitor.engine.commit_group import ChunkGroup, GroupPolicy, Member, coalesced
+from icetail.monitor.engine.commit_group import ChunkGroup, Member, coalesced
+from icetail.monitor.engine.config import GroupPolicy
 from icetail.reader.split_reader import Chunk
 from icetail.sinks.base import ChunkKey
 from icetail.state.checkpoint import ChunkCommit

@@ -87,7 +87,7 @@ def test_rollback_whose_parent_then_expired_is_still_a_rollback(small_table: Sma
 
 @pytest.mark.parametrize("policy", ["fail", "earliest", "latest", "full", "diff"])
 def test_every_policy_is_accepted(policy: str) -> None:
-    from icetail.monitor.engine.startup import parse_missing_cursor_policy
+    from icetail.kernel.settings import parse_missing_cursor_policy
 
     assert parse_missing_cursor_policy(policy) == policy
 

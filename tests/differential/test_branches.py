@@ -30,7 +30,8 @@ import pytest
 from icetail.kernel.errors import BranchDroppedError, ConfigError, NotAncestorError, RefNotFoundError
 from icetail.monitor.cli.main import main
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.startup import CursorNotDescendantError
 from tests.support.expiry import expire
 from tests.support.javaref import spark_df_to_arrow

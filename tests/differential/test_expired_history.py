@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 import pytest
 
 from icetail.monitor.cli.main import main
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.startup import (
     CursorChainExpiredError,
     CursorExpiredError,

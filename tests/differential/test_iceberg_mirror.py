@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.sinks import iceberg_mirror_tasks
 from icetail.state.store import open_store
 from tests.support import mirror_workload

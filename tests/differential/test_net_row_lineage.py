@@ -111,7 +111,8 @@ def test_run_net_with_row_lineage_delivers_the_api_rows_after_a_crash(catalog, s
     """One net batch of the whole history; its write lands, then the process 'crashes' before the
     commit: the resumed batch writes the same rows under the same key, delivered once."""
     from icetail.monitor.engine.api import read_changes
-    from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
+    from icetail.monitor.engine.pipeline import Pipeline
     from icetail.sinks.parquet_sink import ParquetDirSink
     from tests.support.sinks import CrashingSink, SimulatedCrash
 

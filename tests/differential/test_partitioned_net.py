@@ -43,7 +43,8 @@ def _delivered(
     catalog: Any, root: Path, partition_bytes: int, per_batch: int | None = PER_BATCH, **options: Any
 ) -> tuple[pa.Table, int]:
     """(net rows in the sink, chunks delivered) after `run --net` delivered the whole history."""
-    from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
+    from icetail.monitor.engine.pipeline import Pipeline
 
     consumer = f"net-{partition_bytes}"
     (root / consumer).mkdir(parents=True, exist_ok=True)

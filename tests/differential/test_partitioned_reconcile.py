@@ -55,7 +55,7 @@ def _statements(*, duplicates: bool) -> list[str]:
 
 
 def _config(catalog: Any, root: Path, sink: str, consumer: str, **options: Any) -> Any:
-    from icetail.monitor.engine.pipeline import PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
 
     root.mkdir(parents=True, exist_ok=True)  # a SQLite store's folder must exist (it is never created)
     return PipelineConfig(

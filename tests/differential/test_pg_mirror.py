@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.state.store import open_store
 from tests.support.mirror_checks import history_problems
 from tests.support.mirror_workload import (

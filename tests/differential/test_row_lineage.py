@@ -132,7 +132,7 @@ def test_tables_without_lineage_fall_back_to_identifier_columns(catalog) -> None
 
 
 def _pipeline_config(catalog: Any, root: Path, consumer: str, **options: Any) -> Any:
-    from icetail.monitor.engine.pipeline import PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
 
     return PipelineConfig(
         catalog.name, "ns.t", f"sqlite:///{root}/state.db", f"parquet://{root}/{consumer}", consumer=consumer, **options

@@ -18,9 +18,11 @@ import pytest
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.settings import HISTORY_LIMIT
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
-from icetail.state.store import HISTORY_LIMIT, open_store
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
+from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.checkpoints import raw_query
 from tests.support.compare import diff_report, row_multiset

@@ -17,7 +17,8 @@ from pyiceberg.table.snapshots import ancestors_of
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from icetail.kernel.errors import ConfigError, SinkRejectedError
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.state.store import open_store
 from tests.pipeline.test_pg_mirror import ARROW, CrashBeforeOffsetCommit, _append, _Crash, _source
 from tests.support.catalogs import LocalCatalog

@@ -14,7 +14,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.sinks import iceberg_mirror_tasks
 from tests.pipeline.test_pg_mirror import ARROW, CrashBeforeOffsetCommit, _append, _Crash, _source
 from tests.support.catalogs import LocalCatalog

@@ -24,7 +24,8 @@ import pytest
 from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import same_schema_prefix
 from icetail.state.store import open_store

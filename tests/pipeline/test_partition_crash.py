@@ -28,7 +28,8 @@ from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.checkpoint import Checkpoint

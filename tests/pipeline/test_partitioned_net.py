@@ -26,7 +26,8 @@ import pytest
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
-from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.store import open_store

@@ -16,7 +16,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import ConfigError
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.mirror_checks import assert_target_equals_source, mirror_config

@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.state.store import open_store
 from tests.support.compare import is_submultiset
 from tests.support.crash import Attempt, crash_loop, kill_schedule

@@ -25,7 +25,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType
 
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.planning.planner import Planner
 from icetail.reader.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS, SCHEMA_ID
 from icetail.sinks.factory import open_sink
@@ -150,7 +151,7 @@ def test_each_batch_holds_one_schema_and_its_rows(evolving: Any, spark: Any, tmp
 
 def test_status_and_outcome_name_the_schema(evolving: Any, spark: Any, tmp_path: Path) -> None:
     from icetail.monitor.cli.progress import describe
-    from icetail.monitor.cli.run_cmd import status_of
+    from icetail.monitor.cli.status_cmd import status_of
 
     cat, _ = evolving
     config = _config(cat, tmp_path, f"parquet://{tmp_path / 'sink'}")

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.checkpoint import BatchShape
 from icetail.state.codec import VERSION_KEY

@@ -19,7 +19,8 @@ import pytest
 
 import icetail
 from icetail.monitor.cli.main import main as cli_main
-from icetail.monitor.engine.pipeline import Pipeline, PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.verify import SnapshotCheck, SnapshotCheckError
 from icetail.monitor.service.metrics import Metrics
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog

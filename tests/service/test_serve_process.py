@@ -319,7 +319,7 @@ def make_service(tmp_path: Path, warehouse: Warehouse, spark: Any, monkeypatch: 
     import pyiceberg.catalog
     from pyiceberg.utils.config import Config
 
-    from icetail.monitor.engine.pipeline import PipelineConfig
+    from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.service.config import ServiceConfig
     from icetail.monitor.service.scheduler import Service
 

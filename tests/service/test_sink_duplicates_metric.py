@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
 
-from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.scheduler import Service
 from tests.support.catalogs import catalogs_in_process, new_catalog

@@ -9,7 +9,7 @@ import yaml
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import build_parser
-from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.config import build_service_config
 
 BASE = {"catalog": "prod", "table": "db.events", "state": "sqlite:////tmp/s.db", "sink": "parquet:///tmp/c"}

@@ -14,7 +14,7 @@ import pytest
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.names import check_consumer_id, key_inside, path_inside
-from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
 from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg_sink import IcebergTableSink
 from icetail.sinks.jsonl_sink import JsonlFileSink

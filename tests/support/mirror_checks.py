@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.monitor.engine.pipeline import PipelineConfig
+from icetail.monitor.engine.config import PipelineConfig
 from icetail.state.store import open_store
 from tests.support.pg_mirror import row_set
 

@@ -19,7 +19,8 @@ from typing import Any
 from pyiceberg.table.metadata import TableMetadata
 
 from icetail.kernel.errors import ConfigError
-from icetail.monitor.engine.startup import StartMode, initial_cursor
+from icetail.monitor.engine.start_mode import StartMode
+from icetail.monitor.engine.startup import initial_cursor
 from icetail.monitor.planning.diff import REPLACE, operation_of
 from icetail.monitor.planning.lineage import snapshots_between
 

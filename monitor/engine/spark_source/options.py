@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from icetail.kernel.errors import ConfigError
-from icetail.monitor.engine.ranges import parse_instant
-from icetail.monitor.engine.startup import StartMode, parse_start
+from icetail.kernel.settings import MAIN_BRANCH, parse_instant
+from icetail.monitor.engine.start_mode import StartMode, parse_start
 from icetail.monitor.engine.verify import VerifyMode, verify_mode_with_filter
-from icetail.monitor.planning.refs import MAIN_BRANCH
 from icetail.reader.row_filter import parse_row_filter
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties

@@ -1,0 +1,75 @@
+"""The values a user may give to icetail's settings, and their defaults: one light module.
+
+The command line and the config file check a value (`--format`, `--verify`, `--on-missing-cursor`)
+and know a default without importing the code that uses it, so a bad flag is answered in
+milliseconds and `icetail --help` loads no catalog, reader or Spark. The modules that implement a
+setting import its choices and default from here.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from icetail.kernel.errors import ConfigError
+
+MAIN_BRANCH = "main"  # the branch followed unless `--branch` names another
+
+FORMATS = ("changelog", "debezium")  # `--format`: icetail's change rows (Iceberg's changelog columns), or envelopes
+VERIFY_MODES = ("off", "warn", "strict")  # `--verify`: check each snapshot against its summary
+MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full", "diff")  # `--on-missing-cursor`
+
+DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024  # a split reads about this many bytes of one data file
+DEFAULT_RECONCILE_PARTITION_BYTES = 8 * 1024 * 1024  # a bigger snapshot is reconciled by Spark tasks in partitions
+DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000  # decoded manifest entries kept across batches (about 0.5 KB each)
+HISTORY_LIMIT = 100  # finished batches kept per consumer in the store; older ones are trimmed on write
+
+ISO_EXAMPLE = "2026-01-31T12:00:00Z"
+
+
+def check_choice(value: str, choices: Sequence[str], flag: str) -> str:
+    """`value` if it is one of `choices`; ConfigError naming `flag` and the choices otherwise."""
+    if value not in choices:
+        raise ConfigError(f"{flag} {value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def check_format(value: str, flag: str = "--format") -> str:
+    return check_choice(value, FORMATS, flag)
+
+
+def verify_mode_name(text: str, flag: str = "--verify") -> str:
+    """`--verify`'s value as one of VERIFY_MODES (case and surrounding blanks ignored)."""
+    value = str(text).strip().lower()
+    if value not in VERIFY_MODES:
+        raise ConfigError(f"{flag} {text!r} is not one of {', '.join(VERIFY_MODES)}")
+    return value
+
+
+def verify_mode_for_read(verify: str, row_filter: str | None, flag: str = "verify") -> str:
+    """The verify mode to read with: a filtered read cannot be checked against whole-snapshot summaries."""
+    mode = verify_mode_name(verify, flag)
+    if row_filter is None:
+        return mode
+    if mode == "strict":
+        raise ConfigError(
+            "--verify strict checks whole snapshots against their summaries, which a --filter reads only part of; "
+            "drop one of them"
+        )
+    return "off"
+
+
+def parse_missing_cursor_policy(text: str) -> str:
+    return check_choice(text, MISSING_CURSOR_POLICIES, "--on-missing-cursor")
+
+
+def parse_instant(raw: str, what: str) -> datetime.datetime:
+    """An ISO 8601 time (`2026-01-31`, `2026-01-31 12:00:00`, `...T12:00:00.250+02:00`, `...Z`), UTC
+    when it has no offset; ConfigError naming `what` (a flag or an option) otherwise."""
+    try:
+        when = datetime.datetime.fromisoformat(raw.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"{what} {raw!r} is not an ISO 8601 time; write e.g. {ISO_EXAMPLE} (UTC when no offset is given)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)

@@ -1,0 +1,125 @@
+"""A consumer's settings, checked when they are built: light, so a bad setting is refused at once.
+
+`PipelineConfig` is what `run`, `serve`, the config file and the Python API build; every value
+is checked here from the values alone (no catalog, store or sink is opened), so a refused setting
+costs milliseconds and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.names import check_consumer_id
+from icetail.kernel.settings import (
+    DEFAULT_MANIFEST_CACHE_ENTRIES,
+    DEFAULT_RECONCILE_PARTITION_BYTES,
+    DEFAULT_TARGET_SPLIT_BYTES,
+    HISTORY_LIMIT,
+    MAIN_BRANCH,
+    check_format,
+    parse_missing_cursor_policy,
+    verify_mode_name,
+)
+from icetail.monitor.engine.start_mode import parse_start
+
+MAX_CHUNKS_PER_COMMIT = 100  # every chunk id is named in the sink snapshot's summary: keep it small
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """When a group of staged chunks is committed: whichever bound is reached first.
+
+    The pipeline also commits the group when the batch's read ends, before a chunk it cannot
+    group (a reconciled snapshot, rows written from the driver to a sink that does not write
+    groups) and on a stop request. A group-writing sink (keyed.GroupWriteSink, the PostgreSQL
+    mirror) gets the read rows of the group's chunks in one `write_group`.
+    """
+
+    min_rows: int  # committed once it holds at least this many change rows (inclusive); <= 1: every chunk
+    max_wait_seconds: float  # ... or once its first chunk has waited this long (inclusive)
+    max_chunks: int = MAX_CHUNKS_PER_COMMIT  # ... or once it holds this many chunks
+
+    def __post_init__(self) -> None:
+        if self.min_rows < 0:
+            raise ConfigError(f"--sink-commit-rows must be >= 0, got {self.min_rows}")
+        if self.max_wait_seconds < 0:
+            raise ConfigError(f"--sink-commit-interval must be >= 0s, got {self.max_wait_seconds}s")
+        if self.max_chunks < 1:
+            raise ConfigError(f"a sink commit holds at least one chunk, got {self.max_chunks}")
+
+    @property
+    def groups(self) -> bool:
+        """False when every chunk is committed on its own."""
+        return self.min_rows > 1 and self.max_wait_seconds > 0 and self.max_chunks > 1
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    catalog: str
+    table: str
+    state_url: str
+    sink_url: str
+    consumer: str | None = None
+    start: str = "earliest"
+    max_snapshots_per_batch: int | None = None
+    chunk_rows: int | None = None  # rows between two offset commits; None: one parquet row group
+    # an Iceberg sink commits staged chunks together until a commit holds this many rows (inclusive)...
+    sink_commit_rows: int = 1_000_000
+    sink_commit_interval_seconds: float = 10.0  # ... or its first chunk waited this long; 0 rows or 0s: per chunk
+    identifier_columns: tuple[str, ...] | None = None
+    carry_over_removal: bool = True
+    on_missing_cursor: str = "fail"
+    protect_cursor: bool = False
+    lease_ttl_seconds: float = 120.0
+    target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
+    branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
+    net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
+    verify: str = "warn"  # off | warn | strict: check each snapshot against its summary (engine/verify.py)
+    with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
+    with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
+    # a snapshot to reconcile with more estimated bytes is reconciled by Spark tasks in partitions of
+    # about this size, a chunk each (monitor/engine/partitioned.py); 0: every snapshot whole, in the driver
+    reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
+    # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
+    output_format: str = "changelog"
+    # decoded manifest entries kept across batches and serve cycles (planning/manifests.py); 0: none
+    manifest_cache_entries: int = DEFAULT_MANIFEST_CACHE_ENTRIES
+    # finished batches kept in the store's history per consumer (older ones are pruned as each batch
+    # finishes); recovery needs only the newest (the next batch's ordinals, a replayed finish)
+    history_retention: int = HISTORY_LIMIT
+
+    def __post_init__(self) -> None:
+        check_format(self.output_format)
+        if self.history_retention < 1:
+            kept = self.history_retention
+            raise ConfigError(f"history_retention must be >= 1 (finished batches kept per consumer), got {kept}")
+        if self.net and not self.carry_over_removal:
+            raise ConfigError("--net always cancels carry-over rows; drop --keep-carry-over")
+        parse_start(self.start)
+        if not self.branch or self.branch != self.branch.strip():
+            raise ConfigError(f"--branch {self.branch!r} must be a branch name, e.g. --branch audit")
+        verify_mode_name(self.verify)
+        parse_missing_cursor_policy(self.on_missing_cursor)
+        if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
+            raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
+        if self.chunk_rows is not None and self.chunk_rows < 1:
+            raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
+        if self.manifest_cache_entries < 0:
+            raise ConfigError(f"--manifest-cache-entries must be >= 0, got {self.manifest_cache_entries}")
+        if self.reconcile_partition_bytes < 0:
+            raise ConfigError(f"reconcile partition bytes must be >= 0, got {self.reconcile_partition_bytes}")
+        _ = self.group_policy  # checks the sink commit bounds
+        if "." not in self.table:
+            raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
+        check_consumer_id(self.consumer_id, derived_from=None if self.consumer else "--catalog and --table")
+
+    @property
+    def group_policy(self) -> GroupPolicy:
+        """When staged chunks of a group-committing sink are committed together."""
+        return GroupPolicy(self.sink_commit_rows, self.sink_commit_interval_seconds)
+
+    @property
+    def consumer_id(self) -> str:
+        """Default consumer id: derived from catalog and table."""
+        return self.consumer or f"{self.catalog}.{self.table}"
