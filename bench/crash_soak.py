@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"table ns.events: {len(table.metadata.snapshots)} snapshots, built in {time.monotonic() - started:.1f}s")
 
     from icetail.monitor.engine.api import read_changes
-    from icetail.reader.spark import spark_session
+    from icetail.reader.spark.session import spark_session
 
     spark = spark_session()
 

@@ -94,10 +94,10 @@ def open_bench_catalog(workdir: Path, *, fresh: bool = True) -> SqlCatalog:
 
 def bench_spark() -> object:
     """icetail's own local[2] session, its Python workers warmed by one job."""
-    from icetail.reader.spark import spark_session
+    from icetail.reader.spark.session import spark_session
 
     # as `icetail run` on a local master: icetail's worker daemon (the task modules preloaded)
-    daemon = {"spark.python.daemon.module": "icetail.reader.spark_daemon"}
+    daemon = {"spark.python.daemon.module": "icetail.reader.spark.daemon"}
     spark = spark_session(conf={"spark.master": "local[2]", **daemon})
     spark.range(0, 2, 1, 2).count()  # type: ignore[attr-defined]
     return spark

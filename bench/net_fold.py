@@ -1,4 +1,4 @@
-"""What folding a range into its net changes costs on the driver (reader/net.py), without Spark.
+"""What folding a range into its net changes costs on the driver (reader/changes/net.py), without Spark.
 
     .venv/bin/python -m bench.net_fold [--rows N] [--snapshots N] [--updates N] [--carry N]
         [--after-load] [--row-lineage]
@@ -23,10 +23,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from icetail.reader.metadata_columns import change_schema
-from icetail.reader.net import NetChanges
-from icetail.reader.reconcile import reconcile_snapshot
-from icetail.reader.row_lineage import LINEAGE_FIELDS, ROW_ID, with_lineage_fields
+from icetail.reader.changes.net import NetChanges
+from icetail.reader.changes.reconcile import reconcile_snapshot
+from icetail.reader.split.metadata_columns import change_schema
+from icetail.reader.split.row_lineage import LINEAGE_FIELDS, ROW_ID, with_lineage_fields
 
 DATA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("d", pa.float64())])
 SCHEMA = change_schema(DATA)

@@ -1,4 +1,4 @@
-"""`run --net` of one big batch: the driver fold against the fold in partitions (reader/net_shuffle.py).
+"""`run --net` of one big batch: the driver fold against the fold in partitions (reader/changes/net_shuffle.py).
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.net_fold_run --workdir /tmp/icetail-netfold [--rows N]
         [--files N] [--rounds N] [--updated N] [--partition-bytes N] [--reuse] [--v3]
@@ -105,7 +105,7 @@ def measure(workdir: Path, mode: str, partition_bytes: int, catalog: str, table:
     from bench.procs import RssSampler
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import Pipeline
-    from icetail.reader.spark import spark_session
+    from icetail.reader.spark.session import spark_session
 
     out = workdir / mode
     shutil.rmtree(out, ignore_errors=True)

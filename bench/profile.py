@@ -18,12 +18,12 @@ from bench.session import CATALOG, catalog_paths
 def profile_target(args: argparse.Namespace, scale: gen.Scale) -> int:
     """`profile`: the append read of the main data set, `--iterations` times, for py-spy / pyinstrument.
 
-    Uses icetail's own session (`icetail.reader.spark.spark_session`, no Java Iceberg jars) and its own
+    Uses icetail's own session (`icetail.reader.spark.session.spark_session`, no Java Iceberg jars) and its own
     catalog under `<workdir>/profile-catalog`, so it can run beside nothing else.
     """
     from pyiceberg.catalog import load_catalog
 
-    from icetail.reader.spark import spark_session
+    from icetail.reader.spark.session import spark_session
 
     workdir = Path(args.workdir).resolve()
     data = gen.generate(workdir, scale, args.seed, log=log)

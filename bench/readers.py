@@ -55,7 +55,8 @@ def _timed_plan(table: Any, from_id: int | None, to_id: int, read: Callable[[Any
 def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
     """Run `plan` on Spark with a stager that drops every chunk's rows; the change rows counted."""
     from icetail.monitor.engine.api import read_context
-    from icetail.reader.spark import SplitRequest, run_splits
+    from icetail.reader.spark.payloads import SplitRequest
+    from icetail.reader.spark.waves import run_splits
     from icetail.sinks.base import SplitSlot
     from icetail.sinks.discard import DiscardStager
 
@@ -70,8 +71,8 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
     With `encode`, each chunk also makes the Arrow IPC round trip the Spark path makes.
     """
     from icetail.monitor.engine.api import read_context
-    from icetail.reader.spark import _decode, _encode
-    from icetail.reader.split_reader import read_split
+    from icetail.reader.spark.payloads import decode, encode
+    from icetail.reader.split.read import read_split
 
     def read(plan: Any) -> int:
         context = read_context(table, plan.schema_id, plan.tasks)
@@ -79,7 +80,7 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
         for split in plan.splits:
             for chunk in read_split(context, split):
                 if encode:
-                    chunk = _decode(_encode(chunk))
+                    chunk = decode(encode(chunk))
                 out += chunk.batch.num_rows if chunk.batch is not None else 0
         return out
 
@@ -89,23 +90,23 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
 
 
 def _pool_split(context: Any, split: Any) -> list[Any]:
-    from icetail.reader.spark import _encode
-    from icetail.reader.split_reader import read_split
+    from icetail.reader.spark.payloads import encode
+    from icetail.reader.split.read import read_split
 
-    return [_encode(chunk) for chunk in read_split(context, split)]
+    return [encode(chunk) for chunk in read_split(context, split)]
 
 
 def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3): the split reader in a local process pool, in plan order, no Spark."""
     from icetail.monitor.engine.api import read_context
-    from icetail.reader.spark import _decode
+    from icetail.reader.spark.payloads import decode
 
     def read(plan: Any) -> int:
         context = read_context(table, plan.schema_id, plan.tasks)
         out = 0
         for payloads in executor.map(_pool_split, [context] * len(plan.splits), plan.splits):
             for payload in payloads:
-                chunk = _decode(payload)
+                chunk = decode(payload)
                 out += chunk.batch.num_rows if chunk.batch is not None else 0
         return out
 
@@ -115,7 +116,7 @@ def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Tim
 
 
 def _thread_split(context: Any, split: Any) -> list[Any]:
-    from icetail.reader.split_reader import read_split
+    from icetail.reader.split.read import read_split
 
     return list(read_split(context, split))
 

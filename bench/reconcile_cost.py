@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.changes.reconcile import reconcile_snapshot
 
 
 def snapshot_changes(n: int) -> pa.Table:

@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from icetail.monitor.engine.api import plan_range, read_changes
-from icetail.reader.spark import spark_session
+from icetail.reader.spark.session import spark_session
 
 
 def build(root: Path, files: int, rows_per_file: int) -> object:

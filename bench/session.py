@@ -30,15 +30,15 @@ def catalog_env(workdir: Path, sub: str = "catalog") -> dict[str, str]:
 
 def bench_spark_conf(driver_memory: str) -> dict[str, str]:
     """tests/support/javaref's session plus icetail's defaults, with the JIT left at full strength."""
-    from icetail.reader.spark import DEFAULT_CONF
+    from icetail.reader.spark.session import DEFAULT_CONF
     from tests.support.javaref import spark_conf
 
     conf = {**spark_conf(), **DEFAULT_CONF}
     # what reader.spark.spark_session adds for a local master (the production path), when present
     import importlib.util
 
-    if importlib.util.find_spec("icetail.reader.spark_daemon") is not None:
-        conf["spark.python.daemon.module"] = "icetail.reader.spark_daemon"
+    if importlib.util.find_spec("icetail.reader.spark.daemon") is not None:
+        conf["spark.python.daemon.module"] = "icetail.reader.spark.daemon"
     conf.update(
         {
             "spark.master": f"local[{os.cpu_count() or 2}]",

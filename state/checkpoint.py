@@ -59,11 +59,11 @@ class BatchShape:
     change, so it is the schema every snapshot of the batch was written with. None for a batch
     written before store schema 6, which is projected onto its to-snapshot's schema, as then.
     `reconcile_partition_bytes`: a snapshot to reconcile whose splits hold more estimated bytes
-    than this is reconciled in ceil(bytes / this) partitions by Spark tasks (reader/shuffle.py),
+    than this is reconciled in ceil(bytes / this) partitions by Spark tasks (reader/changes/shuffle.py),
     one chunk each; None (batches before store schema 7, Spark Connect): every snapshot whole,
     in the driver. Stored so a resumed batch cuts the same partitions.
     `net_partitioned`: a net batch whose fold is cut in partitions by the same size
-    (reader/net_shuffle.py) when its splits hold more; False (net batches before store schema 9):
+    (reader/changes/net_shuffle.py) when its splits hold more; False (net batches before store schema 9):
     folded whole in the driver, as it began, so a batch is never delivered half one way.
     """
 
@@ -128,7 +128,7 @@ class SplitProgress:
     first row group). `sink_token` is the sink's own record of the last committed chunk.
     `parts_done`: on the first split of a snapshot reconciled in partitions, how many of its
     output partitions are delivered (those below it), and `parts_key` how the snapshot was cut
-    (reader/shuffle.py ShuffleSpec.fingerprint); None elsewhere.
+    (reader/changes/shuffle.py ShuffleSpec.fingerprint); None elsewhere.
     """
 
     split_id: str

@@ -166,7 +166,7 @@ _V6 = tuple(
 )
 
 
-# Snapshots reconciled in partitions (reader/shuffle.py): the partition size each batch was cut
+# Snapshots reconciled in partitions (reader/changes/shuffle.py): the partition size each batch was cut
 # with (NULL: every snapshot whole, in the driver, as before), and per split how many output
 # partitions of its snapshot are delivered and how they were cut (kept on the snapshot's first
 # split; NULL elsewhere).
@@ -198,7 +198,7 @@ _V8 = (
 )
 
 
-# Net batches folded in partitions (reader/net_shuffle.py) when their splits hold more than the
+# Net batches folded in partitions (reader/changes/net_shuffle.py) when their splits hold more than the
 # batch's partition size: FALSE for a net batch written before, which a resumed run folds whole in
 # the driver, as it began (its one chunk may be written already, under the first partition's key).
 _V9 = tuple(

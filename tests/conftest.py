@@ -38,7 +38,7 @@ def spark() -> Iterator[Any]:
     if JAVA_REFERENCE_RUNS:
         session = build_spark_session()
     else:
-        from icetail.reader.spark import spark_session
+        from icetail.reader.spark.session import spark_session
 
         session = spark_session(conf={"spark.sql.session.timeZone": "UTC"})
     yield session

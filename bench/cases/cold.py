@@ -6,7 +6,7 @@ interpreter given (default: this one and `.venv-spark4/bin/python` when present)
 
 * `icetail_changes` - `python -m icetail changes --output X.parquet` of the appended snapshot;
 * `icetail_changes_no_zygote` - the same with `ICETAIL_DAEMON_ZYGOTE=0`: the worker daemon
-  imports the read path after the JVM's start, not beside it (reader/daemon_zygote.py);
+  imports the read path after the JVM's start, not beside it (reader/spark/daemon_zygote.py);
 * `spark_start_stop` - the same interpreter starting and stopping icetail's local SparkSession
   (no zygote: a bare start);
 * `raw_read_write` - `pyarrow.parquet.read_table` of the files (threaded) and `write_table`;
@@ -45,7 +45,7 @@ pq.write_table(pq.read_table(files, use_threads=True), out)
 """
 
 SPARK = """
-from icetail.reader.spark import spark_session
+from icetail.reader.spark.session import spark_session
 spark_session().stop()
 """
 
@@ -84,7 +84,7 @@ def _run(argv: list[str], env: dict[str, str]) -> float:
     return seconds
 
 
-NO_ZYGOTE = {"ICETAIL_DAEMON_ZYGOTE": "0"}  # reader/daemon_zygote.py off
+NO_ZYGOTE = {"ICETAIL_DAEMON_ZYGOTE": "0"}  # reader/spark/daemon_zygote.py off
 
 
 def commands(python: str, t: Target, scratch: Path, java: bool) -> dict[str, list[str]]:

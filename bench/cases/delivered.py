@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     target = standalone_target(workdir, args.rows, args.files, args.row_group_rows, args.seed)
     import pyspark
 
-    from icetail.reader.spark import spark_session
+    from icetail.reader.spark.session import spark_session
 
     started = time.perf_counter()
     spark = spark_session("icetail-bench-delivered")

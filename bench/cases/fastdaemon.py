@@ -5,9 +5,9 @@
   for every task, which re-reads the central directory of `pyspark.zip` and the py4j zip once per
   zipimporter (about 70 ms a task on the benchmark machine); those archives never change while
   a worker lives.
-* P2 (only with ICETAIL_BENCH_FAST_METADATA=1): `icetail.reader.metadata_columns.with_metadata` builds its
+* P2 (only with ICETAIL_BENCH_FAST_METADATA=1): `icetail.reader.split.metadata_columns.with_metadata` builds its
   constant columns with `pa.repeat` instead of Python lists of n items.
-* P3 (only with ICETAIL_BENCH_FAST_INSERTS=1): `icetail.reader.split_reader._changes` skips the masks, the
+* P3 (only with ICETAIL_BENCH_FAST_INSERTS=1): `icetail.reader.split.read._changes` skips the masks, the
   two filters and the final concatenation when every row of the chunk is an INSERT (an ADDED
   file with no deletes), projecting and tagging the batch as it is.
 

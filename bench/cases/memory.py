@@ -27,7 +27,7 @@ def memprobe(args: argparse.Namespace) -> int:
     from icetail.monitor.engine.api import iter_changes
     from icetail.monitor.engine.catalog import load_table, open_catalog
     from icetail.monitor.planning.planner import Planner
-    from icetail.reader.spark import spark_session
+    from icetail.reader.spark.session import spark_session
 
     with RssSampler() as sampler:
         spark = spark_session()

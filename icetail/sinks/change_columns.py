@@ -1,5 +1,5 @@
 """The change rows' column names the mirrors read (sinks may not import the reader; a test checks
-these equal reader/metadata_columns.py and reader/row_lineage.py)."""
+these equal reader/split/metadata_columns.py and reader/split/row_lineage.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 connectors write them, so a consumer built for Debezium reads icetail unchanged.
 
 A change row becomes one record; an UPDATE_BEFORE and the UPDATE_AFTER next to it (update
-pairing puts a pair side by side, reader/reconcile.py, and never across chunks) become ONE
+pairing puts a pair side by side, reader/changes/reconcile.py, and never across chunks) become ONE
 record with `op` "u". `op`: "c" insert, "u" update, "d" delete, "r" a row of a full start (the
 rows of one snapshot read whole, `--start full`). `before` and `after` hold the data columns
 (NULL on the side a change does not have); `ts_ms` is the commit time, so a replayed chunk

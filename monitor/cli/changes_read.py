@@ -25,8 +25,8 @@ from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.monitor.engine.ranges import plan_resolved, resolve_range
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
-from icetail.reader.row_filter import checked_row_filter, parse_row_filter
-from icetail.reader.spark import BackgroundSession
+from icetail.reader.spark.background import BackgroundSession
+from icetail.reader.split.row_filter import checked_row_filter, parse_row_filter
 from icetail.sinks.debezium import EnvelopeSource, envelope_batches, envelope_schema
 
 

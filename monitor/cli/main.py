@@ -85,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _lost_session(exc: Exception) -> IcetailError | None:
-    """A JVM that died under the run (reader/session_health.py); imported only when pyspark was."""
+    """A JVM that died under the run (reader/spark/session_health.py); imported only when pyspark was."""
     if "pyspark" not in sys.modules:
         return None
-    from icetail.reader.session_health import lost_session_error
+    from icetail.reader.spark.session_health import lost_session_error
 
     return lost_session_error(exc)
 

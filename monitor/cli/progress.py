@@ -7,7 +7,7 @@ import time
 from typing import TextIO
 
 from icetail.monitor.engine.pipeline import BatchOutcome
-from icetail.reader.split_reader import Chunk
+from icetail.reader.split.read import Chunk
 
 
 class Progress:

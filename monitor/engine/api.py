@@ -44,16 +44,18 @@ from icetail.monitor.engine.release import (
 )
 from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, report, verifier_for, verify_mode_with_filter
 from icetail.monitor.planning.planner import ChangePlan
-from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import change_schema
-from icetail.reader.net import fold_range, net_key_columns
-from icetail.reader.net_shuffle import NetFoldNotExact, net_outputs
-from icetail.reader.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
-from icetail.reader.row_filter import checked_row_filter
-from icetail.reader.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
-from icetail.reader.shuffle import ShuffleOutput, shuffled_outputs
-from icetail.reader.spark import SplitRequest, is_connect, run_splits, spark_session
-from icetail.reader.split_reader import Chunk
+from icetail.reader.changes.net import fold_range, net_key_columns
+from icetail.reader.changes.net_shuffle import NetFoldNotExact, net_outputs
+from icetail.reader.changes.shuffle import ShuffleOutput, shuffled_outputs
+from icetail.reader.spark.payloads import SplitRequest
+from icetail.reader.spark.session import is_connect, spark_session
+from icetail.reader.spark.waves import run_splits
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.metadata_columns import change_schema
+from icetail.reader.split.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
+from icetail.reader.split.read import Chunk
+from icetail.reader.split.row_filter import checked_row_filter
+from icetail.reader.split.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
 
 
 def output_schema(table: Table, schema_id: int | None) -> Schema:
@@ -80,7 +82,7 @@ def change_arrow_schema(
 
 
 def has_row_lineage(table: Table) -> bool:
-    """v3 and later tables track row lineage: their updates pair by `_row_id` (reader/reconcile.py)."""
+    """v3 and later tables track row lineage: their updates pair by `_row_id` (reader/changes/reconcile.py)."""
     return table.metadata.format_version >= MIN_FORMAT_VERSION
 
 
@@ -170,17 +172,17 @@ def iter_changes(
 
     Rows are projected onto the plan's (to-snapshot's) schema; with `with_schema_id`, `_schema_id`
     holds the schema id of each row's commit snapshot, which may be older than the plan's.
-    `net`: the range's net changes instead (reader/net.py), gathered before the first row is yielded.
+    `net`: the range's net changes instead (reader/changes/net.py), gathered before the first row is yielded.
     On a v3 table the updates of a snapshot pair by `_row_id` first (docs/semantics.md);
     `with_row_lineage` adds the `_row_id` and `_last_updated_sequence_number` columns.
     `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
     under strict a snapshot is held until checked, so a refused snapshot yields nothing.
-    `row_filter` (reader/row_filter.py): the changes of the rows it selects; plan with the same
+    `row_filter` (reader/split/row_filter.py): the changes of the rows it selects; plan with the same
     filter (`plan_range(..., row_filter=)`) so that files which cannot match are not read. A
     summary counts every row, so a filtered read is not verified (`strict` is refused).
     `reconcile_partition_bytes`: a snapshot to reconcile (or, with `net`, the range) bigger than this
     (estimated parquet bytes) is reconciled by Spark tasks in partitions of about this size
-    (monitor/engine/partitioned.py, reader/net_shuffle.py), so the driver never holds it whole;
+    (monitor/engine/partitioned.py, reader/changes/net_shuffle.py), so the driver never holds it whole;
     0: every snapshot whole, in the driver; None: the default (8 MiB). Spark Connect has no RDDs
     to shuffle with: there every snapshot is reconciled whole.
     """
@@ -333,7 +335,7 @@ def net_rows(
     tasks: Iterable[ChangeTask],
     identifiers: Sequence[str],
 ) -> pa.Table:
-    """The net change rows of a range read with `schema` (reader/net.py), with the columns to output."""
+    """The net change rows of a range read with `schema` (reader/changes/net.py), with the columns to output."""
     net = fold_range(schema, batches, snapshots_needing_reconcile(tasks), row_lineage=lineage.keyed)
     return lineage.output_rows(net.result(net_key_columns(schema, identifiers)))
 
@@ -368,7 +370,7 @@ def plan_range(
     (Iceberg's changelog `start-timestamp`), `to_timestamp_inclusive` ends with those committed at
     or before it (both). `from_tag` is exclusive and `to_tag` inclusive, as the snapshot ids are;
     a from-bound that is not on the to-bound's history is refused (NotAncestorError).
-    `row_filter`: leave out the data files that hold no row it selects (reader/row_filter.py).
+    `row_filter`: leave out the data files that hold no row it selects (reader/split/row_filter.py).
     """
     bounds = RangeBounds(
         from_snapshot_id_exclusive=from_snapshot_id_exclusive,

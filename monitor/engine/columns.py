@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError
-from icetail.reader.metadata_columns import METADATA_COLUMNS, SCHEMA_ID
-from icetail.reader.row_lineage import LINEAGE_COLUMNS
+from icetail.reader.split.metadata_columns import METADATA_COLUMNS, SCHEMA_ID
+from icetail.reader.split.row_lineage import LINEAGE_COLUMNS
 
 ALWAYS_KEPT = frozenset((*METADATA_COLUMNS, SCHEMA_ID, *LINEAGE_COLUMNS))
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from icetail.monitor.engine.config import GroupPolicy
-from icetail.reader.split_reader import Chunk
+from icetail.reader.split.read import Chunk
 from icetail.sinks.base import ChunkKey
 from icetail.state.checkpoint import ChunkCommit
 

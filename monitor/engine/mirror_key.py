@@ -13,7 +13,7 @@ from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.api import has_row_lineage, identifier_names
-from icetail.reader.row_lineage import ROW_ID
+from icetail.reader.split.row_lineage import ROW_ID
 
 
 def mirror_key(table: Table, schema_id: int | None, requested: Sequence[str] | None) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Delivery of a snapshot reconciled in partitions by Spark tasks (reader/shuffle.py), a chunk each.
+"""Delivery of a snapshot reconciled in partitions by Spark tasks (reader/changes/shuffle.py), a chunk each.
 
 Which gathered snapshots are partitioned, and into how many partitions, is a pure function of
 the batch as stored (its splits' estimated bytes and BatchShape.reconcile_partition_bytes), so
@@ -12,7 +12,7 @@ outputs below it are neither reconciled nor written again.
 
 A `--net` batch over the same size is delivered the same way, as one "snapshot" of all its splits
 anchored at its first (`net_partitioned`, `net_spec`): its outputs are the partitions of its net
-fold (reader/net_shuffle.py).
+fold (reader/changes/net_shuffle.py).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import pyarrow as pa
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit
 from icetail.monitor.engine.release import snapshots_needing_reconcile
-from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import METADATA_COLUMNS, SCHEMA_ID
-from icetail.reader.net import net_key_columns
-from icetail.reader.net_shuffle import NetShuffleSpec, net_outputs
-from icetail.reader.reconcile import HIDDEN_PREFIX
-from icetail.reader.row_lineage import LINEAGE_COLUMNS
-from icetail.reader.shuffle import ShuffleOutput, ShuffleSpec, shuffled_outputs
-from icetail.reader.spark import SplitRequest
-from icetail.reader.split_reader import Chunk
+from icetail.reader.changes.net import net_key_columns
+from icetail.reader.changes.net_shuffle import NetShuffleSpec, net_outputs
+from icetail.reader.changes.reconcile import HIDDEN_PREFIX
+from icetail.reader.changes.shuffle import ShuffleOutput, ShuffleSpec, shuffled_outputs
+from icetail.reader.spark.payloads import SplitRequest
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.metadata_columns import METADATA_COLUMNS, SCHEMA_ID
+from icetail.reader.split.read import Chunk
+from icetail.reader.split.row_lineage import LINEAGE_COLUMNS
 from icetail.sinks.base import ChunkStager, Sink, SplitSlot, StagingSink
 from icetail.state.checkpoint import ChunkCommit, SplitProgress
 from icetail.state.store import CheckpointStore
@@ -108,7 +108,7 @@ def segments_in_order(
 def key_columns(read_schema: pa.Schema, identifiers: Sequence[str], *, net: bool = False) -> tuple[str, ...]:
     """What co-locates rows that may cancel or pair: the identifier columns, else every data column
     (for a net fold without `_schema_id`: a row inserted under one schema and deleted under the next
-    is the same row there, reader/net.py)."""
+    is the same row there, reader/changes/net.py)."""
     if identifiers:
         return tuple(identifiers)
     ignored = set(METADATA_COLUMNS) | set(LINEAGE_COLUMNS) | ({SCHEMA_ID} if net else set())
@@ -144,7 +144,7 @@ def deliver_partitioned(
 
     ConfigError when the snapshot was partly delivered cut otherwise (other identifier columns,
     carry-over rule or partition count): its remaining rows cannot be cut to match. A `NetShuffleSpec`
-    is a whole batch's net fold in partitions (reader/net_shuffle.py), anchored at its first split.
+    is a whole batch's net fold in partitions (reader/changes/net_shuffle.py), anchored at its first split.
     """
     stored = progress[snapshot.anchor.split_id].parts_key
     if stored is not None and stored != spec.fingerprint:

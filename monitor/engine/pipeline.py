@@ -79,18 +79,14 @@ from icetail.monitor.engine.verify import (
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import table_on_branch
-from icetail.reader.metadata_columns import CHANGE_TYPE
-from icetail.reader.net_shuffle import NetFoldNotExact
-from icetail.reader.reconcile import HIDDEN_PREFIX
-from icetail.reader.spark import (
-    BackgroundSession,
-    SplitRequest,
-    current_scheduler_pool,
-    is_connect,
-    run_splits,
-    use_scheduler_pool,
-)
-from icetail.reader.split_reader import Chunk
+from icetail.reader.changes.net_shuffle import NetFoldNotExact
+from icetail.reader.changes.reconcile import HIDDEN_PREFIX
+from icetail.reader.spark.background import BackgroundSession
+from icetail.reader.spark.payloads import SplitRequest
+from icetail.reader.spark.session import current_scheduler_pool, is_connect, use_scheduler_pool
+from icetail.reader.spark.waves import run_splits
+from icetail.reader.split.metadata_columns import CHANGE_TYPE
+from icetail.reader.split.read import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.sinks.debezium import EnvelopeSink
 from icetail.sinks.keyed import GroupWriteSink, KeyedSink, SparkTaskSink
@@ -886,7 +882,7 @@ class Pipeline:
     def _deliver_net(
         self, table: Table, inflight: Inflight, schema_id: int | None, identifiers: tuple[str, ...], tally: _Tally
     ) -> bool:
-        """The batch's net changes (reader/net.py) as one chunk anchored at its first split.
+        """The batch's net changes (reader/changes/net.py) as one chunk anchored at its first split.
 
         Every split is read again from its first row (the net rows are a function of all of them),
         the rows are written under one chunk key and every split is committed done in one
@@ -966,7 +962,7 @@ class Pipeline:
         identifiers: tuple[str, ...],
         tally: _Tally,
     ) -> bool:
-        """The batch's net changes folded by Spark tasks in partitions (reader/net_shuffle.py), a chunk
+        """The batch's net changes folded by Spark tasks in partitions (reader/changes/net_shuffle.py), a chunk
         each, committed as the partitions of a reconciled snapshot are (monitor/engine/partitioned.py):
         a crash resumes at the first partition not committed. NetFoldNotExact before any output when
         the driver must fold it."""

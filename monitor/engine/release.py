@@ -3,7 +3,7 @@
 The Python API, the pipeline and a Spark task of the data source all read a plan's chunks in
 plan order and hand them on in the same units:
 - a snapshot that can yield both DELETE and INSERT rows (`gathered_snapshots`) is held whole and
-  leaves as one unit, to be reconciled (reader/reconcile.py pairs updates, drops carry-over);
+  leaves as one unit, to be reconciled (reader/changes/reconcile.py pairs updates, drops carry-over);
 - under `--verify strict` a snapshot some summary rule proves is held until its check passed,
   then leaves as read; a failed check raises before any of its rows left (engine/verify.py);
 - every other chunk leaves as soon as it is read.
@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from icetail.kernel.model import ChangeTask, FileChangeKind
 from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier
-from icetail.reader.reconcile import reconcile_snapshot
-from icetail.reader.row_lineage import without_lineage
-from icetail.reader.split_reader import Chunk
+from icetail.reader.changes.reconcile import reconcile_snapshot
+from icetail.reader.split.read import Chunk
+from icetail.reader.split.row_lineage import without_lineage
 
 
 def snapshots_needing_reconcile(tasks: Iterable[ChangeTask]) -> set[int]:
@@ -112,7 +112,7 @@ def observed(chunks: Iterable[Chunk], on_chunk: Callable[[Chunk], None]) -> Iter
 
 
 def snapshot_batches(released: Iterable[Release]) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """The rows of released chunks with their commit snapshot, as a net fold takes them (reader/net.py)."""
+    """The rows of released chunks with their commit snapshot, as a net fold takes them (reader/changes/net.py)."""
     for release in released:
         for batch in release.batches:
             yield release.snapshot_id, batch

@@ -21,7 +21,7 @@ from icetail.kernel.errors import TerminalError
 from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType
 from icetail.kernel.settings import verify_mode_for_read, verify_mode_name
 from icetail.monitor.planning.summary_rules import Expectation, expectations
-from icetail.reader.split_reader import Chunk
+from icetail.reader.split.read import Chunk
 
 log = logging.getLogger("icetail.verify")
 

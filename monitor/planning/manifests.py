@@ -34,11 +34,11 @@ from pyiceberg.manifest import (
 from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.errors import IcetailError, MetadataError
+from icetail.kernel.lru import LRU
 from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
 from icetail.kernel.settings import DEFAULT_MANIFEST_CACHE_ENTRIES
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
-from icetail.reader.lru import LRU
-from icetail.reader.pyiceberg_compat import (
+from icetail.reader.split.pyiceberg_compat import (
     manifest_first_row_id,
     open_manifest_list,
     optional_data_file_field,

@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from icetail.kernel.lru import LRU
 from icetail.kernel.model import ChangeSplit, ChangeTask, CommitInfo, DataFileRef, DeleteFileRef, FileChangeKind
 from icetail.kernel.settings import DEFAULT_MANIFEST_CACHE_ENTRIES, DEFAULT_TARGET_SPLIT_BYTES, MAIN_BRANCH
 from icetail.monitor.planning.delete_index import DeleteIndex, global_spec_ids
@@ -29,9 +30,8 @@ from icetail.monitor.planning.diff import (
 from icetail.monitor.planning.lineage import snapshot_by_id, snapshot_or_raise, snapshots_between
 from icetail.monitor.planning.manifests import DEFAULT_PLANNING_THREADS, ManifestReader, shared_manifest_cache
 from icetail.monitor.planning.pruning import FilePruner
-from icetail.reader.deletes import referenced_data_files
-from icetail.reader.fileio import file_io_for
-from icetail.reader.lru import LRU
+from icetail.reader.split.deletes import referenced_data_files
+from icetail.reader.split.fileio import file_io_for
 
 MAX_CACHED_DELETE_FILES = 4096  # position delete files whose referenced data files a planner remembers
 
@@ -80,7 +80,7 @@ class Planner:
     ) -> None:
         """`early_stop=False`: always decode a new snapshot's whole manifest list (see ManifestReader).
 
-        `row_filter` (reader/row_filter.py): plans leave out the data files whose partition or
+        `row_filter` (reader/split/row_filter.py): plans leave out the data files whose partition or
         column bounds prove they hold no matching row (planning/pruning.py).
 
         `branch` names the ref whose head is `table`'s current snapshot (see refs.table_on_branch);

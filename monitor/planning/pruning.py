@@ -4,7 +4,7 @@ A file is skipped only when its metadata proves that none of its rows match (pyi
 inclusive projection of the filter onto the file's partition spec, then its column metrics), so
 every file that holds a matching row is read: a row that matches lies in every file that holds
 it, on both sides of a copy-on-write rewrite, and carry-over removal and update pairing see it
-whole (reader/row_filter.py). Anything the evaluators cannot decide (a spec or column the
+whole (reader/split/row_filter.py). Anything the evaluators cannot decide (a spec or column the
 current schema no longer has, bounds of a promoted type) keeps the file.
 """
 
@@ -20,8 +20,8 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 
-from icetail.reader.pyiceberg_compat import metrics_may_match
-from icetail.reader.row_filter import parse_row_filter
+from icetail.reader.split.pyiceberg_compat import metrics_may_match
+from icetail.reader.split.row_filter import parse_row_filter
 
 log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ class _SkippedTickFilter(logging.Filter):
 class Py4jRootRecords(logging.Filter):
     """Drops what py4j logs on the root logger when the JVM's connection is lost (`logging.exception`
     with a traceback, which without a handler also prints as "ERROR:root:..."): the error raised next
-    says what happened in one line (reader/session_health.py)."""
+    says what happened in one line (reader/spark/session_health.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)

@@ -53,8 +53,8 @@ from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
-from icetail.reader.session_health import lost_session_error
-from icetail.reader.spark import scheduler_pool
+from icetail.reader.spark.session import scheduler_pool
+from icetail.reader.spark.session_health import lost_session_error
 from icetail.state.checkpoint import Cursor
 from icetail.state.store import open_store
 
@@ -197,7 +197,7 @@ class Service:
             extra={"port": port, "consumers": list(self._jobs), "scheduler_threads": self.config.scheduler_threads},
         )
         if self._spark is None:
-            from icetail.reader.spark import BackgroundSession
+            from icetail.reader.spark.background import BackgroundSession
 
             # the JVM and the Python workers start while the first ticks open stores and plan;
             # a pipeline waits for the session only when its first batch reads. Several tables

@@ -7,7 +7,7 @@ import pytest
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.commit_group import ChunkGroup, Member, coalesced
 from icetail.monitor.engine.config import GroupPolicy
-from icetail.reader.split_reader import Chunk
+from icetail.reader.split.read import Chunk
 from icetail.sinks.base import ChunkKey
 from icetail.state.checkpoint import ChunkCommit
 

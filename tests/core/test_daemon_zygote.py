@@ -1,7 +1,7 @@
-"""The worker daemon forked from a zygote that imported it beside the JVM's start (reader/daemon_zygote.py).
+"""The worker daemon forked from a zygote that imported it beside the JVM's start (reader/spark/daemon_zygote.py).
 
 Spark's side of the daemon protocol is played here by a real process: it starts the daemon
-module as Spark does (`python -m icetail.reader.spark_daemon`, pipes on stdin and stdout), reads
+module as Spark does (`python -m icetail.reader.spark.daemon`, pipes on stdin and stdout), reads
 the port from stdout, and ends the daemon by closing stdin or by SIGTERM, as Spark does.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from icetail.reader.daemon_zygote import SOCKET_ENV, launch, start_zygote, stop_zygotes
+from icetail.reader.spark.daemon_zygote import SOCKET_ENV, launch, start_zygote, stop_zygotes
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "send_fds"), reason="needs Unix descriptor passing")
 
@@ -55,7 +55,7 @@ def _spark_starts_daemon(path: str | None) -> tuple[subprocess.Popen[bytes], int
     if path is not None:
         env[SOCKET_ENV] = path
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "icetail.reader.spark_daemon"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        [sys.executable, "-m", "icetail.reader.spark.daemon"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
     )
     assert launcher.stdout is not None
     (port,) = struct.unpack("!i", launcher.stdout.read(4))
@@ -141,7 +141,7 @@ def test_the_zygote_ends_with_the_driver(tmp_path: Path) -> None:
     """A driver killed outright leaves no zygote behind (its stdin is a pipe from the driver)."""
     script = (
         "import os, sys, time\n"
-        "from icetail.reader.daemon_zygote import start_zygote\n"
+        "from icetail.reader.spark.daemon_zygote import start_zygote\n"
         "print(start_zygote(sys.executable, dict(os.environ)), flush=True)\n"
         "time.sleep(600)\n"
     )

@@ -11,9 +11,9 @@ from pyiceberg.schema import Schema
 
 from icetail.kernel.model import DeleteContent, DeleteFileRef
 from icetail.monitor.engine.api import read_context
-from icetail.reader.fileio import file_io_for
-from icetail.reader.projection import key_field
-from icetail.reader.split_reader import _delete_state
+from icetail.reader.split.fileio import file_io_for
+from icetail.reader.split.projection import key_field
+from icetail.reader.split.read import _delete_state
 from tests.support.small_table import SmallTable
 
 

@@ -128,7 +128,7 @@ import subprocess
 import sys
 import time
 from icetail.kernel.processes import child_processes
-from icetail.reader.spark import BackgroundSession
+from icetail.reader.spark.background import BackgroundSession
 
 session = BackgroundSession()
 deadline = time.monotonic() + 60
@@ -161,7 +161,8 @@ def test_abandon_stops_a_jvm_that_is_still_starting(java: CountingJava, tmp_path
 
 
 KEEP_SCRIPT = """
-from icetail.reader.spark import BackgroundSession, spark_session
+from icetail.reader.spark.background import BackgroundSession
+from icetail.reader.spark.session import spark_session
 
 spark = spark_session()  # a session that runs before: its JVM is a child of this process too
 session = BackgroundSession()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from icetail.reader.java_runtime import installed_java_17
+from icetail.reader.spark.java_runtime import installed_java_17
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.java_launches import path_without_java
 from tests.support.processes import child_env, icetail_lines, run_icetail

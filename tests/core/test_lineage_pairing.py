@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.changes.reconcile import reconcile_snapshot
 
 META = {"_change_ordinal": 0, "_commit_snapshot_id": 7, "_commit_timestamp": 0}
 

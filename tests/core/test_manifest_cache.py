@@ -10,9 +10,9 @@ import pyarrow as pa
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
+from icetail.kernel.lru import LRU
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import Planner
-from icetail.reader.lru import LRU
 from tests.support.small_table import SCHEMA, SmallTable
 
 

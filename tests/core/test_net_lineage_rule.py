@@ -16,9 +16,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icetail.reader.metadata_columns import change_schema
-from icetail.reader.net import NetChanges
-from icetail.reader.row_lineage import LINEAGE_FIELDS
+from icetail.reader.changes.net import NetChanges
+from icetail.reader.split.metadata_columns import change_schema
+from icetail.reader.split.row_lineage import LINEAGE_FIELDS
 
 SCHEMA = change_schema(pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string()), *LINEAGE_FIELDS]))
 Change = tuple[int | None, Any, Any, str, int]  # (_row_id, id, v, type, ordinal)

@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icetail.reader.metadata_columns import change_schema
-from icetail.reader.net import NetChanges, net_key_columns
-from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.changes.net import NetChanges, net_key_columns
+from icetail.reader.changes.reconcile import reconcile_snapshot
+from icetail.reader.split.metadata_columns import change_schema
 
 SCHEMA = change_schema(pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())]))
 

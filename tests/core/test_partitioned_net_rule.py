@@ -1,4 +1,4 @@
-"""The partitioned net fold's stages (reader/net_shuffle_tasks.py) against the driver fold, without Spark.
+"""The partitioned net fold's stages (reader/changes/net_shuffle_tasks.py) against the driver fold, without Spark.
 
 The stages are run here as Spark runs them: records grouped by their target partition between
 stages (what `partitionBy` with the identity does), every partition's task in turn. Random
@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icetail.reader.net import NetChanges, data_columns
-from icetail.reader.net_shuffle import NetShuffleSpec
-from icetail.reader.net_shuffle_tasks import lineage_stage, net_output_task, routed
-from icetail.reader.shuffle_tasks import with_order
+from icetail.reader.changes.net import NetChanges, data_columns
+from icetail.reader.changes.net_shuffle import NetShuffleSpec
+from icetail.reader.changes.net_shuffle_tasks import lineage_stage, net_output_task, routed
+from icetail.reader.changes.shuffle_tasks import with_order
 from tests.core.test_net_lineage_rule import SCHEMA as LINEAGE_SCHEMA
 from tests.core.test_net_lineage_rule import _random_history as lineage_history
 from tests.core.test_net_lineage_rule import _rows as lineage_rows

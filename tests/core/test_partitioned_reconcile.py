@@ -1,6 +1,6 @@
 """Reconciling a snapshot partition by partition gives what reconciling it whole gives.
 
-What a shuffled reconciliation (reader/shuffle.py) rests on, checked on real Arrow tables of
+What a shuffled reconciliation (reader/changes/shuffle.py) rests on, checked on real Arrow tables of
 random change rows with many carry-overs, duplicates, updates, changed keys and nulls: rows
 split by the stable hash of the identifier columns (or the data columns) and reconciled per
 partition, and with row lineage in two phases (by `_row_id`, then the rows lineage does not
@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot, settle_by_lineage
-from icetail.reader.stable_hash import hashable_columns, partition_of, row_hash
+from icetail.reader.changes.reconcile import HIDDEN_PREFIX, reconcile_snapshot, settle_by_lineage
+from icetail.reader.changes.stable_hash import hashable_columns, partition_of, row_hash
 from tests.support.processes import REPO_ROOT
 
 META = {"_change_ordinal": 3, "_commit_snapshot_id": 7, "_commit_timestamp": 1000}
@@ -121,7 +121,7 @@ def test_the_hash_is_stable_across_processes_slices_chunks_and_dictionaries() ->
     assert row_hash(pa.table({"f": [0.0]}), ["f"])[0] == row_hash(pa.table({"f": [-0.0]}), ["f"])[0]
     script = (
         "import pyarrow as pa\n"
-        "from icetail.reader.stable_hash import row_hash\n"
+        "from icetail.reader.changes.stable_hash import row_hash\n"
         "t = pa.table({'s': pa.array(['a', None, '', 'bc']), 'i': pa.array([1, 2, None, 4], pa.int64())})\n"
         "print(','.join(str(v) for v in row_hash(t, ['s', 'i'])))\n"
     )

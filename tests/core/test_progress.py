@@ -7,7 +7,7 @@ import io
 import pyarrow as pa
 
 from icetail.monitor.cli.progress import Progress
-from icetail.reader.split_reader import Chunk
+from icetail.reader.split.read import Chunk
 
 
 class _Terminal(io.StringIO):

@@ -1,4 +1,4 @@
-"""Each pyiceberg internal icetail uses (reader/pyiceberg_compat.py), tested directly: a pyiceberg upgrade
+"""Each pyiceberg internal icetail uses (reader/split/pyiceberg_compat.py), tested directly: a pyiceberg upgrade
 that changes one fails here by name. JVM-free: a pyiceberg-written table and a deletion-vector blob built
 by hand from the spec's byte layout."""
 
@@ -10,7 +10,7 @@ import numpy as np
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
 from pyroaring import BitMap
 
-from icetail.reader.pyiceberg_compat import (
+from icetail.reader.split.pyiceberg_compat import (
     deletion_vector_positions,
     open_manifest_list,
     optional_data_file_field,

@@ -12,7 +12,7 @@ from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType, CommitInfo
 from icetail.monitor.engine.release import Release, releases, snapshot_batches
 from icetail.monitor.engine.verify import SnapshotCheck, SnapshotRules, SnapshotVerifier
 from icetail.monitor.planning.summary_rules import Expectation
-from icetail.reader.split_reader import Chunk
+from icetail.reader.split.read import Chunk
 
 # split id -> snapshot: A (1) has two splits, B (2) one, C (3) two
 SNAPSHOT_OF = {"a1": 1, "a2": 1, "b1": 2, "c1": 3, "c2": 3}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from icetail.reader.equality import row_codes, rows_matching
-from icetail.reader.reconcile import reconcile_snapshot
+from icetail.reader.changes.reconcile import reconcile_snapshot
+from icetail.reader.split.equality import row_codes, rows_matching
 
 META = {"_change_ordinal": 0, "_commit_snapshot_id": 7, "_commit_timestamp": 0}
 
@@ -66,7 +66,7 @@ def test_keep_carry_over() -> None:
 
 
 def test_delete_key_sets_match_nulls_and_every_key_type() -> None:
-    from icetail.reader.equality import DeleteKeySet
+    from icetail.reader.split.equality import DeleteKeySet
 
     ints = DeleteKeySet(pa.table({"1": pa.array([5, None, 9, 9], pa.int64())}))
     assert ints.matches(pa.table({"1": pa.array([1, 5, None, 9, 10], pa.int64())})).tolist() == [

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.once  # a JVM of its own; the pools are the same on bot
 SCRIPT = """
 import json, sys
 import icetail
-from icetail.reader.spark import scheduler_pool, spark_session
+from icetail.reader.spark.session import scheduler_pool, spark_session
 
 spark = spark_session(conf={"spark.scheduler.mode": "FAIR"})
 table = icetail.load_table(sys.argv[1], "ns.t")

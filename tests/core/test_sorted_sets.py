@@ -1,11 +1,11 @@
-"""Integer sets as sorted arrays (reader/sorted_sets.py) agree with numpy's set routines."""
+"""Integer sets as sorted arrays (reader/split/sorted_sets.py) agree with numpy's set routines."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from icetail.reader.sorted_sets import in_sorted, sorted_unique
+from icetail.reader.split.sorted_sets import in_sorted, sorted_unique
 
 
 @pytest.mark.parametrize("high", [3, 1000, 2**62])  # duplicates galore, some, almost none

@@ -36,7 +36,7 @@ def _refaulted_pages(_: Any) -> list[tuple[str | None, int]]:
     import numpy as np
     import pyarrow as pa
 
-    from icetail.reader.spark import PURGE_DELAY_ENV
+    from icetail.reader.spark.session import PURGE_DELAY_ENV
 
     def touch() -> None:
         buffers = []
@@ -57,7 +57,7 @@ def test_workers_reuse_freed_arrow_memory_instead_of_faulting_it_in_again(spark:
     """Issue 24 s5: warm rounds under load spent up to twice the worker CPU re-faulting memory the
     allocator had purged between tasks (R41). The workers keep it (MIMALLOC_PURGE_DELAY); with a
     10 ms delay the second touch re-faults about 1,400 pages here, with the setting none."""
-    from icetail.reader.spark import WORKER_PURGE_DELAY_MS
+    from icetail.reader.spark.session import WORKER_PURGE_DELAY_MS
 
     if pa_pool_backend() != "mimalloc":
         pytest.skip("pyarrow's default memory pool is not mimalloc here")

@@ -19,20 +19,11 @@ from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType, CommitInfo
 from icetail.kernel.processes import host_tag
 from icetail.monitor.engine.api import read_context
 from icetail.monitor.planning.planner import Planner
-from icetail.reader.metadata_columns import with_metadata
-from icetail.reader.spark import (
-    DEFAULT_WAVE_BYTES,
-    HANDOFF_PREFIX,
-    SplitRequest,
-    _decode,
-    _encode,
-    _publish,
-    _stream_task,
-    group_for_tasks,
-    remove_orphaned_handoffs,
-    run_splits,
-)
-from icetail.reader.split_reader import Chunk
+from icetail.reader.spark.handoff import HANDOFF_PREFIX, _publish, remove_orphaned_handoffs
+from icetail.reader.spark.payloads import SplitRequest, decode, encode
+from icetail.reader.spark.waves import DEFAULT_WAVE_BYTES, _stream_task, group_for_tasks, run_splits
+from icetail.reader.split.metadata_columns import with_metadata
+from icetail.reader.split.read import Chunk
 from tests.support.small_table import SmallTable
 
 COMMIT = CommitInfo(1, None, "append", 0, 1, 0)
@@ -141,7 +132,7 @@ def _published_task(handoff: Path, key: str, ids: list[list[int]], *, end: bool 
     for seq, rows in enumerate(ids):
         batch = pa.RecordBatch.from_pydict({"id": pa.array(rows, pa.int64())})
         chunk = Chunk("split-0", seq * 10, seq * 10 + len(rows), batch, len(rows), 1, 0, seq == len(ids) - 1)
-        _publish(str(handoff / f"{key}-{seq:07d}.chunk"), pickle.dumps(_encode(chunk, str(handoff))))
+        _publish(str(handoff / f"{key}-{seq:07d}.chunk"), pickle.dumps(encode(chunk, str(handoff))))
     if end:
         _publish(str(handoff / f"{key}.end"), b"")
 
@@ -198,9 +189,9 @@ def test_chunks_cross_to_the_driver_unchanged_with_metadata_sent_once(tmp_path: 
     two_types = Chunk("s", 0, 3, mixed, 3, 1, 0, True, change_counts=(("DELETE", 1), ("INSERT", 2)))
     where = str(tmp_path) if handoff else None
 
-    sent_once = _encode(one_type, where)
+    sent_once = encode(one_type, where)
     assert sent_once.constant == ("INSERT", 2, 7, 1_700_000_000_123_000)  # the values, not four columns
-    for chunk, payload in ((one_type, sent_once), (two_types, _encode(two_types, where))):
-        decoded = _decode(pickle.loads(pickle.dumps(payload)))
+    for chunk, payload in ((one_type, sent_once), (two_types, encode(two_types, where))):
+        decoded = decode(pickle.loads(pickle.dumps(payload)))
         assert decoded.batch is not None and decoded.batch.equals(chunk.batch, check_metadata=True)
         assert decoded.batch.schema == chunk.batch.schema

@@ -39,8 +39,15 @@ from pyiceberg.types import (
 
 from icetail.kernel.errors import MetadataError
 from icetail.monitor.cli.main import main
-from icetail.reader.equality import row_codes
-from icetail.reader.projection import check_readable, columns_to_read, key_columns, key_field, project, struct_path
+from icetail.reader.split.equality import row_codes
+from icetail.reader.split.projection import (
+    check_readable,
+    columns_to_read,
+    key_columns,
+    key_field,
+    project,
+    struct_path,
+)
 from icetail.sinks.jsonl_encoding import encode_jsonl
 
 # file schema: struct s {a int, b string, m map<string, list<int>>}, list<struct<x int>>, map<string, struct<q double>>

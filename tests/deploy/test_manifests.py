@@ -355,7 +355,7 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
         "README.md",
         "icetail/__init__.py",
         "state/__init__.py",
-        "reader/spark.py",
+        "reader/spark/session.py",
         "monitor/cli/main.py",
     ):
         assert not ignored(needed), needed

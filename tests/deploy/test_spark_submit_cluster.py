@@ -22,7 +22,7 @@ import pytest
 from pyiceberg.expressions import EqualTo, LessThan
 
 from icetail.monitor.engine.api import read_changes
-from icetail.reader.spark import TASKS_PER_CORE
+from icetail.reader.spark.waves import TASKS_PER_CORE
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,

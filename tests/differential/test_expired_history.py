@@ -280,7 +280,7 @@ def test_direct_diff_with_identifier_columns_pairs_updates_and_cancels_compactio
 ) -> None:
     """A compaction between the two snapshots cancels as carry-over; one change per key pairs as an update.
 
-    `partitioned`: the collapsed commit is reconciled by Spark tasks in partitions (reader/shuffle.py),
+    `partitioned`: the collapsed commit is reconciled by Spark tasks in partitions (reader/changes/shuffle.py),
     as any snapshot bigger than --reconcile-partition-bytes is, and delivers the same rows."""
     catalog.set_env(monkeypatch)
     ident = catalog.ident("t")

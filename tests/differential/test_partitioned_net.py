@@ -6,7 +6,7 @@ copy-on-write and merge-on-read UPDATE, DELETE and MERGE, a rewrite that changes
 (carry-overs), a key change, INSERT OVERWRITE, rows duplicated so that cancellation is a
 multiset one; on v3 tables (row lineage) the lineage workload too (rows updated twice, re-keyed,
 compacted). Each history is delivered by `icetail run --net` in batches of a few snapshots,
-folded whole in the driver and in partitions of a few hundred bytes (reader/net_shuffle.py):
+folded whole in the driver and in partitions of a few hundred bytes (reader/changes/net_shuffle.py):
 the sinks must hold the same rows (multisets of full rows, stamps included), and the net rows
 of all batches replayed onto the empty table give Java's rows at the end. On v3, an INSERT
 OVERWRITE gives rows changed earlier in the batch new row ids (lost lineage): that batch is

@@ -100,7 +100,7 @@ def test_a_delete_of_few_rows_reads_dictionary_text_as_indices_and_matches_java(
     """A DELETE of 10% (position deletes or DVs): the reader takes the low-cardinality text column as
     dictionary indices (split_reader._dictionary_columns) and keeps plain reads for the others; the
     rows, NULLs included, are Java's, read whole and in chunks that cut row groups."""
-    from icetail.reader.split_reader import _dictionary_columns
+    from icetail.reader.split.read import _dictionary_columns
 
     _create(catalog, "id bigint, cat string, name string, tag string", format_version=format_version)
     catalog.sql(

@@ -2,7 +2,7 @@
 
 The source: 6 appends of a file of 2,000 rows, then a copy-on-write DELETE of 1% of the rows that
 rewrites every file (12,000 rows deleted and inserted again, 11,880 of them carry-overs), which
-`run` reconciles in partitions of a few KB (reader/shuffle.py): about 40 partitions, the
+`run` reconciles in partitions of a few KB (reader/changes/shuffle.py): about 40 partitions, the
 non-empty ones one sink chunk each. Each test crashes the run inside that snapshot after some
 partitions were committed, then resumes and checks that
 - the sink holds exactly `read_changes` of the table (multisets of full rows),

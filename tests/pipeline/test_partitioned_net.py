@@ -3,7 +3,7 @@
 The source is the crash tests' mixed table (pyiceberg: appends, a copy-on-write delete with
 carry-overs, an overwrite as delete + append of the same ids, deletes of rows appended shortly
 before, a schema change). Each net batch is delivered twice: folded whole in the driver
-(`reconcile_partition_bytes=0`) and in partitions of a few KB (reader/net_shuffle.py, a chunk
+(`reconcile_partition_bytes=0`) and in partitions of a few KB (reader/changes/net_shuffle.py, a chunk
 each). The two sinks must hold the same rows (multisets of full rows, stamps included), with and
 without identifier columns, and the net rows replayed onto the empty table give its rows at the
 end. A crash between partitions resumes at the partition: what was committed is never written

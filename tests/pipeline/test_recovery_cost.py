@@ -3,7 +3,7 @@
 One data file of 200,000 rows in row groups of 10,000, read in chunks of 4,000 rows: a row
 group is cut into chunks [0, 4000), [4000, 8000), [8000, 10000) relative to its start.
 
-`icetail.reader.split_reader.read_split` resumes a split at the committed file row C by opening C's
+`icetail.reader.split.read.read_split` resumes a split at the committed file row C by opening C's
 row group and decoding it from its first row (pyarrow cannot start inside a row group), then
 every later row group of the split; row groups wholly before C are never opened. So the
 restarted batch decodes exactly

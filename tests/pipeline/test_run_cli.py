@@ -35,7 +35,7 @@ from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
-from icetail.reader.spark import HOLD_SESSION_START_ENV
+from icetail.reader.spark.background import HOLD_SESSION_START_ENV
 from icetail.sinks.parquet_sink import ParquetDirSink
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog

@@ -28,7 +28,7 @@ from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.planning.planner import Planner
-from icetail.reader.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS, SCHEMA_ID
+from icetail.reader.split.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS, SCHEMA_ID
 from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS
 from icetail.sinks.parquet_sink import ParquetDirSink

@@ -36,7 +36,7 @@ from icetail.kernel.model import ChangeType
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV
 from icetail.monitor.service.metrics import FailureStage
-from icetail.reader.spark import HOLD_SESSION_START_ENV
+from icetail.reader.spark.background import HOLD_SESSION_START_ENV
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,

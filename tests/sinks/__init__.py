@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.kernel.model import ChangeType, CommitInfo
-from icetail.reader.metadata_columns import with_metadata
+from icetail.reader.split.metadata_columns import with_metadata
 from icetail.sinks.base import ChunkKey
 
 CONSUMER = "orders-cdc"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from icetail.reader.spark import spark_session
+from icetail.reader.spark.session import spark_session
 from tests.spark4.killable_source import KillableChangesDataSource
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.metadata_columns import METADATA_COLUMNS
+from icetail.reader.split.metadata_columns import METADATA_COLUMNS
 
 
 def comparable(table: pa.Table) -> pa.Table:

@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.spark import PURGE_DELAY_ENV, WORKER_PURGE_DELAY_MS
+from icetail.reader.spark.session import PURGE_DELAY_ENV, WORKER_PURGE_DELAY_MS
 from tests.support.shade_jackson import shaded_jackson_jar
 
 
@@ -102,7 +102,7 @@ def spark_conf() -> dict[str, str]:
         # than it saves (a workload of 8 snapshots: ~18 s instead of ~43 s under load)
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:TieredStopAtLevel=1",
         # icetail's worker daemon, as reader.spark.spark_session sets it for a local master
-        "spark.python.daemon.module": "icetail.reader.spark_daemon",
+        "spark.python.daemon.module": "icetail.reader.spark.daemon",
         # and its workers' allocator setting, as spark_session sets it (unless the environment does)
         **({} if PURGE_DELAY_ENV in os.environ else {f"spark.executorEnv.{PURGE_DELAY_ENV}": WORKER_PURGE_DELAY_MS}),
     }

@@ -13,7 +13,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.settings import MAIN_BRANCH, parse_instant
 from icetail.monitor.engine.start_mode import StartMode, parse_start
 from icetail.monitor.engine.verify import VerifyMode, verify_mode_with_filter
-from icetail.reader.row_filter import parse_row_filter
+from icetail.reader.split.row_filter import parse_row_filter
 
 CATALOG_PROPERTY_PREFIX = "catalog."  # `catalog.uri`, `catalog.warehouse`, ...: pyiceberg catalog properties
 BATCH_OPTIONS = (
@@ -70,7 +70,7 @@ class TableOptions:
     with_schema_id: bool = False  # add `_schema_id`, the schema id of each row's commit snapshot
     with_row_lineage: bool = False  # v3 tables: `_row_id` and `_last_updated_sequence_number` columns
     verify: VerifyMode = VerifyMode.WARN  # check each snapshot against its summary, in the task reading it
-    row_filter: str | None = None  # `filter`: the changes of the rows it selects (reader/row_filter.py)
+    row_filter: str | None = None  # `filter`: the changes of the rows it selects (reader/split/row_filter.py)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from icetail.monitor.engine.verify import (
     rules_of_plan,
 )
 from icetail.monitor.planning.planner import ChangePlan
-from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import change_schema
-from icetail.reader.row_lineage import with_lineage_fields
-from icetail.reader.split_reader import Chunk, read_split
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.metadata_columns import change_schema
+from icetail.reader.split.read import Chunk, read_split
+from icetail.reader.split.row_lineage import with_lineage_fields
 
 DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024  # estimated parquet bytes of packed (unreconciled) splits
 MAX_SPLITS_PER_PARTITION = 64
@@ -203,7 +203,7 @@ def _reporter(mode: VerifyMode) -> Callable[[SnapshotCheck], None]:
 def _net_batches(
     spec: ChangePartitionSpec, chunks: Iterator[Chunk], verifier: SnapshotVerifier | None
 ) -> Iterator[pa.RecordBatch]:
-    """The net changes of the range in `spec` (reader/net.py); every snapshot is checked as it is read."""
+    """The net changes of the range in `spec` (reader/changes/net.py); every snapshot is checked as it is read."""
     lineage = NetLineage(keyed=spec.lineage_pairing, output=spec.with_row_lineage)
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in spec.splits}
     released = releases(chunks, snapshot_of, set(), verifier, on_check=_reporter(spec.verify))

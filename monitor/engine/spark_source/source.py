@@ -40,7 +40,7 @@ from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, 
 from icetail.monitor.planning.lineage import snapshot_as_of, snapshot_or_raise
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
-from icetail.reader.row_filter import checked_row_filter
+from icetail.reader.split.row_filter import checked_row_filter
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles

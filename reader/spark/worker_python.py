@@ -22,7 +22,7 @@ PROBE_SECONDS = 60.0
 # what a worker imports first: Arrow and icetail's daemon module (spark.python.daemon.module)
 PROBE = (
     "import sys; print('%d.%d' % sys.version_info[:2]); "
-    "import pyarrow, icetail.reader.spark_daemon, icetail.reader.split_reader"
+    "import pyarrow, icetail.reader.spark.daemon, icetail.reader.split.read"
 )
 
 

@@ -17,10 +17,10 @@ from pyiceberg.io import FileIO
 from pyiceberg.table.puffin import PuffinFile
 
 from icetail.kernel.errors import MetadataError
+from icetail.kernel.lru import LRU
 from icetail.kernel.model import DeleteContent, DeleteFileRef
 from icetail.kernel.storage_errors import storage_error
-from icetail.reader.lru import LRU
-from icetail.reader.pyiceberg_compat import deletion_vector_positions
+from icetail.reader.split.pyiceberg_compat import deletion_vector_positions
 
 FILE_PATH_COLUMN = "file_path"
 POS_COLUMN = "pos"

@@ -1,6 +1,6 @@
 """PySpark's worker daemon, minus three per-task costs that buy nothing for icetail.
 
-Select it with `spark.python.daemon.module=icetail.reader.spark_daemon` (done for local masters).
+Select it with `spark.python.daemon.module=icetail.reader.spark.daemon` (done for local masters).
 
 * PySpark calls `importlib.invalidate_caches()` before every task, which makes every
   zipimporter re-read the central directory of `pyspark.zip` and py4j's zip: about 70 ms a task
@@ -15,7 +15,7 @@ Select it with `spark.python.daemon.module=icetail.reader.spark_daemon` (done fo
   second waits: 40 ms a task. The worker re-arms TCP_QUICKACK before reading each task and
   sets TCP_NODELAY for its own replies.
 
-Everything else is PySpark's own daemon. When the driver started a zygote (reader/daemon_zygote.py),
+Everything else is PySpark's own daemon. When the driver started a zygote (reader/spark/daemon_zygote.py),
 this module, run by Spark, only hands it Spark's pipes: the zygote, these imports done, becomes the daemon.
 """
 
@@ -25,7 +25,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from icetail.reader.daemon_zygote import SOCKET_ENV, launch
+from icetail.reader.spark.daemon_zygote import SOCKET_ENV, launch
 
 
 def prepared() -> ModuleType:
@@ -42,7 +42,7 @@ def prepared() -> ModuleType:
     zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
 
     with contextlib.suppress(ImportError):
-        import icetail.reader.split_reader  # noqa: F401
+        import icetail.reader.split.read  # noqa: F401
         import icetail.sinks.iceberg_mirror_tasks  # noqa: F401  (the Iceberg mirror's rewrite tasks)
 
     pyspark_worker = daemon.worker

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.kernel.model import ChangeType
-from icetail.reader.equality import row_codes
-from icetail.reader.metadata_columns import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS
-from icetail.reader.row_lineage import LINEAGE_COLUMNS, ROW_ID
+from icetail.reader.split.equality import row_codes
+from icetail.reader.split.metadata_columns import CHANGE_TYPE, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS
+from icetail.reader.split.row_lineage import LINEAGE_COLUMNS, ROW_ID
 
 HIDDEN_PREFIX = "__icetail_"  # bookkeeping columns a caller may carry through; never compared
 
@@ -201,7 +201,7 @@ def _ordered(
     return pa.concat_tables(parts)
 
 
-# The same multiset rules, shared with net changes over a range (reader/net.py).
+# The same multiset rules, shared with net changes over a range (reader/changes/net.py).
 cancelled_rows = _cancelled
 one_delete_one_insert = _paired
 lineage_pairs = _lineage_pairs

@@ -10,8 +10,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 
 from icetail.kernel.secrets import redacted_items
-from icetail.reader.projection import arrow_schema_with_ids
-from icetail.reader.row_filter import RowFilter, row_filter_for
+from icetail.reader.split.projection import arrow_schema_with_ids
+from icetail.reader.split.row_filter import RowFilter, row_filter_for
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class ReadContext:
     name_mapping_json: str | None  # schema.name-mapping.default, for files written without field ids
     format_version: int
     with_schema_id: bool = False  # append `_schema_id` (metadata_columns.SCHEMA_ID) to every change row
-    row_filter: str | None = None  # `--filter`: only the rows it selects change (reader/row_filter.py)
+    row_filter: str | None = None  # `--filter`: only the rows it selects change (reader/split/row_filter.py)
 
     def __repr__(self) -> str:
         """Credentials redacted: a repr may end up in a log, a traceback or a task description."""

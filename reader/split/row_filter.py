@@ -3,7 +3,7 @@
 The semantics are those of a filtered view: the changes between two snapshots are the changes
 between the filtered rows of each. So a row that an UPDATE moves out of the filter is a DELETE,
 one it moves in an INSERT, and an update within the filter stays an update: the filter is
-applied to each row read, before carry-over removal and update pairing (reader/reconcile.py).
+applied to each row read, before carry-over removal and update pairing (reader/changes/reconcile.py).
 It follows that "the previous snapshot's filtered rows plus the changes equal the next
 snapshot's filtered rows", the invariant the tests check.
 
@@ -27,7 +27,7 @@ from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.schema import Schema
 
 from icetail.kernel.errors import ConfigError
-from icetail.reader.projection import field_ids_within
+from icetail.reader.split.projection import field_ids_within
 
 _EXAMPLE = "e.g. --filter \"region = 'eu' and amount > 100\""
 _ROW_INDEX = "__icetail_filter_row"

@@ -1,8 +1,8 @@
 """A range's net changes folded in partitions, one Spark task each, instead of whole in the driver.
 
-`NetChanges` (reader/net.py) groups rows by content, pairs by key and, with row lineage, follows
+`NetChanges` (reader/changes/net.py) groups rows by content, pairs by key and, with row lineage, follows
 rows by `_row_id`. Each rule only looks at rows that share what it groups by, so the range's
-change rows are cut by a stable hash (reader/stable_hash.py) of that and every partition is
+change rows are cut by a stable hash (reader/changes/stable_hash.py) of that and every partition is
 folded on its own, in plan order:
 - without row lineage: one shuffle by the key columns (the identifier columns, else every data
   column): identical rows have identical keys, so the count and the update pairing both see
@@ -29,11 +29,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.context import ReadContext
-from icetail.reader.net_shuffle_tasks import lineage_stage, net_output_task, net_read_task
-from icetail.reader.shuffle import ShuffleOutput, identity_partitioner, output_waves, read_task_runs
-from icetail.reader.spark import SplitRequest
-from icetail.reader.stable_hash import PARTITION_HASH_VERSION
+from icetail.reader.changes.net_shuffle_tasks import lineage_stage, net_output_task, net_read_task
+from icetail.reader.changes.shuffle import ShuffleOutput, identity_partitioner, output_waves, read_task_runs
+from icetail.reader.changes.stable_hash import PARTITION_HASH_VERSION
+from icetail.reader.spark.payloads import SplitRequest
+from icetail.reader.split.context import ReadContext
 
 
 class NetFoldNotExact(Exception):  # noqa: N818 - a signal to fold in the driver, not an error

@@ -1,6 +1,6 @@
 """A row hash that is the same in every process and run, vectorized over Arrow buffers.
 
-A shuffled reconciliation (reader/shuffle.py) sends each change row to the partition its hash
+A shuffled reconciliation (reader/changes/shuffle.py) sends each change row to the partition its hash
 names, in whatever Spark task reads it, and a resumed batch must cut the same partitions: so
 the hash is a pure function of the values (Python's `hash()` is salted per process). Equal
 values hash equal: floats are normalized (-0.0 is 0.0, every NaN one NaN), dictionaries are

@@ -1,6 +1,6 @@
 """One snapshot reconciled in partitions, one Spark task each, instead of whole in the driver.
 
-The rows that can cancel or pair are co-located by a stable hash (reader/stable_hash.py):
+The rows that can cancel or pair are co-located by a stable hash (reader/changes/stable_hash.py):
 - without row lineage, carry-over cancellation is by whole-row content and identical rows have
   identical identifier values, so one shuffle by the identifier columns (the data columns when
   there are none) co-locates both rules;
@@ -10,7 +10,7 @@ The rows that can cancel or pair are co-located by a stable hash (reader/stable_
   rows, [P, 2P) phase 2's.
 Read tasks send (partition, (sort key, kind, payload)) records through an RDD `partitionBy`
 with the identity as partitioner, so no Iceberg type becomes a Spark type (the tasks:
-reader/shuffle_tasks.py). Each output task puts its rows in plan order (a hidden column carries
+reader/changes/shuffle_tasks.py). Each output task puts its rows in plan order (a hidden column carries
 each row's place), so a replay computes the same rows for the same output; it then stages them
 through the sink's stager or returns them. Output `first_output` also carries every read
 chunk's metadata (counts, offsets), for the driver's `--verify` and tallies. A task's read
@@ -28,19 +28,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.reader.context import ReadContext
-from icetail.reader.shuffle_tasks import output_task, read_task, settle_task
-from icetail.reader.spark import (
-    SplitRequest,
-    TaskErrorPayload,
-    current_scheduler_pool,
-    group_for_tasks,
-    job_result,
-    raise_task_error,
-    use_scheduler_pool,
-)
-from icetail.reader.split_reader import Chunk
-from icetail.reader.stable_hash import PARTITION_HASH_VERSION
+from icetail.reader.changes.shuffle_tasks import output_task, read_task, settle_task
+from icetail.reader.changes.stable_hash import PARTITION_HASH_VERSION
+from icetail.reader.spark.payloads import SplitRequest, TaskErrorPayload, raise_task_error
+from icetail.reader.spark.session import current_scheduler_pool, use_scheduler_pool
+from icetail.reader.spark.waves import group_for_tasks, job_result
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.read import Chunk
 from icetail.sinks.base import ChunkStager, SplitSlot
 
 

@@ -36,7 +36,7 @@ from pyiceberg.manifest import (
 from pyiceberg.schema import Schema
 from pyiceberg.table.deletion_vector import DeletionVector, _extract_vector_payload
 
-from icetail.reader.lru import LRU
+from icetail.kernel.lru import LRU
 
 # pyiceberg 0.12 reads manifests with the v2 schema, which drops the v3 fields deletion vectors
 # need (referenced_data_file, content_offset, content_size_in_bytes); read with v3, a superset.

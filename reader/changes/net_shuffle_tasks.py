@@ -1,4 +1,4 @@
-"""Spark task side of a partitioned net fold (reader/net_shuffle.py): records in, records out.
+"""Spark task side of a partitioned net fold (reader/changes/net_shuffle.py): records in, records out.
 
 A record is (partition, (sort key, kind, payload)); kinds name the stage whose input a piece of
 rows is ("rows:N" without lineage; "rows:A" to "rows:D" and "pairs:D" with it), or carry a read
@@ -20,10 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.kernel.errors import IcetailError
-from icetail.reader.context import ReadContext
-from icetail.reader.equality import row_codes
-from icetail.reader.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID
-from icetail.reader.net import (
+from icetail.reader.changes.net import (
     ROW_KEY,
     NetChanges,
     data_columns,
@@ -31,9 +28,8 @@ from icetail.reader.net import (
     is_delete_row,
     net_by_row_id,
 )
-from icetail.reader.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs
-from icetail.reader.row_lineage import ROW_ID, without_lineage
-from icetail.reader.shuffle_tasks import (
+from icetail.reader.changes.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs
+from icetail.reader.changes.shuffle_tasks import (
     ORDER_COLUMN,
     READ_CHUNK_ROWS,
     change_counts,
@@ -43,13 +39,17 @@ from icetail.reader.shuffle_tasks import (
     with_order,
     with_order_fields,
 )
-from icetail.reader.spark import SplitRequest, task_error
-from icetail.reader.split_reader import read_split
-from icetail.reader.stable_hash import hashable_columns
+from icetail.reader.changes.stable_hash import hashable_columns
+from icetail.reader.spark.payloads import SplitRequest, task_error
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.equality import row_codes
+from icetail.reader.split.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID
+from icetail.reader.split.read import read_split
+from icetail.reader.split.row_lineage import ROW_ID, without_lineage
 
 if TYPE_CHECKING:
-    from icetail.reader.net_shuffle import NetShuffleSpec
-    from icetail.reader.shuffle import ShuffleOutput
+    from icetail.reader.changes.net_shuffle import NetShuffleSpec
+    from icetail.reader.changes.shuffle import ShuffleOutput
 
 _META, _ERROR, _FLAG, _PROBE, _PAIRS = "meta", "error", "flag", "probe", "pairs:D"
 _NEXT = {"A": "rows:B", "B": "rows:C", "C": "rows:D"}
@@ -99,7 +99,7 @@ def routed(spec: NetShuffleSpec, rows: pa.Table, key: tuple[int, int, int]) -> I
 
 
 def lineage_stage(spec: NetShuffleSpec, stage: str, p: int, part: Iterable[_Record]) -> Iterator[_Record]:
-    """Stage A, B or C of partition `p` (reader/net_shuffle.py); other records pass on."""
+    """Stage A, B or C of partition `p` (reader/changes/net_shuffle.py); other records pass on."""
     pieces: list[tuple[_Key, bytes]] = []
     probes: list[tuple[_Key, bytes]] = []
     for target, (key, kind, payload) in part:
@@ -123,7 +123,7 @@ def lineage_stage(spec: NetShuffleSpec, stage: str, p: int, part: Iterable[_Reco
 
 def net_output_task(spec: NetShuffleSpec, index: int, part: Iterable[_Record]) -> Iterator[ShuffleOutput]:
     """Output `index`: its partition's net rows (the last stage), returned as Arrow IPC bytes."""
-    from icetail.reader.shuffle import ShuffleOutput
+    from icetail.reader.changes.shuffle import ShuffleOutput
 
     rows_pieces: list[tuple[_Key, bytes]] = []
     pair_pieces: list[tuple[_Key, bytes]] = []

@@ -63,7 +63,7 @@ def start_zygote(python: str, env: Mapping[str, str]) -> str | None:
         return None
     try:
         process = subprocess.Popen(
-            [python, "-m", "icetail.reader.daemon_zygote", path],
+            [python, "-m", "icetail.reader.spark.daemon_zygote", path],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             env=dict(env),
@@ -164,7 +164,7 @@ def serve(path: str) -> None:
     try:
         listener.bind(path)
         listener.listen(4)
-        from icetail.reader.spark_daemon import prepared
+        from icetail.reader.spark.daemon import prepared
 
         daemon = prepared()
         while request is None:

@@ -1,4 +1,4 @@
-"""Spark task side of a shuffled reconciliation (reader/shuffle.py): records in, records out.
+"""Spark task side of a shuffled reconciliation (reader/changes/shuffle.py): records in, records out.
 
 A record is (partition, (sort key, kind, payload)): a piece of a read chunk's rows (Arrow IPC,
 lz4), a read chunk's metadata, or a read error. Rows carry their place in the plan in a hidden
@@ -16,17 +16,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.kernel.errors import IcetailError
-from icetail.reader.context import ReadContext
-from icetail.reader.metadata_columns import CHANGE_TYPE
-from icetail.reader.reconcile import HIDDEN_PREFIX, reconcile_snapshot, settle_by_lineage
-from icetail.reader.row_lineage import ROW_ID, without_lineage
-from icetail.reader.spark import SplitRequest, task_error
-from icetail.reader.split_reader import read_split
-from icetail.reader.stable_hash import hashable_columns, partition_of
+from icetail.reader.changes.reconcile import HIDDEN_PREFIX, reconcile_snapshot, settle_by_lineage
+from icetail.reader.changes.stable_hash import hashable_columns, partition_of
+from icetail.reader.spark.payloads import SplitRequest, task_error
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.metadata_columns import CHANGE_TYPE
+from icetail.reader.split.read import read_split
+from icetail.reader.split.row_lineage import ROW_ID, without_lineage
 from icetail.sinks.base import ChunkStager
 
 if TYPE_CHECKING:
-    from icetail.reader.shuffle import ShuffleOutput, ShuffleSpec
+    from icetail.reader.changes.shuffle import ShuffleOutput, ShuffleSpec
 
 _ROWS, _META, _ERROR = "rows", "meta", "error"
 # each row's place in the plan, carried through the shuffles: a partition is reconciled in plan
@@ -93,7 +93,7 @@ def output_task(
     spec: ShuffleSpec, stager: ChunkStager | None, index: int, part: Iterable[_Record]
 ) -> Iterator[ShuffleOutput]:
     """Reconcile (or, for phase 1's outputs, only pass on) the partition's rows, then stage or return them."""
-    from icetail.reader.shuffle import ShuffleOutput
+    from icetail.reader.changes.shuffle import ShuffleOutput
 
     rows, carried = _gathered(spec, part)
     errors = [payload for _, kind, payload in carried if kind == _ERROR]
@@ -192,7 +192,7 @@ def _counts(rows: pa.Table) -> tuple[tuple[str, int], ...]:
     return tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())
 
 
-# for the partitioned net fold's tasks (reader/net_shuffle_tasks.py), which move rows the same way
+# for the partitioned net fold's tasks (reader/changes/net_shuffle_tasks.py), which move rows the same way
 with_order = _with_order
 with_order_fields = _with_order_fields
 partitioned_rows = _partitioned

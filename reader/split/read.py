@@ -23,17 +23,17 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
 from icetail.kernel.errors import MetadataError
+from icetail.kernel.lru import LRU
 from icetail.kernel.model import ChangeSplit, ChangeType, DeleteContent, DeleteFileRef, FileChangeKind
 from icetail.kernel.storage_errors import storage_error
-from icetail.reader.context import ReadContext
-from icetail.reader.deletes import deleted_positions, equality_delete_rows
-from icetail.reader.equality import DeleteKeySet
-from icetail.reader.fileio import file_io_for
-from icetail.reader.lru import LRU
-from icetail.reader.metadata_columns import change_schema, with_metadata
-from icetail.reader.projection import columns_to_read, file_schema, key_columns, project
-from icetail.reader.row_filter import RowFilter
-from icetail.reader.row_lineage import LINEAGE_FIELD_IDS, lineage_arrays, with_lineage_fields
+from icetail.reader.split.context import ReadContext
+from icetail.reader.split.deletes import deleted_positions, equality_delete_rows
+from icetail.reader.split.equality import DeleteKeySet
+from icetail.reader.split.fileio import file_io_for
+from icetail.reader.split.metadata_columns import change_schema, with_metadata
+from icetail.reader.split.projection import columns_to_read, file_schema, key_columns, project
+from icetail.reader.split.row_filter import RowFilter
+from icetail.reader.split.row_lineage import LINEAGE_FIELD_IDS, lineage_arrays, with_lineage_fields
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def read_split(
     """Chunks of change rows of `split`, starting at file row `start_row_inclusive`.
 
     Without `chunk_rows` a chunk is one row group. `with_row_lineage`: the rows also carry
-    `_row_id` and `_last_updated_sequence_number` (reader/row_lineage.py), after the data columns.
+    `_row_id` and `_last_updated_sequence_number` (reader/split/row_lineage.py), after the data columns.
     """
     io = file_io_for(dict(context.io_properties))
     task = split.task

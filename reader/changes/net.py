@@ -35,7 +35,7 @@ moves it to its new row id (its later changes are followed as the same row); row
 id go through the count above.
 
 Every rule groups by content, by key or by row id, so `run` folds a big batch in partitions by a
-stable hash of those, one Spark task each (reader/net_shuffle.py), with the same rows.
+stable hash of those, one Spark task each (reader/changes/net_shuffle.py), with the same rows.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.kernel.model import ChangeType
-from icetail.reader.equality import row_codes, rows_matching
-from icetail.reader.metadata_columns import (
+from icetail.reader.changes.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs, one_delete_one_insert
+from icetail.reader.split.equality import row_codes, rows_matching
+from icetail.reader.split.metadata_columns import (
     CHANGE_ORDINAL,
     CHANGE_TYPE,
     COMMIT_SNAPSHOT_ID,
@@ -56,9 +57,8 @@ from icetail.reader.metadata_columns import (
     METADATA_COLUMNS,
     SCHEMA_ID,
 )
-from icetail.reader.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs, one_delete_one_insert
-from icetail.reader.row_lineage import LINEAGE_COLUMNS, ROW_ID
-from icetail.reader.sorted_sets import in_sorted, sorted_unique
+from icetail.reader.split.row_lineage import LINEAGE_COLUMNS, ROW_ID
+from icetail.reader.split.sorted_sets import in_sorted, sorted_unique
 
 
 def data_columns(schema: pa.Schema) -> list[str]:
@@ -138,7 +138,7 @@ class NetChanges:
 
     def add_reconciled(self, rows: pa.Table, cancelled: np.ndarray) -> None:
         """A snapshot's rows whose carry-overs (`cancelled`) were found already: the content phase of a
-        partitioned fold (reader/net_shuffle.py), which settled lineage pairs and lost lineage before."""
+        partitioned fold (reader/changes/net_shuffle.py), which settled lineage pairs and lost lineage before."""
         if not rows.num_rows:
             return
         rows = rows.cast(self.schema)

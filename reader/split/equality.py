@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetail.reader.sorted_sets import sorted_unique
+from icetail.reader.split.sorted_sets import sorted_unique
 
 
 def row_codes(table: pa.Table) -> np.ndarray:

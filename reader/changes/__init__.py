@@ -1,0 +1,1 @@
+"""Change semantics: update pairing, carry-over removal, net changes, and their partitioned (shuffled) forms."""

@@ -1,0 +1,1 @@
+"""The Spark runtime: the session, its worker daemon, and the checks made before Spark starts."""

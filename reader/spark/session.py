@@ -1,0 +1,144 @@
+"""The SparkSession icetail reads with: its settings, the worker daemon beside the JVM, scheduler pools."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from icetail.kernel.errors import ConfigError
+from icetail.reader.spark.daemon_zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
+from icetail.reader.spark.daemon_zygote import start_zygote
+from icetail.reader.spark.java_runtime import check_java
+from icetail.reader.spark.session_health import quiet_accumulator_server
+from icetail.reader.spark.worker_python import check_worker_python, worker_python
+
+_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
+# Spark's own redaction (values of matching keys, and any value that matches, e.g. `sun.java.command`
+# under spark-submit) extended to a password in a URL's userinfo, which names no `password` key.
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|://[^/\s:@]*:[^/\s@]*@"
+
+DEFAULT_CONF = {
+    "spark.redaction.regex": REDACTION_REGEX,
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.python.worker.reuse": "true",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+}
+
+
+# Arrow's allocator in the Python workers (mimalloc, pyarrow's default) hands freed pages back to
+# the OS soon after a task frees them, at the next task's first allocations: that task then
+# faults its working set in again, in the kernel (under load, warm reads of 8M rows spent 0.2 to
+# 1.5 s of worker system CPU per round for the same 0.7 s of user CPU; issue 24 s5, bench/RESULTS.md
+# R41). Kept for a minute instead, memory freed by one task is reused by the next; an idle worker
+# returns it at its next task, and a task that ends with `release_unused()` (the reconcile
+# partitions) still returns it at once.
+PURGE_DELAY_ENV = "MIMALLOC_PURGE_DELAY"
+WORKER_PURGE_DELAY_MS = "60000"
+
+
+# The Spark scheduler pool of the jobs a thread submits (`serve` gives each followed table its
+# own): under `spark.scheduler.mode=FAIR` a big table's waves then share the cores with the small
+# tables' instead of queueing them behind every task (Spark's FIFO). The jobs are submitted from
+# icetail's own worker threads, which do not inherit the caller's Spark local properties, so the
+# pool travels as a context variable read where the job is built.
+_SCHEDULER_POOL: contextvars.ContextVar[str | None] = contextvars.ContextVar("icetail_scheduler_pool", default=None)
+SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
+
+
+@contextlib.contextmanager
+def scheduler_pool(name: str | None) -> Iterator[None]:
+    """Spark jobs icetail submits in this context go to pool `name` (None: Spark's default pool)."""
+    token = _SCHEDULER_POOL.set(name)
+    try:
+        yield
+    finally:
+        _SCHEDULER_POOL.reset(token)
+
+
+def current_scheduler_pool() -> str | None:
+    return _SCHEDULER_POOL.get()
+
+
+def use_scheduler_pool(sc: Any, pool: str | None) -> None:
+    """Put the jobs this thread submits next into `pool` (a Spark local property, per thread)."""
+    if pool is not None:
+        sc.setLocalProperty(SCHEDULER_POOL_PROPERTY, pool)
+
+
+def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = None) -> Any:
+    """The active SparkSession, or a new one (local[*] unless a master is configured)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    remote = (conf or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE")
+    if remote:
+        # a Spark Connect client: the server owns master, UI and worker settings
+        try:
+            return SparkSession.builder.remote(remote).getOrCreate()
+        except ImportError as exc:  # pyspark's PySparkImportError derives from ImportError
+            raise ConfigError(
+                f"SPARK_REMOTE={remote} asks for Spark Connect, but its client is not installed ({exc}); "
+                "pip install 'icetail[connect]' or unset SPARK_REMOTE"
+            ) from exc
+    from pyspark import SparkContext
+
+    if not _submitted() and SparkContext._active_spark_context is None:  # else a JVM runs already
+        check_java()
+    # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if not _submitted():  # under spark-submit, --name decides
+        builder = builder.appName(app_name)
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
+        settings["spark.master"] = "local[*]"
+        # workers here run from this interpreter's site-packages, where reader.spark_daemon is
+        settings.setdefault("spark.python.daemon.module", ICETAIL_DAEMON)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
+        settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
+    if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
+        check_worker_python(settings)  # the workers run on this host: their Python can be asked now
+        if settings.get("spark.python.daemon.module") == ICETAIL_DAEMON and SparkContext._active_spark_context is None:
+            _start_daemon_zygote(settings)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    quiet_accumulator_server(session.sparkContext)
+    return session
+
+
+ICETAIL_DAEMON = "icetail.reader.spark.daemon"
+
+
+def _start_daemon_zygote(settings: dict[str, str]) -> None:
+    """Import the worker daemon beside the JVM's start (reader/spark/daemon_zygote.py): in the workers'
+    interpreter and environment as Spark will give them (its executorEnv and hash seed)."""
+    executor_env = {
+        k.removeprefix("spark.executorEnv."): v for k, v in settings.items() if k.startswith("spark.executorEnv.")
+    }
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), **executor_env}
+    path = start_zygote(worker_python(settings, os.environ)[0], env)
+    if path is not None:
+        settings[f"spark.executorEnv.{ZYGOTE_SOCKET_ENV}"] = path
+
+
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect client session (no SparkContext, no RDDs: DataFrame operations only)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _submitted() -> bool:
+    """Launched by spark-submit (which starts the JVM first and passes its gateway port)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT")) or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")

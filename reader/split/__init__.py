@@ -1,0 +1,1 @@
+"""Reading one split: a row-group range of a data file, deletes applied, as change rows."""
