@@ -49,7 +49,7 @@ def _sql(statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, 
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        cur = conn.execute(statement, params)  # type: ignore[arg-type]
+        cur = conn.execute(statement, params)
         return cur.fetchall() if cur.description else []
 
 
