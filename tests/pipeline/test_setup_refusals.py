@@ -24,6 +24,8 @@ from tests.pipeline.test_run_cli import SHARED, Env, assert_one_line_error
 from tests.support.processes import REPO_ROOT, run_icetail
 from tests.support.stores import PG_URL, pg_unavailable
 
+pytestmark = pytest.mark.once  # line-independent processes (tests/conftest.py: ONCE_ON_SPARK35)
+
 env = test_run_cli.env  # one catalog holding the five-snapshot table ns.shared
 
 HOST = PG_URL.removeprefix("postgresql://").split("@", 1)[1].split("/", 1)[0]  # 127.0.0.1:5432
