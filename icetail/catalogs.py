@@ -17,9 +17,11 @@ from icetail.kernel.errors import (
     CatalogNotFoundError,
     CatalogUnavailableError,
     ConfigError,
+    IcetailError,
     error_text,
     message_line,
 )
+from icetail.kernel.extras import GLUE, HIVE, require
 
 
 def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catalog:
@@ -30,6 +32,7 @@ def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catal
     try:
         # read .pyiceberg.yaml and PYICEBERG_CATALOG__* now: pyiceberg's own copy is taken at import
         properties = {**cast(dict[str, str], Config().get_catalog_config(name) or {}), **(overrides or {})}
+        _require_support(name, properties)
         return load_catalog(name, **properties)
     except (ValueError, KeyError) as exc:
         variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
@@ -43,11 +46,23 @@ def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catal
         raise CatalogNotFoundError(
             f"catalog {name!r} needs support that is not installed ({exc}); pip install '{extra}'"
         ) from exc
+    except IcetailError:
+        raise  # _require_support's refusal, as it is
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types (sqlalchemy, requests)
         setup = _AWS_SETUP_ERRORS.get(type(exc).__name__)
         if setup is not None:  # botocore's: a retry cannot heal a missing region or credentials
             raise ConfigError(f"catalog {name!r} cannot start: {setup} ({error_text(exc)})") from exc
         raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {error_text(exc)}") from exc
+
+
+def _require_support(name: str, properties: Mapping[str, str]) -> None:
+    """A Glue or Hive catalog needs its extra: said as a ConfigError (exit 2) before pyiceberg tries it."""
+    kind = str(properties.get("type", "")).lower()
+    if not kind and str(properties.get("uri", "")).startswith("thrift://"):
+        kind = "hive"  # pyiceberg infers a Hive catalog from a thrift:// URI
+    extra = {"glue": GLUE, "hive": HIVE}.get(kind)
+    if extra is not None:
+        require(extra, f"catalog {name!r} (type {kind})")
 
 
 # botocore exception names (matched by name: botocore is only there with the glue extra) -> the fix

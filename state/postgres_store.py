@@ -13,7 +13,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from icetail.kernel.errors import ConfigError, IcetailError, StateError, StateUnavailableError, message_line
+from icetail.kernel.errors import (
+    ConfigError,
+    IcetailError,
+    StateError,
+    StateSetupError,
+    StateUnavailableError,
+    message_line,
+)
+from icetail.kernel.pg_setup import SETUP_FIX, is_setup_problem
 from icetail.state.urls import PostgresLocation
 
 if TYPE_CHECKING:
@@ -99,6 +107,8 @@ class PostgresBackend:
         try:
             conn = psycopg.connect(self._location.conninfo, autocommit=True, **extra)
         except psycopg.OperationalError as exc:
+            if is_setup_problem(exc):  # no such database or role, a failed authentication: terminal
+                raise self._setup_error(exc) from exc
             raise StateUnavailableError(
                 f"cannot reach checkpoint store {self.display}: {message_line(exc)}; "
                 "check that PostgreSQL is running and the URL's host, port, user and database are right"
@@ -158,12 +168,18 @@ class PostgresBackend:
         return tx.query("SELECT to_regclass(?) IS NOT NULL", (name,))[0][0] is True
 
     def translate(self, exc: Exception) -> IcetailError:
-        """Connection loss, timeouts, serialization and lock failures are transient."""
+        """Connection loss, timeouts, serialization and lock failures are transient; a missing privilege or
+        schema is a StateSetupError."""
         import psycopg
 
+        if is_setup_problem(exc):
+            return self._setup_error(exc)
         if isinstance(exc, psycopg.OperationalError):
             return StateUnavailableError(f"checkpoint store {self.display} is unavailable: {message_line(exc)}; retry")
         return StateError(f"checkpoint store {self.display} failed: {message_line(exc)}")
+
+    def _setup_error(self, exc: Exception) -> StateSetupError:
+        return StateSetupError(f"checkpoint store {self.display}: {message_line(exc)}; {SETUP_FIX}")
 
     def close(self) -> None:
         self._conn.close()

@@ -3,11 +3,14 @@
 SQLite paths follow SQLAlchemy's convention, as pyiceberg's SQL catalog URIs do:
 `sqlite:///relative/state.db` (three slashes) and `sqlite:////absolute/state.db` (four).
 PostgreSQL URLs are libpq URLs plus an optional `schema=` query parameter naming the schema
-that holds the `icetail_*` tables (created if missing); passwords never appear in messages.
+that holds the `icetail_*` tables (created if missing); passwords never appear in messages. Any
+other parameter must be one of libpq's (a typo is refused with a did-you-mean), and psycopg (the
+`postgres` extra) must be installed: both are checked here, before anything is created.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -15,13 +18,16 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.extras import POSTGRES, require
 from icetail.kernel.secrets import redact_text
+from icetail.kernel.url_params import unknown_parameter
 
 ACCEPTED_FORMS = (
     "sqlite:///relative/path/state.db",
     "sqlite:////absolute/path/state.db",
     "postgresql://user@host:5432/dbname[?schema=name]",
 )
+POSTGRES_PARAMETERS = ("schema",)  # icetail's own; libpq's are known too
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -70,6 +76,21 @@ def check_sqlite_folder(location: SqliteLocation) -> None:
     )
 
 
+def new_sqlite_file(url: str) -> str | None:
+    """The path of the SQLite file `url` names if it does not exist yet (opening the store creates it), else None."""
+    location = parse_store_url(url)
+    if isinstance(location, SqliteLocation) and not location.path.exists():
+        return os.path.abspath(location.path)
+    return None
+
+
+def remove_sqlite_file(path: str) -> None:
+    """Remove a SQLite database file and the journal files SQLite keeps beside it."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + suffix)
+
+
 def store_place(url: str) -> str:
     """Where a store is, for the line `run` and `serve` print: a SQLite file's absolute path, else the URL
     without its password."""
@@ -87,8 +108,11 @@ def redact(url: str) -> str:
 def _sqlite(url: str, netloc: str, path: str, query: str, fragment: str) -> SqliteLocation:
     if netloc:
         raise _bad(url, f"a sqlite URL has no host (got {netloc!r}); use three slashes before a relative path")
-    if query or fragment:
-        raise _bad(url, "a sqlite URL takes no query parameters")
+    if query:
+        names = [k for k, _ in parse_qsl(query, keep_blank_values=True)]
+        raise _bad(url, f"a sqlite URL takes no query parameters: {unknown_parameter(names, ()) or query}")
+    if fragment:
+        raise _bad(url, "a sqlite URL takes no #fragment")
     file_path = unquote(path[1:]) if path.startswith("/") else ""
     if not file_path or file_path.endswith("/") or file_path == ":memory:":
         raise _bad(url, "it names no database file")
@@ -103,12 +127,16 @@ def _postgres(url: str) -> PostgresLocation:
     parts = urlsplit(url.strip())
     display = redact(url.strip())
     params = parse_qsl(parts.query, keep_blank_values=True)
+    unknown = unknown_parameter((k for k, _ in params), POSTGRES_PARAMETERS, libpq=True)
+    if unknown is not None:
+        raise _bad(display, unknown)
     schemas = [v for k, v in params if k == "schema"]
     if len(schemas) > 1:
         raise _bad(display, "schema= is given more than once")
     schema = schemas[0] if schemas else None
     if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
         raise _bad(display, f"schema {schema!r} must be a lower-case SQL identifier")
+    require(POSTGRES, f"checkpoint store {display}")
     rest = urlencode([(k, v) for k, v in params if k != "schema"])
     conninfo = urlunsplit(parts._replace(query=rest))
     return PostgresLocation(conninfo=conninfo, schema=schema, display=display)

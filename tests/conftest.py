@@ -78,6 +78,8 @@ ONCE_ON_SPARK35 = frozenset(
         "tests/pipeline/test_jvm_killed.py",
         "tests/pipeline/test_pg_mirror_crash.py",
         "tests/service/test_local_disk_full.py",
+        "tests/service/test_serve_setup_errors.py",
+        "tests/pipeline/test_setup_refusals.py",
         "tests/storage/test_s3_crash.py",
     }
 )

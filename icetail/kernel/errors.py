@@ -177,3 +177,17 @@ class RefNotFoundError(TerminalError, stage="plan"):
 
 class BranchDroppedError(TerminalError, stage="plan"):
     """The branch a consumer follows no longer exists in the table (dropped, or published and removed)."""
+
+
+class SetupError(TerminalError):
+    """The setup names something that is not there or not allowed: a database, role or schema that does
+    not exist, a failed authentication, a missing privilege. Retrying cannot help, so `serve` stops the
+    consumer at once, as for a ConfigError, instead of retrying it cycle after cycle."""
+
+
+class SinkSetupError(SetupError, stage="sink"):
+    """A SetupError of the sink's database."""
+
+
+class StateSetupError(SetupError, stage="state"):
+    """A SetupError of the checkpoint store's database."""

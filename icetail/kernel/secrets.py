@@ -30,6 +30,12 @@ _NAMED_VALUE = re.compile(
     rf"(?i)(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*)(?P<eq>\s*=\s*)"
     r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,'\"]+)"
 )
+# What stands for a password in help text and templates (`USER[:PASSWORD]@HOST`, `password=<password>`,
+# `${PGPASSWORD}`), kept as written: redacting it turned the forms icetail prints into nonsense
+# (`postgresql://USER[:***@HOST`). Exact words only, so a real password written in capitals is still hidden.
+_PLACEHOLDER = re.compile(
+    r"(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN|\*\*\*|\.\.\.|<[A-Za-z_-]+>|\$\{[A-Za-z_][A-Za-z0-9_]*\})\]?"
+)
 # Environment variables whose values are secrets wherever they are echoed (libpq's, the AWS chain's).
 SECRET_ENV_VARS = ("PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 # Shorter values are not searched for in text: a password of 3 characters would blank out words.
@@ -45,7 +51,7 @@ def redact_value(key: str, value: str) -> str:
     """`value` as it may be printed: hidden for a secret key, passwords cut out of URIs."""
     if is_secret_key(key):
         return REDACTED
-    return _URI_PASSWORD.sub(rf"\1:{REDACTED}@", value)
+    return _URI_PASSWORD.sub(_uri_password, value)
 
 
 def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
@@ -56,14 +62,27 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
     Applied where text leaves icetail (error lines, log records, `status`, recorded sink URLs), so a
     secret that reached a message through a URL or a driver's error text is still never shown.
     """
-    text = _URI_PASSWORD.sub(rf"\1:{REDACTED}@", text)
-    text = _NAMED_VALUE.sub(rf"\g<name>\g<eq>{REDACTED}", text)
+    text = _URI_PASSWORD.sub(_uri_password, text)
+    text = _NAMED_VALUE.sub(_named_value, text)
     env = os.environ if environ is None else environ
     for name in SECRET_ENV_VARS:
         value = env.get(name, "")
         if len(value) >= _MIN_ECHOED_SECRET and value != REDACTED:
             text = text.replace(value, REDACTED)
     return text
+
+
+def _uri_password(match: re.Match[str]) -> str:
+    """`://user:***@`, unless the password is a placeholder of a template."""
+    password = match.group(0)[len(match.group(1)) + 1 : -1]
+    return match.group(0) if _PLACEHOLDER.fullmatch(password) else f"{match.group(1)}:{REDACTED}@"
+
+
+def _named_value(match: re.Match[str]) -> str:
+    """`name=***`, unless the value is a placeholder of a template."""
+    if _PLACEHOLDER.fullmatch(match.group("value")):
+        return match.group(0)
+    return f"{match.group('name')}{match.group('eq')}{REDACTED}"
 
 
 def redacted_items(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

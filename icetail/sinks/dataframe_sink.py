@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.kernel.errors import ConfigError
+from icetail.kernel.extras import DATAFRAME, require
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.callback_sink import CallbackSink
 
@@ -21,10 +21,7 @@ DataFrameCallback = Callable[[ChunkKey, Any], Any]
 
 def chunk_dataframe(spark: Any, rows: pa.Table) -> Any:
     """A Spark DataFrame holding `rows`, built through Arrow (no Python row objects)."""
-    try:
-        import pandas  # noqa: F401 - PySpark 3.5's mapInArrow needs it
-    except ImportError as exc:
-        raise ConfigError("the DataFrame sink needs pandas: pip install 'icetail[dataframe]'") from exc
+    require(DATAFRAME, "the DataFrame sink")  # PySpark 3.5's mapInArrow imports pandas
     from pyspark.sql.pandas.types import from_arrow_schema
 
     batches = rows.to_batches()
@@ -40,6 +37,8 @@ class DataFrameCallbackSink(CallbackSink):
     """Calls `fn(key, dataframe)` once per chunk; delivery guarantees as for CallbackSink."""
 
     def __init__(self, fn: DataFrameCallback, spark: Any, *, idempotent: bool = False) -> None:
+        require(DATAFRAME, "the DataFrame sink")  # when it is made, not at the first chunk
+
         def call(key: ChunkKey, rows: pa.Table) -> Any:
             return fn(key, chunk_dataframe(spark, rows))
 

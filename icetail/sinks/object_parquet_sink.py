@@ -46,8 +46,9 @@ from icetail.kernel.errors import (
 from icetail.kernel.names import check_consumer_id, key_inside
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error_kind
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.urls import OBJECT_STORES
 
-SCHEMES = ("s3", "gs", "abfs")
+SCHEMES = OBJECT_STORES
 COMMITTED_DIR = "_committed"
 SUFFIX = ".parquet"
 RECORD_SUFFIX = ".json"

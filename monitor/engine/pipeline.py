@@ -100,6 +100,7 @@ from icetail.state.checkpoint import (
     SplitProgress,
 )
 from icetail.state.store import CheckpointStore, open_store
+from icetail.state.urls import new_sqlite_file, remove_sqlite_file
 
 SPLIT_INDEX_COLUMN = HIDDEN_PREFIX + "split_index"
 log = logging.getLogger("icetail.pipeline")
@@ -191,7 +192,10 @@ class Pipeline:
         self._share_manifest_cache = share_manifest_cache
         self.consumer = config.consumer_id
         self._owns_store = store is None
-        self._store: CheckpointStore = store or open_store(config.state_url, history_limit=config.history_retention)
+        # opened on first use (`_store`): `open` checks the sink and the source first, so a refused run
+        # creates no store; one it created and left without a consumer is removed on close (issue 33.3)
+        self._opened_store: CheckpointStore | None = store
+        self._new_store_file: str | None = None
         self._sink = sink
         self._sink_duplicates_seen = 0  # the sink's `duplicates` as last reported in a BatchOutcome
         self._spark = spark  # a SparkSession, a BackgroundSession still starting, or None: our own
@@ -226,12 +230,26 @@ class Pipeline:
 
         A second run of the same consumer refuses (StateBusyError); a lease left by a run on
         this host whose process is gone (a crash) is taken over at once instead of waiting for
-        it to expire.
+        it to expire. A refusal closes the store this pipeline opened, and removes it if this
+        pipeline created it and it holds nothing.
         """
-        if self._sink is None:
-            from icetail.sinks.factory import parse_sink_url
+        try:
+            self._open()
+        except BaseException:
+            if self._owns_store and self._opened_store is not None:
+                self._discard_store_if_unused()
+                self._opened_store = None
+            raise
 
-            parse_sink_url(self.config.sink_url)  # a bad sink URL fails here, before the state is touched
+    def _open(self) -> None:
+        if self._sink is None:
+            from icetail.sinks.factory import check_sink_reachable
+
+            # a bad sink URL, a sink database that refuses us, a missing catalog or table fail here,
+            # before the store is opened (and created)
+            check_sink_reachable(self.config.sink_url)
+        if self._opened_store is None:
+            self._load_table_as_is()
         if self.config.protect_cursor:
             _check_can_tag(self._load_table_as_is(), self.consumer)  # before any batch, not after the first
         checkpoint = self._store.load(self.consumer)
@@ -336,17 +354,41 @@ class Pipeline:
         instead of being waited for.
         """
         try:
-            self._store.release_lease(self.consumer, self._owner)
+            if self._opened_store is not None:
+                self._store.release_lease(self.consumer, self._owner)
         finally:
             if self._sink is not None:
                 self._sink.close()
-            if self._owns_store:
-                self._store.close()
+            if self._owns_store and self._opened_store is not None:
+                self._discard_store_if_unused()
             if self._own_session is not None:
                 if abandon_session:
                     self._own_session.abandon()
                 else:
                     self._own_session.close()
+
+    @property
+    def _store(self) -> CheckpointStore:
+        """The checkpoint store, opened (and created when missing) on first use."""
+        if self._opened_store is None:
+            self._new_store_file = new_sqlite_file(self.config.state_url)
+            self._opened_store = open_store(self.config.state_url, history_limit=self.config.history_retention)
+        return self._opened_store
+
+    def _discard_store_if_unused(self) -> None:
+        """Close the store; remove its SQLite file if this pipeline created it and it holds no consumer
+        and no stop: a refused first run leaves nothing behind."""
+        store = self._store
+        unused = False
+        try:
+            if self._new_store_file is not None:
+                unused = not store.list_consumers() and not store.stopped_consumers()
+        except Exception:  # noqa: BLE001 - the store is kept; the error that ended the run matters more
+            log.warning("could not check whether the new checkpoint store is unused", exc_info=True)
+        finally:
+            store.close()
+        if unused and self._new_store_file is not None:
+            remove_sqlite_file(self._new_store_file)
 
     def checkpoint(self) -> Checkpoint | None:
         """The consumer's stored state (cursor, in-flight batch)."""
@@ -364,7 +406,7 @@ class Pipeline:
     @property
     def sink_identity(self) -> str:
         """The sink as recorded per consumer: the normalized URL (as given, for an injected sink)."""
-        from icetail.sinks.factory import normalize_sink_url
+        from icetail.sinks.urls import normalize_sink_url
 
         try:
             return normalize_sink_url(self.config.sink_url)

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from icetail.kernel.errors import ConfigError, message_line
+from icetail.kernel.extras import CONNECT, require
 from icetail.kernel.settings import FORMATS, VERIFY_MODES
 from icetail.monitor.engine.config import PipelineConfig
+from icetail.sinks.urls import parse_sink_url
 from icetail.state.urls import parse_store_url
 
 PIPELINE_KEYS = {
@@ -223,8 +225,12 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     Each value is checked where it comes from, so a bad one is refused naming its source.
     """
     config_path = getattr(args, "config", None)
+    environ = os.environ if environ is None else environ
+    remote = environ.get("SPARK_REMOTE")
+    if remote:  # the session starts later, after the store and the sink: its client is checked now
+        require(CONNECT, f"SPARK_REMOTE={remote} (a Spark Connect session)")
     layered = load_file(config_path)
-    layered.update(from_environment(os.environ if environ is None else environ))
+    layered.update(from_environment(environ))
     for name in SERVICE_KEYS:
         value = getattr(args, name, None)
         if value is not None:
@@ -250,8 +256,6 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         pipeline = config_from_args(args, base)
         # URLs are checked before anything starts (metrics server, Spark, a first cycle), as `run` does
         parse_store_url(pipeline.state_url)
-        from icetail.sinks.factory import parse_sink_url
-
         parse_sink_url(pipeline.sink_url)
         pipelines.append(pipeline)
     consumers = [p.consumer_id for p in pipelines]

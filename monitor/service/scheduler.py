@@ -37,6 +37,7 @@ from icetail.kernel.errors import (
     IcetailError,
     LocalDiskFullError,
     RefNotFoundError,
+    SetupError,
     SparkSessionLostError,
     StateBusyError,
     TerminalError,
@@ -62,8 +63,10 @@ log = logging.getLogger("icetail.serve")
 
 MAX_BACKOFF_SECONDS = 300.0
 # Errors of the setup, not of the table or the data: no retry can fix them, so `serve` stops at
-# once with exit 2 and the one-line message instead of retrying --max-failures times.
-SETUP_ERRORS: tuple[type[IcetailError], ...] = (ConfigError, CatalogNotFoundError)
+# once with exit 2 and the one-line message instead of retrying --max-failures times (with several
+# tables: stops that consumer, naming the reason). SetupError: a database, role or schema that does
+# not exist, a failed authentication, a missing privilege (of the sink or the store).
+SETUP_ERRORS: tuple[type[IcetailError], ...] = (ConfigError, CatalogNotFoundError, SetupError)
 # Errors of the machine, not of the table: a full local disk. Retried for as long as they last
 # (space comes back: files removed, a volume grown) and never counted toward --max-failures, so
 # the service neither exits nor parks the consumer; each failed cycle is logged and counted.

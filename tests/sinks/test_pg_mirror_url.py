@@ -68,3 +68,43 @@ def test_redaction_of_libpq_passwords_in_any_text() -> None:
     text = "a postgresql://u:pw1@h/d?x=1&password=pw2 b host=h password=pw3 c password='p w4'"
     redacted = redact_text(text)
     assert not any(p in redacted for p in ("pw1", "pw2", "pw3", "p w4")), redacted
+
+
+@pytest.mark.parametrize(
+    ("url", "fragments"),
+    [
+        ("postgresql://u:pw1@h/d?table=public.x&tabel=public.y", ("'tabel' (did you mean table?)", "known: table,")),
+        ("postgresql://u:pw1@h/d?table=public.x&foo=bar", ("'foo'", "known: table, mode, ledger, lock_timeout")),
+        ("postgresql://u:pw1@h/d?table=s.t&sslmdoe=require", ("'sslmdoe' (did you mean sslmode?)",)),
+        ("iceberg://cat/ns.t?mdoe=mirror", ("'mdoe' (did you mean mode?)", "known: mode")),
+        ("iceberg://cat/ns.t?mode=mirror&x=1", ("'x'", "known: mode")),
+        ("parquet:///tmp/out?mode=w", ("'mode'", "no query parameters")),
+    ],
+)
+def test_unknown_parameters_are_refused_with_the_known_ones(url: str, fragments: tuple[str, ...]) -> None:
+    """Issue 33.4: `tabel=` reached psycopg (`unexpected error: ProgrammingError`, exit 1)."""
+    with pytest.raises(ConfigError) as info:
+        parse_sink_url(url)
+    message = str(info.value)
+    assert all(f in message for f in fragments), message
+    assert "pw1" not in message and "\n" not in message
+
+
+def test_libpq_parameters_are_known() -> None:
+    target = parse_mirror_url("postgresql://u@h/d?table=s.t&sslmode=disable&connect_timeout=3&application_name=a")
+    assert "sslmode=disable" in target.conninfo and "connect_timeout=3" in target.conninfo
+
+
+def test_a_three_part_table_name_is_refused_with_the_form_expected() -> None:
+    """Issue 33.4: `table=a.b.c` made schema `a` holding a table `b.c` instead of naming database `a`."""
+    with pytest.raises(ConfigError) as info:
+        parse_sink_url("postgresql://u@h/test?table=a.b.c")
+    message = str(info.value)
+    assert "three parts" in message and "table=SCHEMA.TABLE" in message and ".../a?table=b.c" in message
+
+
+@pytest.mark.parametrize("name", ["s.a%0Ab", "s%0A.t", "s.t%09x"])
+def test_control_characters_in_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="control character") as info:
+        parse_sink_url(f"postgresql://u@h/d?table={name}")
+    assert "\n" not in str(info.value)

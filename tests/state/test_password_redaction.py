@@ -54,6 +54,43 @@ def test_what_is_not_a_secret_stays_readable() -> None:
     assert redact_text(text, environ={}) == text
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        "postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE",
+        "postgresql://user:PASSWORD@host/db",
+        "postgresql://u:<password>@h/db",
+        "postgresql://u:${PGPASSWORD}@h/db",
+        "host=h password=<password> dbname=db",
+        "postgresql://u@h/db?password=PASSWORD&sslpassword=...",
+    ],
+)
+def test_templates_and_placeholders_survive_redaction(template: str) -> None:
+    assert redact_text(template, environ={}) == template
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("postgresql://u:HUNTER2@h/db", "HUNTER2"),  # capitals, but not a placeholder word
+        ("postgresql://u:password@h/db", "u:password@"),  # the word in lower case is a real password
+        ("postgresql://u:PASSWORDX@h/db", "PASSWORDX"),
+        ("postgresql://u@h/db?password=PASSWORD1", "PASSWORD1"),
+    ],
+)
+def test_real_passwords_that_look_like_placeholders_are_still_redacted(text: str, secret: str) -> None:
+    assert secret not in redact_text(text, environ={})
+
+
+def test_the_form_a_refused_mirror_url_prints_is_intact() -> None:
+    from icetail.kernel.errors import ConfigError
+    from icetail.sinks.pg_mirror.url import FORM, parse_mirror_url
+
+    with pytest.raises(ConfigError) as refused:
+        parse_mirror_url("postgresql://u:S3cretQ@h:5432/db")  # no ?table=
+    assert FORM in str(refused.value) and "S3cretQ" not in str(refused.value)
+
+
 def test_pgpassword_value_is_redacted_wherever_it_is_echoed() -> None:
     shown = redact_text("authentication failed (tried Hunter2x)", environ={"PGPASSWORD": "Hunter2x"})
     assert shown == f"authentication failed (tried {REDACTED})"

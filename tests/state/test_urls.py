@@ -67,3 +67,26 @@ def test_unreachable_postgres_is_transient() -> None:
     assert isinstance(info.value, TransientError)
     message = str(info.value)
     assert "cannot reach checkpoint store" in message and "127.0.0.1:1" in message and "pw" not in message
+
+
+@pytest.mark.parametrize(
+    ("url", "fragments"),
+    [
+        ("postgresql://u:pw1@h/db?shema=x", ("'shema' (did you mean schema?)", "known: schema")),
+        ("postgresql://u:pw1@h/db?schema=x&foo=1", ("'foo'", "libpq")),
+        ("sqlite:///state.db?mode=ro", ("'mode'", "no query parameters")),
+    ],
+)
+def test_unknown_store_url_parameters_are_refused(url: str, fragments: tuple[str, ...]) -> None:
+    """Issue 33.4: an unknown parameter reached libpq (or was ignored) instead of being refused with exit 2."""
+    with pytest.raises(ConfigError) as info:
+        parse_store_url(url)
+    message = str(info.value)
+    assert all(f in message for f in fragments), message
+    assert "pw1" not in message
+
+
+def test_libpq_parameters_of_a_store_url_reach_libpq() -> None:
+    location = parse_store_url("postgresql://u@h/db?schema=s&sslmode=disable&connect_timeout=2")
+    assert isinstance(location, PostgresLocation)
+    assert location.schema == "s" and "sslmode=disable" in location.conninfo

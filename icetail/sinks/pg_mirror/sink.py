@@ -16,7 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, message_line
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, SinkSetupError, message_line
+from icetail.kernel.pg_setup import SETUP_FIX, is_setup_problem
 from icetail.kernel.secrets import redact_text
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.keyed_merge import local_merge
@@ -167,19 +168,8 @@ class PostgresMirrorSink:
                 self._connection().execute(statement)
 
     def _connection(self) -> Any:
-        import psycopg
-
         if self._conn is None or self._conn.closed or self._conn.broken:
-            try:
-                self._conn = psycopg.connect(
-                    self.target.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="icetail"
-                )
-                self._conn.execute("SELECT set_config('lock_timeout', %s, false)", (self.target.lock_timeout,))
-            except psycopg.OperationalError as exc:
-                raise SinkError(
-                    f"cannot reach sink {self.target.identity}: {redact_text(message_line(exc))}; check that "
-                    "PostgreSQL is running and the URL's host, port, user and database are right"
-                ) from None
+            self._conn = connect(self.target)
         return self._conn
 
     def _run(self, step: Any) -> Any:
@@ -194,9 +184,51 @@ class PostgresMirrorSink:
                 f"{self.target.lock_timeout} ({redact_text(message_line(exc))}): another session holds it; retry, "
                 "or find that session in pg_locks"
             ) from None
-        except psycopg.OperationalError as exc:
-            raise SinkError(f"sink {self.target.identity} failed: {redact_text(message_line(exc))}; retry") from None
         except psycopg.Error as exc:
+            if is_setup_problem(exc):  # a privilege revoked, a schema dropped: not healed by a retry
+                raise _setup_error(self.target, exc) from None
+            if isinstance(exc, psycopg.OperationalError):
+                raise SinkError(
+                    f"sink {self.target.identity} failed: {redact_text(message_line(exc))}; retry"
+                ) from None
             raise SinkRejectedError(
                 f"sink {self.target.identity} refused a change: {redact_text(message_line(exc))}"
             ) from None
+
+
+def connect(target: MirrorTarget) -> Any:
+    """A session on the target's database (autocommit, the sink's lock_timeout).
+
+    A database, role or password that is wrong is a SinkSetupError (terminal), an unreachable server
+    a SinkError (transient), a connection parameter libpq refuses a ConfigError.
+    """
+    import psycopg
+
+    try:
+        conn = psycopg.connect(
+            target.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="icetail"
+        )
+    except psycopg.ProgrammingError as exc:  # a parameter this libpq does not know
+        raise ConfigError(f"sink URL {target.identity!r} is not usable: {redact_text(message_line(exc))}") from None
+    except psycopg.OperationalError as exc:
+        if is_setup_problem(exc):
+            raise _setup_error(target, exc) from None
+        raise SinkError(
+            f"cannot reach sink {target.identity}: {redact_text(message_line(exc))}; check that "
+            "PostgreSQL is running and the URL's host, port, user and database are right"
+        ) from None
+    try:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (target.lock_timeout,))
+    except psycopg.Error as exc:
+        conn.close()
+        raise SinkError(f"sink {target.identity} failed: {redact_text(message_line(exc))}; retry") from None
+    return conn
+
+
+def check_reachable(url: str) -> None:
+    """Connect to the sink's database and leave: a run checks this before it creates its checkpoint store."""
+    connect(parse_mirror_url(url)).close()
+
+
+def _setup_error(target: MirrorTarget, exc: BaseException) -> SinkSetupError:
+    return SinkSetupError(f"sink {target.identity}: {redact_text(message_line(exc))}; {SETUP_FIX}")

@@ -5,8 +5,10 @@ sink waits for a lock on the target (a long transaction or an `ALTER TABLE` of s
 past it the group fails with a transient SinkError naming the lock, instead of hanging. It is not
 part of the sink's identity (changing it does not make another sink).
 
-Every other query parameter is libpq's (sslmode, connect_timeout, ...) and goes to psycopg as
-given, so credentials may also come from libpq's environment (PGPASSWORD, PGSERVICE, ~/.pgpass).
+Every other query parameter must be one of libpq's (sslmode, connect_timeout, ...; an unknown one
+is refused with a did-you-mean) and goes to psycopg as given, so credentials may also come from
+libpq's environment (PGPASSWORD, PGSERVICE, ~/.pgpass). The driver (the `postgres` extra) is
+checked when the URL is parsed, before anything is created.
 A password never leaves this module except inside `conninfo`: the sink's identity (what the
 state records and `status` prints) and every message use the URL without it.
 """
@@ -18,12 +20,15 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.extras import POSTGRES, require
 from icetail.kernel.secrets import is_secret_key, redact_text
+from icetail.kernel.url_params import has_control_character, unknown_parameter
 
 SCHEMES = ("postgresql", "postgres")
 FORM = "postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE[&mode=mirror][&ledger=SCHEMA][&lock_timeout=30s]"
 MODES = ("mirror", "history")
-_OWN = ("table", "mode", "ledger", "lock_timeout")  # parameters of icetail's, not libpq's
+PARAMETERS = ("table", "mode", "ledger", "lock_timeout")  # icetail's own; libpq's are known too
+_OWN = PARAMETERS
 LOCK_TIMEOUT = "30s"
 _DURATION = re.compile(r"[1-9][0-9]*(ms|s|min|h)?")  # PostgreSQL's units; no unit: milliseconds; 0 (no limit) refused
 _MAX_NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL would cut a longer name silently
@@ -56,6 +61,9 @@ def parse_mirror_url(url: str) -> MirrorTarget:
     if not parts.path.strip("/"):
         raise _bad(text, "it names no database after the host")
     params = parse_qsl(parts.query, keep_blank_values=True)
+    unknown = unknown_parameter((k for k, _ in params), PARAMETERS, libpq=True)
+    if unknown is not None:
+        raise _bad(text, unknown)
     own = {k: [v for key, v in params if key == k] for k in _OWN}
     for key, values in own.items():
         if len(values) > 1:
@@ -63,10 +71,10 @@ def parse_mirror_url(url: str) -> MirrorTarget:
     tables = own["table"]
     if not tables:
         raise _bad(text, "it names no target table (add ?table=SCHEMA.TABLE)")
-    schema, dot, table = tables[0].partition(".")
-    if not dot or not schema or not table:
-        raise _bad(text, f"table={tables[0]!r} must be written as SCHEMA.TABLE")
+    schema, table = _schema_and_table(text, tables[0], parts.path.strip("/"))
     for name in (schema, table):
+        if has_control_character(name):
+            raise _bad(text, f"{name!r} holds a control character (a newline, a tab, ...)")
         if len(name.encode()) > _MAX_NAME_BYTES:
             raise _bad(text, f"{name!r} is longer than PostgreSQL's {_MAX_NAME_BYTES}-byte names")
     mode = own["mode"][0] if own["mode"] else "mirror"
@@ -78,10 +86,27 @@ def parse_mirror_url(url: str) -> MirrorTarget:
     lock_timeout = own["lock_timeout"][0] if own["lock_timeout"] else LOCK_TIMEOUT
     if not _DURATION.fullmatch(lock_timeout):
         raise _bad(text, f"lock_timeout={lock_timeout!r} is not a positive duration such as 30s, 500ms or 2min")
+    if has_control_character(ledger):
+        raise _bad(text, f"ledger={ledger!r} holds a control character (a newline, a tab, ...)")
+    require(POSTGRES, f"the PostgreSQL sink {redact_text(text)}")  # now: before anything is created
     libpq = [(k, v) for k, v in params if k not in _OWN]
     conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
     identity = _identity(parts, libpq, schema, table, mode, ledger)
     return MirrorTarget(conninfo, identity, schema, table, mode, ledger, lock_timeout)
+
+
+def _schema_and_table(url: str, name: str, database: str) -> tuple[str, str]:
+    """SCHEMA.TABLE of `table=`; three parts (DB.SCHEMA.TABLE) are refused, not made schema `a`, table `b.c`."""
+    parts = name.split(".")
+    if len(parts) == 3 and all(parts):
+        raise _bad(
+            url,
+            f"table={name!r} has three parts; write table=SCHEMA.TABLE (the database is the URL's path, "
+            f"/{database}: for database {parts[0]!r} write .../{parts[0]}?table={parts[1]}.{parts[2]})",
+        )
+    if len(parts) != 2 or not all(parts):
+        raise _bad(url, f"table={name!r} must be written as SCHEMA.TABLE")
+    return parts[0], parts[1]
 
 
 def _identity(parts: SplitResult, libpq: list[tuple[str, str]], schema: str, table: str, mode: str, ledger: str) -> str:

@@ -1,0 +1,173 @@
+"""Sink URLs parsed and normalized without side effects, importing only the standard library and the kernel.
+
+The accepted forms are factory.py's; `KNOWN_PARAMETERS` says, per scheme, which query parameters
+its URL takes (each sink declares its own), so a typo is refused with a did-you-mean instead of
+being ignored or passed on to a driver. `parse_sink_url` also checks that the driver a sink needs
+is installed (kernel/extras.py). `--help`, and every refusal that needs only the arguments, stay
+light: nothing here imports pyarrow, pyiceberg or psycopg.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.secrets import redact_text
+from icetail.kernel.url_params import unknown_parameter
+from icetail.sinks.pg_mirror import url as pg_url
+
+OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
+ICEBERG_PARAMETERS = ("mode",)
+ICEBERG_MODES = ("mirror", "history")
+# the query parameters each scheme's URL takes; a postgresql:// URL also takes libpq's
+KNOWN_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "parquet": (),
+    **{f"parquet+{store}": () for store in OBJECT_STORES},
+    "jsonl": (),
+    "iceberg": ICEBERG_PARAMETERS,
+    "postgresql": pg_url.PARAMETERS,
+    "stdout": (),
+}
+POSTGRES_SCHEMES = pg_url.SCHEMES
+
+ACCEPTED_FORMS = (
+    "parquet:///abs/dir",
+    "parquet://rel/dir",
+    "parquet+s3://BUCKET/PREFIX",
+    "iceberg://CATALOG/NS.TABLE",
+    "iceberg://CATALOG/NS.TABLE?mode=mirror",
+    "iceberg://CATALOG/NS.TABLE?mode=history",
+    "jsonl:///abs/file.jsonl",
+    "jsonl://rel/file.jsonl",
+    "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
+    "-",
+    "stdout:",
+)
+_URL_AT_START = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
+_URL_INSIDE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
+
+    scheme: str  # parquet | parquet+STORE (an object store: s3, gs, abfs) | jsonl | iceberg | postgresql | stdout
+    path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
+    catalog: str | None = None
+    identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql the URL without its password
+    mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog), "mirror" or "history"
+
+
+def remote_scheme(path: str) -> str | None:
+    """The scheme if `path` holds a URL (`s3://b/x`, `/s3://b/x` -> `s3`) rather than a local path."""
+    match = _URL_AT_START.match(path) or _URL_INSIDE.search(path)
+    return match.group(1) if match else None
+
+
+def parse_sink_url(url: str) -> SinkTarget:
+    """The target `url` names, with no side effect (nothing is created, opened or removed).
+
+    A URL that cannot be used raises ConfigError naming it and the accepted forms. The pipeline
+    checks a URL with this before it touches the state, and opens the sink only once it holds
+    the consumer's lease: opening a sink may clear the consumer's staged leftovers, which belong
+    to whichever run holds the lease.
+    """
+    text = url.strip()
+    if text in ("-", "stdout:"):
+        return SinkTarget("stdout")
+    scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise _bad(url, "it has no scheme")
+    if scheme in ("parquet", "jsonl"):
+        return SinkTarget(scheme, path=_local_path(url, rest))
+    if scheme.startswith("parquet+"):
+        store = scheme.removeprefix("parquet+")
+        if store not in OBJECT_STORES:
+            raise _bad(url, f"unknown object store {store!r} (one of {', '.join(OBJECT_STORES)})")
+        return SinkTarget(scheme, path=_path(url, rest).strip("/"))
+    if scheme == "iceberg":
+        catalog, identifier, mode = _iceberg_target(url, rest)
+        return SinkTarget(scheme, catalog=catalog, identifier=identifier, mode=mode)
+    if scheme in POSTGRES_SCHEMES:  # its messages never show the password
+        return SinkTarget("postgresql", identifier=pg_url.parse_mirror_url(text).identity)
+    raise _bad(url, f"unknown scheme {scheme!r}")
+
+
+def normalize_sink_url(url: str) -> str:
+    """One spelling per sink: file paths absolute (relative ones against the working directory),
+    stdout as `stdout:`, the scheme lower case. Two URLs naming the same sink normalize equal.
+    ConfigError for a URL `open_sink` would refuse."""
+    target = parse_sink_url(url)
+    if target.scheme == "stdout":
+        return "stdout:"
+    if target.scheme in ("parquet", "jsonl"):
+        assert target.path is not None
+        return f"{target.scheme}://{os.path.normpath(os.path.abspath(target.path))}"
+    if target.scheme.startswith("parquet+"):
+        return f"{target.scheme}://{target.path}"
+    if target.scheme == "postgresql":
+        assert target.identifier is not None
+        return target.identifier
+    query = f"?mode={target.mode}" if target.mode else ""
+    return f"iceberg://{target.catalog}/{target.identifier}{query}"
+
+
+def _iceberg_target(url: str, rest: str) -> tuple[str, str, str | None]:
+    """(catalog, NS.TABLE, mode) of an iceberg sink URL; the only query it takes is `?mode=mirror|history`."""
+    rest, question, query = rest.partition("?")
+    mode = None
+    if question:
+        params = parse_qsl(query, keep_blank_values=True)
+        unknown = unknown_parameter((k for k, _ in params), ICEBERG_PARAMETERS)
+        if unknown is not None:
+            raise _bad(url, unknown)
+        modes = [v for _, v in params]
+        if len(modes) != 1 or modes[0] not in ICEBERG_MODES:
+            raise _bad(url, f"the query of an iceberg sink URL is ?mode={' or ?mode='.join(ICEBERG_MODES)}")
+        mode = modes[0]
+    remote = remote_scheme(rest)
+    if remote is not None:
+        raise _bad(url, f"an iceberg sink names a catalog and a table, not a {remote}:// location")
+    catalog, slash, identifier = rest.partition("/")
+    if not catalog or not slash:
+        raise _bad(url, "it names no catalog")
+    if "/" in identifier or "." not in identifier or any(not part for part in identifier.split(".")):
+        raise _bad(url, "the table must be written as NAMESPACE.TABLE after the catalog")
+    if "#" in identifier:
+        raise _bad(url, "an iceberg sink URL takes no fragment")
+    return catalog, identifier, mode
+
+
+def _path(url: str, rest: str) -> str:
+    if not rest or rest == "/":
+        raise _bad(url, "it names no path")
+    if "?" in rest:
+        names = [k for k, _ in parse_qsl(rest.partition("?")[2], keep_blank_values=True)]
+        raise _bad(url, unknown_parameter(names, ()) or "it takes no query")
+    if "#" in rest:
+        raise _bad(url, "paths take no fragment")
+    return rest
+
+
+def _local_path(url: str, rest: str) -> str:
+    """A parquet:// or jsonl:// path: local only, so a URL in it is refused, not made a folder."""
+    path = _path(url, rest)
+    remote = remote_scheme(path)
+    if remote is not None:
+        raise ConfigError(
+            f"sink URL {url!r} points at {remote}://, but parquet:// and jsonl:// sinks write to the "
+            "local filesystem only; for object storage use parquet+s3://BUCKET/PREFIX (also gs, abfs) "
+            "or iceberg://CATALOG/NS.TABLE, or write to a mounted path (parquet:///mnt/bucket/changes)"
+        )
+    if path.startswith("~"):
+        raise _bad(url, "~ is not expanded; write the absolute path")
+    return path
+
+
+def _bad(url: str, reason: str) -> ConfigError:
+    shown = redact_text(url)  # a mistyped postgresql:// URL may hold a password
+    return ConfigError(f"sink URL {shown!r} is not usable: {reason}; accepted forms: {', '.join(ACCEPTED_FORMS)}")
