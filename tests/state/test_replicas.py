@@ -13,6 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.processes import host_name
+from icetail.monitor.cli.main import main as cli_main
 from icetail.state.checkpoint import Cursor
 from icetail.state.migrations import LATEST_VERSION, META_DDL, MIGRATIONS
 from icetail.state.replicas import ReplicaId, ReplicaRegistry, group_key
@@ -110,3 +112,19 @@ def test_a_schema_9_store_is_migrated_and_keeps_its_leases(store_url: str) -> No
         ReplicaRegistry(store).heartbeat(me, GROUP, 30)
         assert ReplicaRegistry(store).roster(me, GROUP, ["old"]).holder("old") == "h:1:t"
     assert raw_query(store_url, "SELECT value FROM icetail_meta") == [(str(LATEST_VERSION),)] == [("10",)]
+
+
+def test_status_names_each_consumers_holder_and_the_live_replicas(
+    store: SqlCheckpointStore, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry = ReplicaRegistry(store)
+    me = ReplicaId(host_name(), os.getppid(), "5e7e")  # a replica running here (status runs in this process)
+    registry.heartbeat(me, GROUP, 60)
+    registry.heartbeat(ReplicaId(me.host, _dead_pid(), "90ne"), GROUP, 60)  # its process is gone: not alive
+    store.ensure_consumer("held", "cat", "db.held", START, sink="parquet:///o/h")
+    store.ensure_consumer("free", "cat", "db.free", START, sink="parquet:///o/f")
+    store.acquire_lease("held", me.name, 60)
+    assert cli_main(["status", "--state", store_url]) == 0
+    lines = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["held"].endswith(f"; held by {me.name}") and "held by" not in lines["free"]
+    assert lines["serve replicas alive"] == f"serve replicas alive: {me.name}"
