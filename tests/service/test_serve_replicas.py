@@ -209,3 +209,35 @@ def test_replicas_divide_consumers_take_over_a_frozen_one_and_hand_over_on_sigte
     cluster.wait_divided({c.pid: 3, d.pid: 3}, CATCH_UP_S, "the last appends delivered")
     assert_no_failed_cycles(b, c, d)
     assert_exactly_once(cluster)
+
+
+def test_a_sqlite_store_refuses_a_replica_of_another_host(
+    tmp_path: Path, warehouse: Warehouse, children: list[Child]
+) -> None:
+    """One line naming the PostgreSQL store, exit 2, before Spark or the metrics server start."""
+    state = f"sqlite:///{tmp_path}/state.db"
+    with open_store(state) as store:
+        ReplicaRegistry(store).heartbeat(ReplicaId("other-host", 4242, "0badc0de"), group_key(CONSUMERS[:1]), 600)
+    warehouse.create_table(TABLES[0], ID_NAME)
+    serve = Serve(
+        [
+            "--catalog",
+            CATALOG_NAME,
+            "--table",
+            f"{NAMESPACE}.{TABLES[0]}",
+            "--state",
+            state,
+            "--sink",
+            f"parquet://{tmp_path / 'sink'}",
+            "--metrics-port",
+            str(free_port()),
+        ],
+        env=child_env(extra=warehouse.env()),
+        cwd=tmp_path,
+        name="refused",
+        port=0,
+    )
+    children.append(serve)
+    assert serve.wait(60) == 2
+    errors = [line for line in serve.stderr().splitlines() if "other-host" in line]
+    assert len(errors) == 1 and "--state postgresql://" in errors[0], serve.diagnostics()
