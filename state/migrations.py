@@ -207,6 +207,24 @@ _V9 = tuple(
 )
 
 
+# `serve` replicas sharing one configuration (state/replicas.py): each registers here and keeps a
+# heartbeat whose expiry is on the database clock, as a lease's is. `group` names the configuration
+# (its consumers), so replicas of different configurations on one store do not share consumers out.
+_V10 = (
+    """
+    CREATE TABLE icetail_replicas (
+        replica TEXT PRIMARY KEY,
+        group_key TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid BIGINT NOT NULL,
+        started_at_ms BIGINT NOT NULL,
+        heartbeat_at_ms BIGINT NOT NULL,
+        expires_at_ms BIGINT NOT NULL
+    )
+    """,
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "consumers, in-flight batches and splits, history", _V1),
     Migration(2, "the sink of each consumer", _V2),
@@ -217,6 +235,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "partitioned reconciliation: each batch's partition size, each snapshot's delivered partitions", _V7),
     Migration(8, "consumers serve stopped, why and since when", _V8),
     Migration(9, "whether each net batch may be folded in partitions", _V9),
+    Migration(10, "serve replicas and their heartbeats", _V10),
 )
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(m.version for m in MIGRATIONS)
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

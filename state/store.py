@@ -349,6 +349,15 @@ class SqlCheckpointStore:
     def display(self) -> str:
         return self._backend.display
 
+    @property
+    def backend(self) -> Backend:
+        """The database, for modules that keep tables of their own in the store (state/replicas.py)."""
+        return self._backend
+
+    def transact(self, work: Callable[[Tx], T], *, write: bool) -> T:
+        """Run `work` in one transaction of this store, serialized with its other calls."""
+        return self._write(work) if write else self._read(work)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -22,6 +22,11 @@ MISSING_CURSOR_POLICIES = ("fail", "earliest", "latest", "full", "diff")  # `--o
 DEFAULT_TARGET_SPLIT_BYTES = 64 * 1024 * 1024  # a split reads about this many bytes of one data file
 DEFAULT_RECONCILE_PARTITION_BYTES = 8 * 1024 * 1024  # a bigger snapshot is reconciled by Spark tasks in partitions
 DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000  # decoded manifest entries kept across batches (about 0.5 KB each)
+# A consumer's lease outlives its holder's last renewal by this much: a dead `serve` replica's
+# consumers move to another within it (plus a poll). Renewed at a third of it, so a holder misses
+# two renewals before its lease can expire; the minimum keeps a renewal's round trip well inside.
+DEFAULT_LEASE_TTL_SECONDS = 30.0
+MIN_LEASE_TTL_SECONDS = 3.0
 HISTORY_LIMIT = 100  # finished batches kept per consumer in the store; older ones are trimmed on write
 
 ISO_EXAMPLE = "2026-01-31T12:00:00Z"

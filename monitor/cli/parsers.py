@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from icetail.kernel.settings import FORMATS, MISSING_CURSOR_POLICIES
+from icetail.kernel.settings import DEFAULT_LEASE_TTL_SECONDS, FORMATS, MISSING_CURSOR_POLICIES
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[Any]  # of main.py's SuggestingParser
@@ -157,6 +157,12 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="iceberg and postgresql sinks: or once the first chunk of a commit waited this long (default 10s, "
         "0s: each chunk)",
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        default=None,
+        help="a consumer's lease outlives its holder by this long: a dead process's consumers move to another "
+        f"`serve` replica (or may be run again) after it, e.g. 30s, 2m (default {DEFAULT_LEASE_TTL_SECONDS:g}s)",
     )
     parser.add_argument(
         "--reconcile-partition-bytes",

@@ -136,6 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             checkpoints = [c for c in (store.load(s.consumer) for s in store.list_consumers()) if c is not None]
         last = {c.consumer: next(iter(store.history(c.consumer, 1)), None) for c in checkpoints}
+        replicas = live_replicas(store)
     if not checkpoints and not stopped:
         where = redact_text(args.state)
         print(f"checkpoint store {where} has no consumers yet; `icetail run` creates one", file=sys.stderr)
@@ -180,8 +181,22 @@ def cmd_status(args: argparse.Namespace) -> int:
                 line += f"; {r['lag_error']}"
             if r["stopped"] is not None:
                 line += f"; {_stop_text(r)}"
+            if r.get("lease_owner"):
+                line += f"; held by {r['lease_owner']}"
             print(redact_text(line))
+        if replicas:
+            print(redact_text(f"serve replicas alive: {', '.join(replicas)}"))
     return 0
+
+
+def live_replicas(store: CheckpointStore) -> list[str]:
+    """The `serve` replicas whose heartbeat is live (state/replicas.py); a consumer's holder is its lease owner."""
+    from icetail.state.replicas import ReplicaRegistry
+    from icetail.state.store import SqlCheckpointStore
+
+    if not isinstance(store, SqlCheckpointStore):
+        return []
+    return [replica.name for replica, live in ReplicaRegistry(store).replicas() if live]
 
 
 def _stop_text(report: dict[str, Any]) -> str:

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.names import check_consumer_id
 from icetail.kernel.settings import (
+    DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_MANIFEST_CACHE_ENTRIES,
     DEFAULT_RECONCILE_PARTITION_BYTES,
     DEFAULT_TARGET_SPLIT_BYTES,
     HISTORY_LIMIT,
     MAIN_BRANCH,
+    MIN_LEASE_TTL_SECONDS,
     check_format,
     parse_missing_cursor_policy,
     verify_mode_name,
@@ -71,7 +73,9 @@ class PipelineConfig:
     carry_over_removal: bool = True
     on_missing_cursor: str = "fail"
     protect_cursor: bool = False
-    lease_ttl_seconds: float = 120.0
+    # how long a consumer's lease outlives its holder's last renewal (renewed at a third of it): a
+    # dead process's consumers move to another after at most this long (`--lease-ttl`)
+    lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS
     target_split_bytes: int = DEFAULT_TARGET_SPLIT_BYTES
     branch: str = MAIN_BRANCH  # the branch whose history is followed (a write-audit-publish audit branch)
     net: bool = False  # each batch's net changes, as one chunk (batches that start under it; see BatchShape.net)
@@ -107,6 +111,11 @@ class PipelineConfig:
             raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
         if self.manifest_cache_entries < 0:
             raise ConfigError(f"--manifest-cache-entries must be >= 0, got {self.manifest_cache_entries}")
+        if not MIN_LEASE_TTL_SECONDS <= self.lease_ttl_seconds < float("inf"):
+            raise ConfigError(
+                f"--lease-ttl must be at least {MIN_LEASE_TTL_SECONDS:g}s (a lease is renewed at a third of it), "
+                f"got {self.lease_ttl_seconds:g}s; e.g. --lease-ttl 30s"
+            )
         if self.reconcile_partition_bytes < 0:
             raise ConfigError(f"reconcile partition bytes must be >= 0, got {self.reconcile_partition_bytes}")
         _ = self.group_policy  # checks the sink commit bounds

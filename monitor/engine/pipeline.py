@@ -186,6 +186,7 @@ class Pipeline:
         on_chunk: Callable[[Chunk], None] | None = None,
         on_check: Callable[[SnapshotCheck], None] | None = None,
         share_manifest_cache: bool = False,
+        owner: str | None = None,
     ) -> None:
         self.config = config
         # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
@@ -205,7 +206,8 @@ class Pipeline:
         self._on_chunk = on_chunk
         self._on_check = on_check
         self._verify = parse_verify_mode(config.verify)
-        self._owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # the lease owner: this run, or the `serve` replica that runs it (host:pid:token either way)
+        self._owner = owner or f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._planner: Planner | None = None
         self._lease_renewed_at = 0.0
         self._full_next = False
@@ -1107,6 +1109,10 @@ class Pipeline:
         # one transaction: a crash cannot leave the snapshot half committed
         self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
         tally.add_rows(rows)
+        self._renew_lease_if_due()
+
+    def keep_lease(self) -> None:
+        """Renew the lease if a third of its TTL passed: `serve` keeps an idle consumer's lease between cycles."""
         self._renew_lease_if_due()
 
     def _renew_lease_if_due(self) -> None:

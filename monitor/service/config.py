@@ -44,6 +44,7 @@ PIPELINE_KEYS = {
     "format": "output_format",
     "manifest_cache_entries": "manifest_cache_entries",
     "history_retention": "history_retention",
+    "lease_ttl": "lease_ttl_seconds",
 }
 SERVICE_KEYS = (
     "interval",
@@ -67,7 +68,7 @@ INT_KEYS = {
     "manifest_cache_entries",
 }
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
-DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval"}
+DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval", "lease_ttl"}
 LIST_KEYS = {"identifier_columns"}
 SPARK_SCHEDULER_MODES = ("fair", "fifo")
 CHOICE_KEYS = {"verify": VERIFY_MODES, "format": FORMATS, "spark_scheduler_mode": SPARK_SCHEDULER_MODES}
@@ -301,13 +302,13 @@ def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
     return pipelines[0]
 
 
-def _duration_flag(value: str | None) -> float | None:
+def _duration_flag(value: str | None, flag: str) -> float | None:
     if value is None:
         return None
     try:
         return parse_duration(value)
     except ConfigError as exc:
-        raise ConfigError(f"--sink-commit-interval {exc}") from None
+        raise ConfigError(f"{flag} {exc}") from None
 
 
 def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> PipelineConfig:
@@ -323,7 +324,10 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "max_snapshots_per_batch": args.max_snapshots_per_batch,
         "chunk_rows": args.chunk_rows,
         "sink_commit_rows": getattr(args, "sink_commit_rows", None),
-        "sink_commit_interval_seconds": _duration_flag(getattr(args, "sink_commit_interval", None)),
+        "sink_commit_interval_seconds": _duration_flag(
+            getattr(args, "sink_commit_interval", None), "--sink-commit-interval"
+        ),
+        "lease_ttl_seconds": _duration_flag(getattr(args, "lease_ttl", None), "--lease-ttl"),
         "identifier_columns": args.identifier_columns,
         "carry_over_removal": None if args.keep_carry_over is None else not args.keep_carry_over,
         "on_missing_cursor": args.on_missing_cursor,

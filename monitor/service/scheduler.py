@@ -24,7 +24,6 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -51,9 +50,11 @@ from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.engine.verify import SnapshotCheck
 from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
 from icetail.monitor.planning.refs import table_on_branch
+from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
+from icetail.monitor.service.replica_jobs import ReplicaJobs, _JobState
 from icetail.reader.spark.session import scheduler_pool
 from icetail.reader.spark.session_health import lost_session_error
 from icetail.state.checkpoint import Cursor
@@ -85,20 +86,6 @@ def failure_stage(exc: BaseException) -> FailureStage:
     """Which stage a failure belongs to, for `icetail_failures_total{stage}`: the error class says
     (`IcetailError.stage`); anything else broke while reading."""
     return FailureStage(exc.stage) if isinstance(exc, IcetailError) else FailureStage.READ
-
-
-@dataclass
-class _JobState:
-    """Mutable per-consumer bookkeeping, touched only by that consumer's job thread."""
-
-    pipeline: Pipeline | None = None
-    consecutive_failures: int = 0
-    waits: int = 0  # consecutive cycles failed on a WAIT_ERRORS error (not failures: see there)
-    next_attempt_at: float = 0.0
-    last_ok: bool = False
-    last_error: str = ""
-    last_seen_snapshot: int | None = None
-    stopped: bool = False  # parked after max_failures while other consumers deliver (Service._park)
 
 
 def build_scheduler(threads: int) -> BackgroundScheduler:
@@ -141,7 +128,7 @@ def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
     )
 
 
-class Service:
+class Service(ReplicaJobs):
     """Runs every configured pipeline on a schedule until stopped."""
 
     def __init__(self, config: ServiceConfig, *, registry: CollectorRegistry | None = None, spark: Any = None) -> None:
@@ -158,6 +145,8 @@ class Service:
         self._scheduler = build_scheduler(config.scheduler_threads)
         for p in config.pipelines:
             self.metrics.register_consumer(p.table, p.consumer_id)
+        ttl = min(p.lease_ttl_seconds for p in config.pipelines)
+        self.assignment = Assignment(config.pipelines, self._held, beat_s=beat_seconds(config.interval_seconds, ttl))
 
     # health ----------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -170,6 +159,8 @@ class Service:
         stopped, failing, starting = [], [], []
         for consumer, job in self._jobs.items():
             failures = f"{job.consecutive_failures} consecutive failures: {job.last_error}"
+            if job.elsewhere:
+                continue  # another replica's to deliver
             if job.stopped:
                 stopped.append(f"{consumer}: stopped after {failures}")
             elif job.consecutive_failures > 0:
@@ -187,6 +178,7 @@ class Service:
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+        self.assignment.start(self._keep_leases)  # a store that refuses this replica: exit 2, before anything starts
         host, wanted = self.config.metrics_host, self.config.metrics_port
         try:
             _, port = self.server.start(host, wanted)
@@ -264,6 +256,7 @@ class Service:
                     job.pipeline.close()
                 except Exception:  # noqa: BLE001 - best effort on the way out
                     log.warning("could not release the lease", exc_info=True)
+        self.assignment.stop()  # after the leases were released: the others claim them at once
         if self._own_session is not None:
             self._own_session.abandon()  # a warm-up job still running is cancelled, not left to log on exit
         self.server.stop()
@@ -274,17 +267,9 @@ class Service:
         if self._stop.is_set() or time.monotonic() < job.next_attempt_at:
             return
         try:
-            if job.pipeline is None:
-                pipeline = Pipeline(
-                    config,
-                    spark=self._spark,
-                    stop_event=self._stop,
-                    on_batch=self._on_batch(config),
-                    on_check=self._on_check(config),
-                    share_manifest_cache=True,  # one bound for the process, not one per table
-                )
-                pipeline.open()
-                job.pipeline = pipeline
+            if job.pipeline is None and not self._claim(config, job):
+                return
+            assert job.pipeline is not None
             self._update_lag(config, job)  # before: lag is visible while a long batch runs
             with scheduler_pool(config.consumer_id):  # a FAIR pool per table (a no-op under FIFO)
                 job.pipeline.run()
@@ -297,11 +282,26 @@ class Service:
                 job.pipeline.clear_stopped()
             job.consecutive_failures, job.last_ok, job.last_error, job.stopped = 0, True, "", False
             job.waits = 0
+            reason = self.assignment.should_release(config)
+            if reason is not None and not self._stop.is_set():  # at a batch boundary: every batch committed
+                self._hand_over(config, job, reason)
         except Exception as exc:  # noqa: BLE001 - every failure is counted, logged, retried
             if self._stop.is_set():  # the shutdown ended the cycle (its session given up): not a failure
                 log.info("cycle ended by the stop", extra={"consumer": config.consumer_id, "error": f"{exc}"[:300]})
                 return
-            self._on_failure(config, job, exc)
+            if not (isinstance(exc, StateBusyError) and self._moved(config, job)):
+                self._on_failure(config, job, exc)
+
+    def _new_pipeline(self, config: PipelineConfig) -> Pipeline:
+        return Pipeline(
+            config,
+            spark=self._spark,
+            stop_event=self._stop,
+            on_batch=self._on_batch(config),
+            on_check=self._on_check(config),
+            share_manifest_cache=True,  # one bound for the process, not one per table
+            owner=self.assignment.owner,
+        )
 
     def _on_check(self, config: PipelineConfig) -> Any:
         """Counted as the snapshot is checked, so a mismatch that stops a strict batch is counted too."""

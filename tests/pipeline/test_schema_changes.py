@@ -216,6 +216,7 @@ def _downgrade_to_schema_3(db: Path) -> None:
     conn = sqlite3.connect(db)
     with conn:
         conn.execute("DROP TABLE icetail_stopped_consumers")  # store schema 8
+        conn.execute("DROP TABLE icetail_replicas")  # store schema 10
         conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # store schema 4
         for name in ("icetail_inflight_batches", "icetail_history"):
             for column in ("net", "schema_id", "reconcile_partition_bytes", "net_partitioned"):  # store schemas 5-7, 9

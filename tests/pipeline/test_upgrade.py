@@ -57,6 +57,7 @@ def downgrade_to_previous_release(db: Path, tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     with conn:
         conn.execute("DROP TABLE icetail_stopped_consumers")  # schema 8
+        conn.execute("DROP TABLE icetail_replicas")  # schema 10
         conn.execute("ALTER TABLE icetail_consumers DROP COLUMN branch")  # schema 4
         for column in ("parts_done", "parts_key"):  # schema 7
             conn.execute(f"ALTER TABLE icetail_inflight_splits DROP COLUMN {column}")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.settings import DEFAULT_LEASE_TTL_SECONDS
 from icetail.monitor.cli.main import build_parser
 from icetail.monitor.service.config import ServiceConfig, build_service_config, parse_duration, run_config
 from tests.support.processes import child_env
@@ -484,3 +485,18 @@ def test_manifest_cache_entries_from_file_environment_and_flag(tmp_path: Path) -
     flag = build(tmp_path, BASE, "--manifest-cache-entries", "0", ICETAIL_MANIFEST_CACHE_ENTRIES="20")
     assert flag.pipelines[0].manifest_cache_entries == 0
     assert "--manifest-cache-entries must be >= 0" in config_error(tmp_path, BASE, "--manifest-cache-entries", "-1")
+
+
+def test_lease_ttl_from_file_environment_and_flags_on_run_and_serve(tmp_path: Path) -> None:
+    """The lease TTL is a duration like the others; short by default, so a dead replica's consumers move soon."""
+    assert build(tmp_path, BASE).pipelines[0].lease_ttl_seconds == DEFAULT_LEASE_TTL_SECONDS <= 30.0
+    content = {**BASE, "lease_ttl": "1m"}
+    assert build(tmp_path, content).pipelines[0].lease_ttl_seconds == 60.0
+    assert build(tmp_path, content, ICETAIL_LEASE_TTL="45s").pipelines[0].lease_ttl_seconds == 45.0
+    from_flag = build(tmp_path, content, "--lease-ttl", "10s", ICETAIL_LEASE_TTL="45s")
+    assert from_flag.pipelines[0].lease_ttl_seconds == 10.0
+    run = run_config(build_parser().parse_args(["run", "--lease-ttl", "2m", *_flags(BASE)]), environ={})
+    assert run.lease_ttl_seconds == 120.0
+    assert "--lease-ttl duration 'soon'" in config_error(tmp_path, BASE, "--lease-ttl", "soon")
+    assert "ICETAIL_LEASE_TTL" in config_error(tmp_path, BASE, ICETAIL_LEASE_TTL="x")
+    assert "--lease-ttl must be at least 3s" in config_error(tmp_path, {**BASE, "lease_ttl": "500ms"})

@@ -46,6 +46,7 @@ def test_a_net_batch_begun_before_schema_9_is_folded_whole(
 def _downgrade_to_schema_8(store_url: str) -> None:
     """What the release before schema 9 left: the same rows, no such column."""
     steps = [
+        "DROP TABLE icetail_replicas",  # schema 10
         *(f"ALTER TABLE {t} DROP COLUMN net_partitioned" for t in ("icetail_inflight_batches", "icetail_history")),
         "UPDATE icetail_meta SET value = '8' WHERE key = 'schema_version'",
     ]

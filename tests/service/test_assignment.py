@@ -1,0 +1,81 @@
+"""Replicas' shares of one configuration, decided from a real store's roster (SQLite and PostgreSQL):
+claims up to the fair share, skips of consumers held elsewhere, hand-overs only when peers have room."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.service.assignment import Assignment, beat_seconds, fair_share
+from icetail.state.checkpoint import Cursor
+from icetail.state.replicas import ReplicaId, ReplicaRegistry, group_key
+from icetail.state.store import open_store
+from tests.support.stores import drop_state, new_state_url, pg_unavailable
+
+CONSUMERS = [f"c{i}" for i in range(5)]
+
+
+def test_fair_share_and_beat() -> None:
+    assert [fair_share(10, n) for n in (1, 2, 3, 4, 0)] == [10, 5, 4, 3, 10]
+    assert beat_seconds(5, 30) == 5 and beat_seconds(60, 30) == 5 and beat_seconds(1, 30) == 1
+    assert beat_seconds(0.01, 3) == 0.2  # never a busy loop
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "postgresql" and (reason := pg_unavailable()):
+        pytest.skip(reason)
+    url = new_state_url(request.param, tmp_path)
+    yield url
+    drop_state(url)
+
+
+def _configs(state_url: str) -> list[PipelineConfig]:
+    return [PipelineConfig("cat", f"db.{c}", state_url, "parquet:///s", consumer=c) for c in CONSUMERS]
+
+
+def test_claims_up_to_the_share_skip_held_consumers_and_hand_over_when_peers_have_room(state_url: str) -> None:
+    configs = _configs(state_url)
+    held: set[str] = set()
+    mine = Assignment(configs, lambda url: len(held), beat_s=1)
+    peer = ReplicaId(mine.me.host, os.getppid(), "9ee79ee7")  # a live process of this host
+    with open_store(state_url) as store:
+        for c in CONSUMERS:
+            store.ensure_consumer(c, "cat", f"db.{c}", Cursor.before_first_snapshot())
+        registry = ReplicaRegistry(store)
+        registry.heartbeat(peer, group_key(CONSUMERS), 60)
+        store.acquire_lease("c0", peer.name, 60)
+        mine.start(lambda: None)
+        try:
+            with mine.claim(configs[0]) as refused:
+                assert refused == f"leased to {peer.name}"
+            for config in configs[1:]:  # two replicas: a share of 3
+                with mine.claim(config) as refused:
+                    if refused is None:
+                        store.acquire_lease(config.consumer_id, mine.owner, 60)
+                        held.add(config.consumer_id)
+            assert held == {"c1", "c2", "c3"}
+            with mine.claim(configs[4]) as refused:
+                assert refused is not None and "holds its share (3) of 5" in refused
+            assert mine.should_release(configs[1]) is None  # at its share
+            registry.leave(peer)  # alone: a share of 5
+            mine.beat()
+            with mine.claim(configs[4]) as refused:
+                assert refused is None
+            store.acquire_lease("c4", mine.owner, 60)
+            held.add("c4")
+            store.release_lease("c0", peer.name)
+            assert mine.should_release(configs[1]) is None  # nobody else to take it
+            third = ReplicaId(mine.me.host, os.getppid(), "7h1rd000")
+            registry.heartbeat(peer, group_key(CONSUMERS), 60)
+            registry.heartbeat(third, group_key(CONSUMERS), 60)
+            mine.beat()  # three replicas: a share of 2; c0 is free, the peers have room for 4
+            assert mine.should_release(configs[1]) is not None
+            assert mine.should_release(configs[2]) is None  # one hand-over per roster
+        finally:
+            mine.stop()
+        assert [r.name for r, _ in registry.replicas()] == sorted([peer.name, third.name])
