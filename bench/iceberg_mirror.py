@@ -61,8 +61,8 @@ from bench.pg_mirror import change_rows, data_rows, report
 from bench.procs import RssSampler
 from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.iceberg_mirror import IcebergMirrorSink
-from icetail.sinks.iceberg_mirror_schema import target_schema
+from icetail.sinks.iceberg.mirror.schema import target_schema
+from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 
 CATALOG = "benchmirror"
 

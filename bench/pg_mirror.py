@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.pg_mirror.sink import PostgresMirrorSink
+from icetail.sinks.postgres.mirror import PostgresMirrorSink
 
 PG = "postgresql://postgres@127.0.0.1:5432/test"
 DATA = pa.schema(

@@ -23,7 +23,7 @@ def read_icetail(table: Any, from_id: int | None, to_id: int, spark: Any, **opti
 
 
 def read_icetail_in_tasks(table: Any, from_id: int | None, to_id: int, spark: Any) -> Timing:
-    """icetail's read with the rows dropped inside the Spark tasks (icetail.sinks.discard).
+    """icetail's read with the rows dropped inside the Spark tasks (icetail.sinks.python.discard).
 
     The path of the staging sinks (parquet, Iceberg), minus their writes; the Java baselines
     also drop their rows in the tasks (Spark's `noop` sink). Nothing is reconciled, so use it
@@ -58,7 +58,7 @@ def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
     from icetail.reader.spark.payloads import SplitRequest
     from icetail.reader.spark.waves import run_splits
     from icetail.sinks.base import SplitSlot
-    from icetail.sinks.discard import DiscardStager
+    from icetail.sinks.python.discard import DiscardStager
 
     context = read_context(table, plan.schema_id, plan.tasks)
     requests = [SplitRequest(split, 0, SplitSlot("bench", "tasks", i)) for i, split in enumerate(plan.splits)]

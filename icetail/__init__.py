@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
     from icetail.sinks.base import ChunkKey, Sink
-    from icetail.sinks.callback_sink import CallbackSink
     from icetail.sinks.factory import open_sink
-    from icetail.sinks.object_parquet_sink import committed_objects
-    from icetail.sinks.parquet_reader import read_parquet_sink
+    from icetail.sinks.files.object_store import committed_objects
+    from icetail.sinks.files.parquet_reader import read_parquet_sink
+    from icetail.sinks.python.callback import CallbackSink
 
 _EXPORTS = {
     "changes_batch_reader": "icetail.monitor.engine.api",
@@ -46,10 +46,10 @@ _EXPORTS = {
     "TransientError": "icetail.kernel.errors",
     "ChunkKey": "icetail.sinks.base",
     "Sink": "icetail.sinks.base",
-    "CallbackSink": "icetail.sinks.callback_sink",
+    "CallbackSink": "icetail.sinks.python.callback",
     "open_sink": "icetail.sinks.factory",
-    "committed_objects": "icetail.sinks.object_parquet_sink",
-    "read_parquet_sink": "icetail.sinks.parquet_reader",
+    "committed_objects": "icetail.sinks.files.object_store",
+    "read_parquet_sink": "icetail.sinks.files.parquet_reader",
 }
 
 

@@ -238,7 +238,7 @@ def raw_rw_parquet_rows(t: Target, spark: Any, scratch: Path) -> int:
 
 
 def raw_rw_jsonl_rows(t: Target, spark: Any, scratch: Path) -> int:
-    from icetail.sinks.jsonl_encoding import write_jsonl_to
+    from icetail.sinks.files.jsonl_encoding import write_jsonl_to
 
     table = raw_decode(t.files)
     out = scratch / "raw.jsonl"

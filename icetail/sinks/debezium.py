@@ -30,7 +30,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeType
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink
 from icetail.sinks.change_columns import CHANGE_ORDINAL, CHANGE_TYPE, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP
-from icetail.sinks.keyed import GroupWriteSink, KeyedSink
+from icetail.sinks.keyed.contract import GroupWriteSink, KeyedSink
 
 CONNECTOR = "icetail"
 

@@ -6,12 +6,12 @@ Accepted forms (see docs/sinks.md):
 * `parquet+s3://BUCKET/PREFIX`  - Parquet objects plus commit records (also gs, abfs); exactly once
 * `iceberg://CATALOG/NS.TABLE`  - appends to an Iceberg table of a pyiceberg catalog; exactly once
 * `iceberg://CATALOG/NS.TABLE?mode=mirror` - an Iceberg table kept equal to the source by key;
-  exactly once (iceberg_mirror.py)
+  exactly once (iceberg/mirror/sink.py)
 * `iceberg://CATALOG/NS.TABLE?mode=history` - an Iceberg table holding every version of every key
-  (SCD type 2); exactly once (iceberg_history.py)
+  (SCD type 2); exactly once (iceberg/history/sink.py)
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
 * `postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE` - a PostgreSQL table kept equal to the
-  source by key (a mirror); exactly once (sinks/pg_mirror/)
+  source by key (a mirror); exactly once (sinks/postgres/)
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 PATH is everything after `scheme://`, taken literally: a leading `/` makes it absolute
@@ -30,10 +30,10 @@ import pyarrow as pa
 
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import Sink
-from icetail.sinks.iceberg_sink import IcebergTableSink
-from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink
-from icetail.sinks.object_parquet_sink import ObjectParquetSink
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.jsonl import JsonlFileSink, StdoutSink
+from icetail.sinks.files.object_store import ObjectParquetSink
+from icetail.sinks.files.parquet import ParquetDirSink
+from icetail.sinks.iceberg.changelog import IcebergTableSink
 from icetail.sinks.urls import ACCEPTED_FORMS, SinkTarget, normalize_sink_url, parse_sink_url, remote_scheme
 
 __all__ = [
@@ -67,16 +67,16 @@ def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Si
     if target.scheme == "iceberg":
         assert target.catalog is not None and target.identifier is not None
         if target.mode == "mirror":
-            from icetail.sinks.iceberg_mirror import IcebergMirrorSink
+            from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 
             return IcebergMirrorSink(target.catalog, target.identifier, consumer=consumer)
         if target.mode == "history":
-            from icetail.sinks.iceberg_history import IcebergHistorySink
+            from icetail.sinks.iceberg.history.sink import IcebergHistorySink
 
             return IcebergHistorySink(target.catalog, target.identifier, consumer=consumer)
         return IcebergTableSink(target.catalog, target.identifier, consumer=consumer, schema=schema)
     if target.scheme == "postgresql":
-        from icetail.sinks.pg_mirror.sink import PostgresMirrorSink  # psycopg is imported only when used
+        from icetail.sinks.postgres.mirror import PostgresMirrorSink  # psycopg is imported only when used
 
         return PostgresMirrorSink(url, consumer=consumer)
     return StdoutSink()
@@ -88,7 +88,7 @@ def check_sink_reachable(url: str) -> None:
     reached), an iceberg sink's catalog. The other sinks are checked by their URL alone."""
     target = parse_sink_url(url)
     if target.scheme == "postgresql":
-        from icetail.sinks.pg_mirror.sink import check_reachable
+        from icetail.sinks.postgres.mirror import check_reachable
 
         check_reachable(url)
     elif target.scheme == "iceberg":

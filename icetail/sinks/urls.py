@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.secrets import redact_text
 from icetail.kernel.url_params import unknown_parameter
-from icetail.sinks.pg_mirror import url as pg_url
+from icetail.sinks.postgres import url as pg_url
 
 OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
 ICEBERG_PARAMETERS = ("mode",)

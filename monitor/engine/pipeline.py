@@ -89,7 +89,7 @@ from icetail.reader.split.metadata_columns import CHANGE_TYPE
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
 from icetail.sinks.debezium import EnvelopeSink
-from icetail.sinks.keyed import GroupWriteSink, KeyedSink, SparkTaskSink
+from icetail.sinks.keyed.contract import GroupWriteSink, KeyedSink, SparkTaskSink
 from icetail.state.checkpoint import (
     BatchShape,
     Checkpoint,

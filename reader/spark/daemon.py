@@ -43,7 +43,7 @@ def prepared() -> ModuleType:
 
     with contextlib.suppress(ImportError):
         import icetail.reader.split.read  # noqa: F401
-        import icetail.sinks.iceberg_mirror_tasks  # noqa: F401  (the Iceberg mirror's rewrite tasks)
+        import icetail.sinks.iceberg.mirror.tasks  # noqa: F401  (the Iceberg mirror's rewrite tasks)
 
     pyspark_worker = daemon.worker
 

@@ -25,7 +25,7 @@ from icetail.monitor.engine.api import plan_range, read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.engine.start_mode import parse_start
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from tests.support.compare import row_multiset
 from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
 from tests.support.small_table import SCHEMA, SmallTable

@@ -48,7 +48,7 @@ from icetail.reader.split.projection import (
     project,
     struct_path,
 )
-from icetail.sinks.jsonl_encoding import encode_jsonl
+from icetail.sinks.files.jsonl_encoding import encode_jsonl
 
 # file schema: struct s {a int, b string, m map<string, list<int>>}, list<struct<x int>>, map<string, struct<q double>>
 FILE_SCHEMA = Schema(

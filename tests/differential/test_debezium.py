@@ -20,7 +20,7 @@ import pytest
 
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.sinks.callback_sink import CallbackSink
+from icetail.sinks.python.callback import CallbackSink
 from tests.support.mirror_workload import create_keyed_table, keyed_steps
 from tests.support.workloads import MOR
 

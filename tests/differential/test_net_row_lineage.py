@@ -113,7 +113,7 @@ def test_run_net_with_row_lineage_delivers_the_api_rows_after_a_crash(catalog, s
     from icetail.monitor.engine.api import read_changes
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import Pipeline
-    from icetail.sinks.parquet_sink import ParquetDirSink
+    from icetail.sinks.files.parquet import ParquetDirSink
     from tests.support.sinks import CrashingSink, SimulatedCrash
 
     catalog.set_env(monkeypatch)

@@ -149,7 +149,7 @@ def test_run_delivers_lineage_pairs_and_values(catalog, spark, tmp_path, monkeyp
     """`icetail run`'s pipeline pairs by lineage by default and delivers the lineage columns on request."""
     from icetail.monitor.engine.api import read_changes
     from icetail.monitor.engine.pipeline import Pipeline
-    from icetail.sinks.parquet_sink import ParquetDirSink
+    from icetail.sinks.files.parquet import ParquetDirSink
     from tests.support.sinks import CrashingSink
 
     catalog.set_env(monkeypatch)
@@ -195,7 +195,7 @@ def test_a_batch_written_ahead_by_the_previous_release_resumes_without_lineage(
     """Split format 3 has no first_row_id: its batch resumes as the previous release delivers it (no
     lineage pairs), and the next batch, planned by this release, pairs by lineage."""
     from icetail.monitor.engine.pipeline import Pipeline
-    from icetail.sinks.parquet_sink import ParquetDirSink
+    from icetail.sinks.files.parquet import ParquetDirSink
     from icetail.state.codec import VERSION_KEY
     from tests.support.sinks import CrashingSink, SimulatedCrash
 

@@ -26,7 +26,7 @@ from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.reader.split.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS, SCHEMA_ID
-from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS
+from icetail.sinks.iceberg.evolution import SOURCE_FIELD_IDS
 from tests.support.oracle import assert_changes_match, field_id_of, row_tuples
 from tests.support.workloads import MOR, table_properties
 

@@ -31,7 +31,7 @@ from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.checkpoint import Checkpoint
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog

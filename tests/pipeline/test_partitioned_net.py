@@ -29,7 +29,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, row_multiset

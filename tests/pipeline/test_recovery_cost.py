@@ -37,7 +37,7 @@ from pyiceberg.table import Table
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.checkpoint import Checkpoint
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog

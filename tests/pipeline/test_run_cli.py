@@ -36,7 +36,7 @@ from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
 from icetail.reader.spark.background import HOLD_SESSION_START_ENV
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
 from tests.support.compare import diff_report, row_multiset

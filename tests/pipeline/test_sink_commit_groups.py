@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.sinks.iceberg_ledger import CHUNK_ID_PROPERTY, CHUNK_IDS_PROPERTY
+from icetail.sinks.iceberg.ledger import CHUNK_ID_PROPERTY, CHUNK_IDS_PROPERTY
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, row_multiset

@@ -21,7 +21,7 @@ import pytest
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.checkpoint import BatchShape
 from icetail.state.codec import VERSION_KEY
 from icetail.state.migrations import META_DDL, MIGRATIONS

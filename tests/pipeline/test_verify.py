@@ -226,7 +226,7 @@ def test_a_snapshot_partly_delivered_before_a_crash_is_not_checked_on_resume(
 ) -> None:
     """The resumed run reads only the rest of S3, so its counts cannot be compared with S3's summary:
     it is delivered unchecked (docs/semantics.md), never refused on a partial count; S4 is checked."""
-    from icetail.sinks.parquet_sink import ParquetDirSink
+    from icetail.sinks.files.parquet import ParquetDirSink
     from tests.support.sinks import CrashingSink, SimulatedCrash
 
     # chunks of two rows: S1 and S2 are five chunks each, S3's first chunk is write 11

@@ -10,7 +10,7 @@ import pytest
 
 from icetail.kernel.errors import SinkError, TerminalError
 from icetail.sinks.base import ChunkKey, Sink
-from icetail.sinks.callback_sink import CallbackSink
+from icetail.sinks.python.callback import CallbackSink
 from tests.sinks import change_rows, key
 
 

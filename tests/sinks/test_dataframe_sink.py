@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.dataframe_sink import DataFrameCallbackSink
+from icetail.sinks.python.dataframe import DataFrameCallbackSink
 
 
 def test_chunk_arrives_as_a_dataframe(spark: Any) -> None:

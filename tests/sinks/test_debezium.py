@@ -10,7 +10,7 @@ import pytest
 
 from icetail.kernel.errors import ConfigError
 from icetail.sinks.debezium import EnvelopeSink, EnvelopeSource, envelope_batches, envelopes
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 
 AT = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 

@@ -18,7 +18,7 @@ import pytest
 
 from icetail.kernel.errors import DISK_FULL_HINT, SinkError, TransientError, error_text
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.jsonl_sink import JsonlFileSink
+from icetail.sinks.files.jsonl import JsonlFileSink
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
 

@@ -8,8 +8,8 @@ import pytest
 
 from icetail.kernel.errors import ConfigError
 from icetail.sinks.factory import ACCEPTED_FORMS, normalize_sink_url, open_sink
-from icetail.sinks.jsonl_sink import JsonlFileSink
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.jsonl import JsonlFileSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from tests.sinks import CONSUMER
 
 

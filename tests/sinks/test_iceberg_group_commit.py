@@ -15,15 +15,15 @@ from pyiceberg.catalog.sql import SqlCatalog
 from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import ChunkKey, GroupCommitSink
 from icetail.sinks.factory import open_sink
-from icetail.sinks.iceberg_ledger import (
+from icetail.sinks.iceberg.changelog import IcebergStager, IcebergTableSink
+from icetail.sinks.iceberg.ledger import (
     CHUNK_ID_PROPERTY,
     CHUNK_IDS_PROPERTY,
     CHUNK_ROWS_PROPERTY,
     CONSUMER_PROPERTY,
     ChunkLedger,
 )
-from icetail.sinks.iceberg_sink import IcebergStager, IcebergTableSink
-from icetail.sinks.iceberg_stager import staged_file
+from icetail.sinks.iceberg.stager import staged_file
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 

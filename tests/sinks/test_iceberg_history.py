@@ -11,9 +11,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import open_sink
-from icetail.sinks.history_versions import version_changes
-from icetail.sinks.iceberg_history import IcebergHistorySink
-from icetail.sinks.iceberg_history_apply import CloseOpenVersions, closes_of
+from icetail.sinks.iceberg.history.apply import CloseOpenVersions, closes_of
+from icetail.sinks.iceberg.history.sink import IcebergHistorySink
+from icetail.sinks.keyed.history_versions import version_changes
 from tests.sinks import CATALOG
 from tests.sinks.test_iceberg_mirror import SCHEMA
 from tests.sinks.test_iceberg_mirror import _rows as _changes

@@ -18,10 +18,10 @@ from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
-from icetail.sinks.iceberg_history import IcebergHistorySink
-from icetail.sinks.iceberg_mirror import IcebergMirrorSink
-from icetail.sinks.iceberg_sink import IcebergTableSink
-from icetail.sinks.keyed import GroupWriteSink, KeyedSink
+from icetail.sinks.iceberg.changelog import IcebergTableSink
+from icetail.sinks.iceberg.history.sink import IcebergHistorySink
+from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
+from icetail.sinks.keyed.contract import GroupWriteSink, KeyedSink
 from tests.sinks import CATALOG
 
 URL = f"iceberg://{CATALOG}/tgt.m?mode=mirror"

@@ -18,9 +18,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError
-from icetail.sinks.iceberg_mirror import IcebergMirrorSink
-from icetail.sinks.iceberg_mirror_files import AffectedKeys, FileChange, matches, rewrite_in_driver
-from icetail.sinks.iceberg_mirror_tasks import (
+from icetail.sinks.iceberg.mirror.files import AffectedKeys, FileChange, matches, rewrite_in_driver
+from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
+from icetail.sinks.iceberg.mirror.tasks import (
     DEFAULT_TASK_BYTES,
     TASK_BYTES_PROPERTY,
     balanced_groups,

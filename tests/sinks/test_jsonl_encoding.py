@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icetail.sinks.jsonl_encoding import SLICE_ROWS, encode_jsonl, jsonl_buffers, write_jsonl_to
+from icetail.sinks.files.jsonl_encoding import SLICE_ROWS, encode_jsonl, jsonl_buffers, write_jsonl_to
 from tests.sinks import change_rows
 from tests.support.jsonl_reference import every_type_table, reference_lines
 

@@ -14,8 +14,8 @@ import pytest
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import Sink
 from icetail.sinks.factory import open_sink
-from icetail.sinks.jsonl_encoding import encode_jsonl
-from icetail.sinks.jsonl_sink import JsonlFileSink, StdoutSink
+from icetail.sinks.files.jsonl import JsonlFileSink, StdoutSink
+from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from tests.sinks import CONSUMER, change_rows, key
 
 

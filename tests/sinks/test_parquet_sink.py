@@ -12,7 +12,7 @@ import pytest
 from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import Sink
 from icetail.sinks.factory import open_sink
-from icetail.sinks.parquet_sink import ParquetDirSink
+from icetail.sinks.files.parquet import ParquetDirSink
 from tests.sinks import CONSUMER, change_rows, key
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.keyed_merge import local_merge
+from icetail.sinks.keyed.merge import local_merge
 
 INS, D, UB, UA = "INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER"
 

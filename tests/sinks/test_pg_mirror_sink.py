@@ -14,7 +14,7 @@ import pytest
 from icetail.kernel.errors import SinkError, SinkRejectedError
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import open_sink
-from icetail.sinks.pg_mirror.sink import PostgresMirrorSink
+from icetail.sinks.postgres.mirror import PostgresMirrorSink
 from tests.support.pg_mirror import ledger, mirror_url, query, target_table
 
 META = [

@@ -7,7 +7,7 @@ import pytest
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.secrets import redact_text
 from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
-from icetail.sinks.pg_mirror.url import parse_mirror_url
+from icetail.sinks.postgres.url import parse_mirror_url
 
 
 def test_identity_has_no_password_and_one_spelling() -> None:

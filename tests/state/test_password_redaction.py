@@ -84,7 +84,7 @@ def test_real_passwords_that_look_like_placeholders_are_still_redacted(text: str
 
 def test_the_form_a_refused_mirror_url_prints_is_intact() -> None:
     from icetail.kernel.errors import ConfigError
-    from icetail.sinks.pg_mirror.url import FORM, parse_mirror_url
+    from icetail.sinks.postgres.url import FORM, parse_mirror_url
 
     with pytest.raises(ConfigError) as refused:
         parse_mirror_url("postgresql://u:S3cretQ@h:5432/db")  # no ?table=

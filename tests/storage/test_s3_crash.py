@@ -23,7 +23,7 @@ import pytest
 from pyarrow import fs
 
 from icetail.monitor.engine.api import read_changes
-from icetail.sinks.object_parquet_sink import COMMITTED_DIR
+from icetail.sinks.files.object_store import COMMITTED_DIR
 from tests.support.crash import assert_exactly_once_under_kills, kill_schedule
 from tests.support.processes import child_env, icetail_command
 from tests.support.s3 import MotoServer, S3Catalog

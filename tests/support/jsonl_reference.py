@@ -1,5 +1,5 @@
 """The JSON-lines encoding as the row-by-row encoder defined it (icetail before issue 15), kept as
-the oracle for the vectorized encoder in `icetail.sinks.jsonl_encoding`, and the table with every
+the oracle for the vectorized encoder in `icetail.sinks.files.jsonl_encoding`, and the table with every
 type both are compared on.
 
 Row by row: every column to Python values (`to_pylist`), floats, maps and nested values fixed

@@ -23,8 +23,8 @@ from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.change_columns import LAST_UPDATED_SEQUENCE_NUMBER, METADATA_COLUMNS, ROW_ID, SCHEMA_ID
-from icetail.sinks.iceberg_evolution import promotes
-from icetail.sinks.iceberg_schema import sink_schema
+from icetail.sinks.iceberg.evolution import promotes
+from icetail.sinks.iceberg.schema import sink_schema
 
 NOT_DATA = frozenset({*METADATA_COLUMNS, SCHEMA_ID, LAST_UPDATED_SEQUENCE_NUMBER})
 

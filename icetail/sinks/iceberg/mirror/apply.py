@@ -9,9 +9,9 @@ column bounds. pyiceberg's metrics evaluators give up on an `In` of more than 20
 (`IN_PREDICATE_LIMIT`: every file "might match"), so the values go in slices of 200 joined by `Or`.
 Each file that can hold a key is read (its position deletes applied), and only if it holds one is
 it replaced by a file without those rows (none when nothing is left); the others are kept as they
-are (`iceberg_mirror_files`: the rows matched by an Arrow semi-join on the key columns). The files
+are (`iceberg/mirror/files`: the rows matched by an Arrow semi-join on the key columns). The files
 are read and written in the driver, or, when they hold enough bytes and the mirror has a Spark
-session, in Spark tasks (`iceberg_mirror_tasks`): the commit is the same either way.
+session, in Spark tasks (`iceberg/mirror/tasks`): the commit is the same either way.
 
 Why not position deletes or deletion vectors: pyiceberg (0.12) writes neither (its own delete
 rewrites files, and warns that merge-on-read is not supported), so copy-on-write of the touched
@@ -49,16 +49,16 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
-from icetail.sinks.iceberg_mirror_files import (
+from icetail.sinks.iceberg.mirror.files import (
     AffectedKeys,
     FileTransform,
     RewriteFiles,
     drop_affected,
     rewrite_in_driver,
 )
-from icetail.sinks.iceberg_mirror_manifests import carry_live_only
-from icetail.sinks.iceberg_schema import conform
-from icetail.sinks.keyed_merge import DELETE, FRESH, NetChanges
+from icetail.sinks.iceberg.mirror.manifests import carry_live_only
+from icetail.sinks.iceberg.schema import conform
+from icetail.sinks.keyed.merge import DELETE, FRESH, NetChanges
 
 IN_LIMIT = 200  # pyiceberg's IN_PREDICATE_LIMIT: metrics are not evaluated for a longer IN
 RANGE_OVER = 2_000  # distinct values of a key column over which the filter is ranges, not INs
@@ -171,7 +171,7 @@ def plan_rewrite(
     transform: FileTransform = drop_affected,
 ) -> GroupRewrite:
     """Plan the files that can hold an affected key, have `rewrite` read and rewrite them (in the
-    driver or in Spark tasks: `iceberg_mirror_tasks`), write the upserts; nothing committed."""
+    driver or in Spark tasks: `iceberg/mirror/tasks`), write the upserts; nothing committed."""
     schema = table.schema()
     arrow = schema.as_arrow()
     keys = net.rows.select(list(key))

@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 from psycopg import Connection, sql
 
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.keyed_merge import DELETE, FRESH, UPSERT, NetChanges
-from icetail.sinks.pg_mirror.encode import copy_pieces
-from icetail.sinks.pg_mirror.types import Column
+from icetail.sinks.keyed.merge import DELETE, FRESH, UPSERT, NetChanges
+from icetail.sinks.postgres.encode import copy_pieces
+from icetail.sinks.postgres.types import Column
 
 LEDGER_TABLE = "icetail_mirror_ledger"
 STAGE = sql.Identifier("icetail_mirror_stage")

@@ -3,7 +3,7 @@ Iceberg mirror (../history_versions.py) and re-exported here."""
 
 from __future__ import annotations
 
-from icetail.sinks.history_versions import (
+from icetail.sinks.keyed.history_versions import (
     CLOSE,
     CLOSE_FRESH,
     VALID_FROM,
@@ -15,7 +15,7 @@ from icetail.sinks.history_versions import (
     history_key,
     version_changes,
 )
-from icetail.sinks.pg_mirror.types import Column
+from icetail.sinks.postgres.types import Column
 
 TIMESTAMPTZ = "timestamp with time zone"
 HISTORY_COLUMNS = (

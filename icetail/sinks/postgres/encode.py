@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from icetail.sinks.pg_mirror.types import JSONB, Column
+from icetail.sinks.postgres.types import JSONB, Column
 
 BATCH_ROWS = 65_536  # rows per CSV piece: what is held encoded at once
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)

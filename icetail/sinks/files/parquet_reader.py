@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from pyarrow import fs
 
 from icetail.kernel.errors import ConfigError, error_text
-from icetail.sinks.object_parquet_sink import committed_objects, object_filesystem
-from icetail.sinks.parquet_sink import SUFFIX
+from icetail.sinks.files.object_store import committed_objects, object_filesystem
+from icetail.sinks.files.parquet import SUFFIX
 
 FIELD_ID = b"PARQUET:field_id"
 ColumnKey = int | str  # a field id, or the name of a column without one (the changelog columns)

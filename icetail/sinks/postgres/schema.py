@@ -19,7 +19,7 @@ from typing import Any
 from psycopg import Connection, sql
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.pg_mirror.types import Column, widens
+from icetail.sinks.postgres.types import Column, widens
 
 _COMMENT = re.compile(r"icetail:field-id=(-?\d+)")
 

@@ -35,8 +35,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.iceberg_commit import commit_retries, outraced
-from icetail.sinks.iceberg_schema import sink_schema
+from icetail.sinks.iceberg.commit import commit_retries, outraced
+from icetail.sinks.iceberg.schema import sink_schema
 
 SOURCE_FIELD_IDS = "icetail.source-field-ids"  # table property: JSON {source field id: sink field id}
 FIELD_ID_KEY = b"PARQUET:field_id"

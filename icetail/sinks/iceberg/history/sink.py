@@ -1,12 +1,12 @@
 """The Iceberg history: `iceberg://CATALOG/NS.TABLE?mode=history` keeps every version of every key
 of the followed table (SCD type 2), exactly once.
 
-The Iceberg mirror (`iceberg_mirror`) with three differences. A group's rows become versions per
+The Iceberg mirror (`iceberg/mirror`) with three differences. A group's rows become versions per
 key and snapshot (`history_versions.version_changes`, shared with the PostgreSQL history), applied
 as one overwrite snapshot that closes the open versions of the group's keys in the files that hold
-them and appends the new versions (`iceberg_history_apply`); the ledger, the commit on held
+them and appends the new versions (`iceberg/history/apply`); the ledger, the commit on held
 metadata and the replay are the mirror's. The target has the four validity columns and is keyed by
-the key and `_valid_from_snapshot_id` (`iceberg_history_schema`). And it follows the source's schema
+the key and `_valid_from_snapshot_id` (`iceberg/history/schema`). And it follows the source's schema
 by field id without dropping: a column the source drops stays, its old versions keep their values
 and later versions hold null there (the PostgreSQL history does the same).
 """
@@ -17,14 +17,14 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from icetail.sinks.history_versions import VALID_FROM_SNAPSHOT_ID, history_key, version_changes
-from icetail.sinks.iceberg_evolution import evolve_by_field_id
-from icetail.sinks.iceberg_history_apply import plan_history
-from icetail.sinks.iceberg_history_schema import check_history_target, history_schema
-from icetail.sinks.iceberg_mirror import IcebergMirrorSink
-from icetail.sinks.iceberg_mirror_apply import GroupRewrite
-from icetail.sinks.iceberg_mirror_schema import source_columns
-from icetail.sinks.iceberg_mirror_tasks import choose_rewrite
+from icetail.sinks.iceberg.evolution import evolve_by_field_id
+from icetail.sinks.iceberg.history.apply import plan_history
+from icetail.sinks.iceberg.history.schema import check_history_target, history_schema
+from icetail.sinks.iceberg.mirror.apply import GroupRewrite
+from icetail.sinks.iceberg.mirror.schema import source_columns
+from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
+from icetail.sinks.iceberg.mirror.tasks import choose_rewrite
+from icetail.sinks.keyed.history_versions import VALID_FROM_SNAPSHOT_ID, history_key, version_changes
 
 
 class IcebergHistorySink(IcebergMirrorSink):

@@ -1,8 +1,8 @@
 """History (SCD type 2): every version of a key a row, valid from the snapshot that wrote it to the
 snapshot that replaced or deleted it (NULL while current). Pure Arrow: what a chunk adds and closes.
 
-Shared by the history modes of the PostgreSQL mirror (pg_mirror/apply_history.py) and the Iceberg
-mirror (iceberg_history*.py); each applies the same `VersionChanges` to its target.
+Shared by the history modes of the PostgreSQL mirror (postgres/apply_history.py) and the Iceberg
+mirror (iceberg/history/); each applies the same `VersionChanges` to its target.
 
 Versions are per snapshot, not per chunk or batch: the local merge runs per (key, snapshot), so a
 key changed in three snapshots of one chunk gets three versions, each closed by the next. A
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icetail.sinks.change_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, COMMIT_TIMESTAMP
-from icetail.sinks.keyed_merge import DELETE, FRESH, local_merge, same_key_as_previous
+from icetail.sinks.keyed.merge import DELETE, FRESH, local_merge, same_key_as_previous
 
 VALID_FROM_SNAPSHOT_ID = "_valid_from_snapshot_id"
 VALID_TO_SNAPSHOT_ID = "_valid_to_snapshot_id"

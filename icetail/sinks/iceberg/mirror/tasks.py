@@ -1,6 +1,6 @@
 """The Iceberg mirror's file rewrites in Spark tasks, and when to use them rather than the driver.
 
-The driver plans which files a group must read (`iceberg_mirror_apply`); here one Spark job runs
+The driver plans which files a group must read (`iceberg/mirror/apply`); here one Spark job runs
 `rewrite_file` over them, a few tasks per core, each a set of files of about equal bytes. Each task
 gets the files' scan tasks (data file + delete files), the target's layout (its metadata without
 history) and FileIO properties, and the affected keys as Arrow IPC bytes: all of it in the job's
@@ -43,8 +43,8 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from icetail.kernel.errors import ConfigError, SinkError, error_text
 from icetail.kernel.secrets import fileio_items, redacted_items
-from icetail.sinks.iceberg_errors import REJECTED_ERRORS
-from icetail.sinks.iceberg_mirror_files import (
+from icetail.sinks.iceberg.errors import REJECTED_ERRORS
+from icetail.sinks.iceberg.mirror.files import (
     AffectedKeys,
     FileRewrite,
     FileTransform,
@@ -60,7 +60,7 @@ DEFAULT_TASK_BYTES = 64 * 1024 * 1024
 TASKS_PER_CORE = 2  # a slow file does not leave the other cores idle for the rest of the job
 _RESULT_SCHEMA = "file int, ok boolean, payload binary"
 
-log = logging.getLogger("icetail.sinks.iceberg_mirror")
+log = logging.getLogger("icetail.sinks.iceberg.mirror.sink")
 SessionProvider = Callable[[], Any]  # the SparkSession to run tasks on, asked for when a group needs it
 
 

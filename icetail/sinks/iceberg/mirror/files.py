@@ -2,7 +2,7 @@
 applied), changed by a per-file transform, its rows written again as new data file(s) of the target.
 
 The same function runs in the driver (`rewrite_in_driver`) and in Spark tasks
-(`iceberg_mirror_tasks`), so both give the same commit. The transform is a plain function of one
+(`iceberg/mirror/tasks`), so both give the same commit. The transform is a plain function of one
 file's rows (rows in -> rows out + counts), picklable (a module-level function, or a frozen
 dataclass instance carrying its parameters) because the tasks get it by value: the mirror's
 `drop_affected` takes the rows of affected keys out; another mode (a history that closes the open

@@ -1,6 +1,6 @@
 """The local merge: a chunk's change rows folded to one net change per key, in commit order.
 
-Shared by the mirrors (PostgreSQL: pg_mirror/, Iceberg: iceberg_mirror*.py).
+Shared by the mirrors (PostgreSQL: postgres/, Iceberg: iceberg/mirror/).
 
 Why: applying rows one by one (or "all updates, then all deletes") is where JDBC upsert sinks
 lose or resurrect rows. Here the rows of a key are ordered by commit (`_change_ordinal`, the

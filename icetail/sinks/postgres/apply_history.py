@@ -12,8 +12,8 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from icetail.sinks.pg_mirror.apply import OP, STAGE, Applied, stage
-from icetail.sinks.pg_mirror.history import (
+from icetail.sinks.postgres.apply import OP, STAGE, Applied, stage
+from icetail.sinks.postgres.history import (
     CLOSE,
     CLOSE_FRESH,
     VALID_FROM,
@@ -23,7 +23,7 @@ from icetail.sinks.pg_mirror.history import (
     VERSION,
     VersionChanges,
 )
-from icetail.sinks.pg_mirror.types import Column
+from icetail.sinks.postgres.types import Column
 
 
 def apply_history(

@@ -20,15 +20,15 @@ from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, Sin
 from icetail.kernel.pg_setup import SETUP_FIX, is_setup_problem
 from icetail.kernel.secrets import redact_text
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.keyed_merge import local_merge
-from icetail.sinks.pg_mirror.apply import Applied, apply_group, apply_mirror, ensure_ledger
-from icetail.sinks.pg_mirror.apply_history import apply_history
-from icetail.sinks.pg_mirror.history import HISTORY_COLUMNS, history_key, version_changes
-from icetail.sinks.pg_mirror.schema import Existing, changes, qualified, read_existing, schema_exists
-from icetail.sinks.pg_mirror.types import Column, data_columns, field_id
-from icetail.sinks.pg_mirror.url import MirrorTarget, parse_mirror_url
+from icetail.sinks.keyed.merge import local_merge
+from icetail.sinks.postgres.apply import Applied, apply_group, apply_mirror, ensure_ledger
+from icetail.sinks.postgres.apply_history import apply_history
+from icetail.sinks.postgres.history import HISTORY_COLUMNS, history_key, version_changes
+from icetail.sinks.postgres.schema import Existing, changes, qualified, read_existing, schema_exists
+from icetail.sinks.postgres.types import Column, data_columns, field_id
+from icetail.sinks.postgres.url import MirrorTarget, parse_mirror_url
 
-log = logging.getLogger("icetail.sinks.pg_mirror")
+log = logging.getLogger("icetail.sinks.postgres")
 CONNECT_TIMEOUT_S = 10
 
 

@@ -1,6 +1,6 @@
 """JSON lines: one object per change row, to a file or to stdout. At least once.
 
-Values are encoded as `icetail.sinks.jsonl_encoding` says (strict JSON, nothing lost). A chunk
+Values are encoded as `icetail.sinks.files.jsonl_encoding` says (strict JSON, nothing lost). A chunk
 is appended, then flushed (and fsynced for files). These sinks cannot take back lines, so a
 chunk replayed after a crash between the sink write and the offset commit is appended a second
 time: `exactly_once = False`. Consumers that need exactly once can drop repeated chunks
@@ -20,8 +20,8 @@ import pyarrow as pa
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, error_text
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.jsonl_encoding import jsonl_buffers, write_jsonl_to
-from icetail.sinks.parquet_sink import fsync_dir
+from icetail.sinks.files.jsonl_encoding import jsonl_buffers, write_jsonl_to
+from icetail.sinks.files.parquet import fsync_dir
 
 
 class JsonlFileSink:

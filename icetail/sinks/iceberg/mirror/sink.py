@@ -3,19 +3,19 @@ followed table by key, exactly once.
 
 The change rows come to the driver, as for the PostgreSQL mirror: the pipeline hands over a group of
 chunks (`GroupWriteSink`, bounded by --sink-commit-rows/--sink-commit-interval), the group is
-folded to one net change per key (`keyed_merge.local_merge`: commit order, key changes as a
-delete of the old key) and applied as ONE overwrite snapshot (`iceberg_mirror_apply`) whose
+folded to one net change per key (`keyed.merge.local_merge`: commit order, key changes as a
+delete of the old key) and applied as ONE overwrite snapshot (`iceberg/mirror/apply`) whose
 summary names the group's chunks, as the changelog sink's appends do (`iceberg_ledger`). The
 commit is made on the metadata the sink holds and lands only if the table has not moved
 (`iceberg_commit`). The target's files that hold an affected key are read and rewritten in Spark
 tasks when they hold enough bytes and the pipeline gave the sink its session (`use_spark`,
-`iceberg_mirror_tasks`), else in the driver. A replayed group (applied, offsets not committed) is
+`iceberg/mirror/tasks`), else in the driver. A replayed group (applied, offsets not committed) is
 found in the ledger and left out, whole or in part, however the replay is grouped
 (`IcebergTarget._append_once`). Another
 writer's commit makes ours fail as a whole: reloaded, looked up again and redone (SinkError when
 the retries run out, so the pipeline retries).
 
-The target is created by the first group when missing (`iceberg_mirror_schema`: the group's data
+The target is created by the first group when missing (`iceberg/mirror/schema`: the group's data
 columns, the key as identifier fields); an existing one not followed into before is adopted at
 `bind` when it matches by name, else refused in one line. The target follows the source's schema by field id, as the
 changelog sink's table does (`iceberg_evolution`): before the commit of the first group of a new
@@ -40,15 +40,15 @@ from pyiceberg.table import Table, TableProperties, Transaction
 
 from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS, evolve_by_field_id, source_field_id
-from icetail.sinks.iceberg_ledger import chunk_summary
-from icetail.sinks.iceberg_mirror_apply import GroupRewrite, plan_rewrite
-from icetail.sinks.iceberg_mirror_schema import check_target, source_columns, target_schema
-from icetail.sinks.iceberg_mirror_tasks import SessionProvider, choose_rewrite
-from icetail.sinks.iceberg_sink import IcebergTarget
-from icetail.sinks.keyed_merge import local_merge
+from icetail.sinks.iceberg.changelog import IcebergTarget
+from icetail.sinks.iceberg.evolution import SOURCE_FIELD_IDS, evolve_by_field_id, source_field_id
+from icetail.sinks.iceberg.ledger import chunk_summary
+from icetail.sinks.iceberg.mirror.apply import GroupRewrite, plan_rewrite
+from icetail.sinks.iceberg.mirror.schema import check_target, source_columns, target_schema
+from icetail.sinks.iceberg.mirror.tasks import SessionProvider, choose_rewrite
+from icetail.sinks.keyed.merge import local_merge
 
-log = logging.getLogger("icetail.sinks.iceberg_mirror")
+log = logging.getLogger("icetail.sinks.iceberg.mirror.sink")
 
 
 class IcebergMirrorSink(IcebergTarget):
@@ -216,5 +216,5 @@ class IcebergMirrorSink(IcebergTarget):
         return target_schema(schema, self._key_names(schema))
 
     def _table_properties(self) -> dict[str, str]:
-        """A target the mirror creates merges its manifests (iceberg_mirror_manifests: else one more a group)."""
+        """A target the mirror creates merges its manifests (iceberg/mirror/manifests: else one more a group)."""
         return {TableProperties.MANIFEST_MERGE_ENABLED: "true"}

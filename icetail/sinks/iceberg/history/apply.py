@@ -3,7 +3,7 @@ history table: the open versions the group closes are closed in place, the new v
 
 Closing a version sets its `_valid_to_snapshot_id` and `_valid_to`, so the data files that hold
 the open versions of the group's keys are rewritten, as the mirror rewrites the files that hold
-its keys (`iceberg_mirror_apply`: the same `key_predicate` pruning, each file read with its
+its keys (`iceberg/mirror/apply`: the same `key_predicate` pruning, each file read with its
 deletes applied, replaced only when a row changed, the same overwrite step). The filter is
 narrowed to files with an open version (`_valid_to_snapshot_id IS NULL`): a file of closed
 versions only (null count 0) is pruned by its column metrics and never read.
@@ -14,7 +14,7 @@ file) with the same function. For each row whose key the group closes and that i
 group's first snapshot of the key made it already (the source held the key twice in one snapshot,
 split over groups) it is replaced, left out; otherwise it is closed at that snapshot. Either is a
 duplicate when the group's first change of the key inserts (`CLOSE_FRESH`: the target should have
-held no open version), as in the PostgreSQL history (pg_mirror/apply_history.py).
+held no open version), as in the PostgreSQL history (postgres/apply_history.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, IsNull
 from pyiceberg.table import Table
 
-from icetail.sinks.history_versions import (
+from icetail.sinks.iceberg.mirror.apply import GroupRewrite, group_rewrite, key_predicate
+from icetail.sinks.iceberg.mirror.files import AffectedKeys, FileChange, RewriteFiles, joinable, rewrite_in_driver
+from icetail.sinks.iceberg.schema import conform
+from icetail.sinks.keyed.history_versions import (
     CLOSE_FRESH,
     VALID_FROM,
     VALID_FROM_SNAPSHOT_ID,
@@ -37,9 +40,6 @@ from icetail.sinks.history_versions import (
     VERSION,
     VersionChanges,
 )
-from icetail.sinks.iceberg_mirror_apply import GroupRewrite, group_rewrite, key_predicate
-from icetail.sinks.iceberg_mirror_files import AffectedKeys, FileChange, RewriteFiles, joinable, rewrite_in_driver
-from icetail.sinks.iceberg_schema import conform
 
 _ROW, _CLOSE = "__icetail_row", "__icetail_close"
 FRESH_CLOSE = "__icetail_fresh"
@@ -112,7 +112,7 @@ def closes_of(changes: VersionChanges, key: Sequence[str]) -> pa.Table:
 def plan_history(
     table: Table, changes: VersionChanges, key: Sequence[str], rewrite: RewriteFiles = rewrite_in_driver
 ) -> GroupRewrite:
-    """Have `rewrite` (the driver, or Spark tasks: `iceberg_mirror_tasks`) read the files that can hold
+    """Have `rewrite` (the driver, or Spark tasks: `iceberg/mirror/tasks`) read the files that can hold
     an open version of a touched key and write their rewrites, then write the new versions
     (uncommitted). In the GroupRewrite, `rows_deleted` counts the open versions closed or replaced
     and `rows_upserted` the versions added."""
@@ -130,7 +130,7 @@ def plan_history(
 
 @dataclass(frozen=True)
 class ClosingTransform:
-    """`CloseOpenVersions` as the mirror's file runners take a transform (iceberg_mirror_files): the
+    """`CloseOpenVersions` as the mirror's file runners take a transform (iceberg/mirror/files): the
     same step in the driver and in Spark tasks. `closes` carries what the keys alone do not."""
 
     close: CloseOpenVersions

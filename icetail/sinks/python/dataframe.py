@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from icetail.kernel.extras import DATAFRAME, require
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.callback_sink import CallbackSink
+from icetail.sinks.python.callback import CallbackSink
 
 DataFrameCallback = Callable[[ChunkKey, Any], Any]
 

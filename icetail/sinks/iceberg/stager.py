@@ -24,8 +24,8 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from icetail.kernel.errors import SinkError, SinkRejectedError, error_text
 from icetail.kernel.secrets import redacted_items
 from icetail.sinks.base import ChunkKey, file_safe
-from icetail.sinks.iceberg_errors import REJECTED_ERRORS
-from icetail.sinks.iceberg_schema import conform
+from icetail.sinks.iceberg.errors import REJECTED_ERRORS
+from icetail.sinks.iceberg.schema import conform
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks.history_versions import (
+from icetail.sinks.iceberg.evolution import SOURCE_FIELD_IDS, source_field_id
+from icetail.sinks.iceberg.mirror.schema import check_shape, data_schema
+from icetail.sinks.keyed.history_versions import (
     VALID_FROM,
     VALID_FROM_SNAPSHOT_ID,
     VALID_TO,
@@ -24,8 +26,6 @@ from icetail.sinks.history_versions import (
     VALIDITY_COLUMNS,
     history_key,
 )
-from icetail.sinks.iceberg_evolution import SOURCE_FIELD_IDS, source_field_id
-from icetail.sinks.iceberg_mirror_schema import check_shape, data_schema
 
 TIMESTAMPTZ = pa.timestamp("us", tz="UTC")
 VALIDITY_FIELDS = (

@@ -36,7 +36,7 @@ orphan-file removal collects it. Partitioned sink tables are written from the dr
 The parts live by job: `iceberg_ledger` (which chunks the table holds), `iceberg_commit` (one
 commit on the held metadata), `iceberg_schema` (the table's shape), `iceberg_stager` (the
 Spark-task writer), `iceberg_errors` (retry or reject). `IcebergTarget` is what the changelog sink
-shares with the Iceberg mirror (`iceberg_mirror`): the table, the ledger and the commit of a group
+shares with the Iceberg mirror (`iceberg/mirror`): the table, the ledger and the commit of a group
 of chunks once.
 """
 
@@ -67,12 +67,12 @@ from icetail.kernel.errors import (
 from icetail.kernel.names import check_consumer_id
 from icetail.kernel.secrets import fileio_items
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.iceberg_commit import commit_retries, committed, outraced
-from icetail.sinks.iceberg_errors import REJECTED_ERRORS, TRANSIENT_ERRORS
-from icetail.sinks.iceberg_evolution import evolve_by_field_id
-from icetail.sinks.iceberg_ledger import ChunkLedger, chunk_summary
-from icetail.sinks.iceberg_schema import conform, sink_schema
-from icetail.sinks.iceberg_stager import IcebergStager, file_prefix, staged_file, staged_name
+from icetail.sinks.iceberg.commit import commit_retries, committed, outraced
+from icetail.sinks.iceberg.errors import REJECTED_ERRORS, TRANSIENT_ERRORS
+from icetail.sinks.iceberg.evolution import evolve_by_field_id
+from icetail.sinks.iceberg.ledger import ChunkLedger, chunk_summary
+from icetail.sinks.iceberg.schema import conform, sink_schema
+from icetail.sinks.iceberg.stager import IcebergStager, file_prefix, staged_file, staged_name
 
 _T = TypeVar("_T")
 
