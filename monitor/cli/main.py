@@ -44,7 +44,8 @@ class VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         from icetail._version import installed_version
 
-        parser.exit(0, f"icetail {installed_version()}\n")
+        print(f"icetail {installed_version()}")  # on stdout, as argparse's own version action
+        parser.exit(0)
 
 
 def command_of(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:

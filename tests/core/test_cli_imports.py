@@ -88,6 +88,8 @@ def test_argument_errors_import_only_the_standard_library(case: str, tmp_path: P
         timeout=120,
     )
     assert done.returncode == expected_exit, done.stderr
+    if argv == ["--version"]:
+        assert done.stdout.startswith("icetail "), done.stdout
     if expected_exit == 2:
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line naming the problem
     modules = json.loads(listing.read_text())
