@@ -29,8 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from icetail.kernel import seams
 from icetail.kernel.errors import ConfigError, DataFileError, IcetailError, is_disk_full
-from icetail.kernel.holds import hold_while_file
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import child_processes, host_tag, process_is_running
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
@@ -167,10 +167,6 @@ def _start_daemon_zygote(settings: dict[str, str]) -> None:
 # `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
 SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
 ABANDON_SECONDS = 2.0
-# Test seam (kernel/holds.py): while the file this variable names exists, a BackgroundSession's
-# start waits before it asks for the JVM, so a test can stop a run whose session is provably still
-# starting instead of racing the JVM's start.
-HOLD_SESSION_START_ENV = "ICETAIL_TEST_HOLD_SESSION_START"
 
 
 class SessionAbandoned(Exception):
@@ -274,7 +270,9 @@ class BackgroundSession:
                 self._warming = None
 
     def _hold_for_test(self) -> None:
-        hold_while_file(HOLD_SESSION_START_ENV, self._closing_after)
+        """Test seam (kernel/seams.py): a test may hold the start here, before it asks for the JVM,
+        so it can stop a run whose session is provably still starting instead of racing the JVM's start."""
+        seams.reached(seams.SESSION_START, self._closing_after)
 
     def _closing_after(self, seconds: float) -> bool:
         """Whether the session was given up, looked at after `seconds`."""

@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from icetail.kernel import seams
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
-from icetail.kernel.holds import hold_while_file
 from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, lease_holder_is_dead
 from icetail.monitor.engine.api import (
@@ -1140,18 +1140,10 @@ def _cannot_tag(table: Table, consumer: str, reason: str) -> str:
     )
 
 
-# Test seam: while the file named by this variable exists, every committed chunk is followed by
-# a wait until a stop request or the file's removal, so a test can act on a batch that is
-# certainly in progress (tests/service/test_serve_process.py, tests/pipeline/test_run_cli.py).
-# Unset in production, where it costs one lookup a chunk.
-HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
-
-
 def _hold_for_test(stop: threading.Event) -> None:
-    """Test seam: while the file the variable names exists, a committed chunk waits, until a stop
-    is requested or the file is removed (kernel/holds.py): a test acts while the batch is provably
-    in progress instead of racing its end."""
-    hold_while_file(HOLD_AFTER_CHUNK_ENV, stop.wait)
+    """Test seam (kernel/seams.py): a test may hold a committed chunk here, until a stop is requested
+    (or it lets go), to act while the batch is provably in progress instead of racing its end."""
+    seams.reached(seams.AFTER_CHUNK, stop.wait)
 
 
 def _sequence_numbers(batch: InflightBatch) -> dict[int, int]:
