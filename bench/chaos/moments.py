@@ -15,11 +15,11 @@ A moment is one of:
   between a group's sink commit and its offsets' commit when the watch is quick enough, else
   just after.
 
-The first three use the product's test seam `ICETAIL_TEST_HOLD_AFTER_CHUNK` (monitor/engine/
-pipeline.py `_hold_for_test`): while its file exists, each committed chunk (group, partition)
-waits and marks the wait with `<file>.held`, so the fault lands while the batch is provably in
-flight, whatever the machine's load. A hold at a moment that does not count (an append batch
-for `partitioned`) is let go and the next one awaited.
+The first three use the test hold `ICETAIL_TEST_HOLD_AFTER_CHUNK` (tests/support/holds.py, at
+the product's seam `after_chunk`, icetail/kernel/seams.py): while its file exists, each committed
+chunk (group, partition) waits and marks the wait with `<file>.held`, so the fault lands while
+the batch is provably in flight, whatever the machine's load. A hold at a moment that does not
+count (an append batch for `partitioned`) is let go and the next one awaited.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from bench.chaos.places import Sink
 from icetail.state.store import open_store
+from tests.support.holds import HOLD_AFTER_CHUNK_ENV, hold_env
 
-HOLD_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
 HELD_MOMENTS = ("chunk", "group", "partitioned")
 WATCHED_MOMENTS = ("net", "sink-commit")
 _RELEASE_GAP = 0.2  # s without the hold file: longer than the product's 50 ms poll, so a held run goes on
@@ -100,7 +100,7 @@ class MomentWatch:
     let_go: int = 0  # holds that did not count
 
     def env(self) -> dict[str, str]:
-        return {HOLD_ENV: str(self.hold)} if self.moment in HELD_MOMENTS else {}
+        return hold_env(HOLD_AFTER_CHUNK_ENV, self.hold) if self.moment in HELD_MOMENTS else {}
 
     def arm(self) -> None:
         """Before the run starts."""

@@ -9,6 +9,8 @@ Exactly-once rests on an order that makes every crash harmless:
 3. the cursor advances only when every split of the batch is done.
 Snapshots that need carry-over removal or update pairing are reconciled as a whole and
 delivered as one chunk anchored at their first split (see docs/delivery.md).
+The pipeline orchestrates (lease, plan, write-ahead, recovery, commit); each way of delivering a
+batch is a class of monitor/engine/delivery/, chosen once, when the sink is open, from what it can do.
 """
 
 from __future__ import annotations
@@ -19,85 +21,46 @@ import shlex
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import BranchDroppedError, ConfigError, RefNotFoundError
-from icetail.kernel.holds import hold_while_file
-from icetail.kernel.model import ChangeSplit
 from icetail.kernel.processes import host_name, lease_holder_is_dead
 from icetail.monitor.engine.api import (
-    NetLineage,
     change_arrow_schema,
     check_row_lineage,
-    has_row_lineage,
-    identifier_names,
-    net_rows,
-    read_context,
-    schema_id_of,
 )
 from icetail.monitor.engine.catalog import load_table, open_catalog
-from icetail.monitor.engine.commit_group import ChunkGroup, coalesced
 from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.delivery.choice import ChosenDelivery, choose_delivery
+from icetail.monitor.engine.delivery.context import DeliveryContext, Tally, batch_schema_id
 from icetail.monitor.engine.hints import reset_command
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
-from icetail.monitor.engine.partitioned import (
-    PartitionDelivery,
-    PartitionedSnapshot,
-    deliver_partitioned,
-    net_partitioned,
-    net_spec,
-    partition_spec,
-    partitioned_snapshots,
-    segments_in_order,
-)
-from icetail.monitor.engine.release import (
-    Pairing,
-    Release,
-    gathered_snapshots,
-    observed,
-    releases,
-    snapshot_batches,
-)
 from icetail.monitor.engine.start_mode import StartMode, parse_start
 from icetail.monitor.engine.startup import DIFF, CursorProblem, cursor_problem, initial_cursor, recovery_for
 from icetail.monitor.engine.verify import (
     SnapshotCheck,
-    SnapshotVerifier,
-    VerifyMode,
     parse_verify_mode,
-    report,
-    verifier_for,
 )
 from icetail.monitor.planning.lineage import snapshots_between
 from icetail.monitor.planning.planner import ChangePlan, Planner, same_schema_prefix
 from icetail.monitor.planning.refs import table_on_branch
-from icetail.reader.changes.net_shuffle import NetFoldNotExact
 from icetail.reader.changes.reconcile import HIDDEN_PREFIX
 from icetail.reader.spark.background import BackgroundSession
-from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.spark.session import current_scheduler_pool, is_connect, use_scheduler_pool
-from icetail.reader.spark.waves import run_splits
-from icetail.reader.split.metadata_columns import CHANGE_TYPE
 from icetail.reader.split.read import Chunk
-from icetail.sinks.base import ChunkKey, GroupCommitSink, Sink, SplitSlot, StagingSink
+from icetail.sinks.base import Sink
 from icetail.sinks.debezium import EnvelopeSink
-from icetail.sinks.keyed.contract import GroupWriteSink, KeyedSink, SparkTaskSink
+from icetail.sinks.keyed.contract import KeyedSink, SparkTaskSink
 from icetail.state.checkpoint import (
     BatchShape,
     Checkpoint,
-    ChunkCommit,
     Cursor,
-    Inflight,
     InflightBatch,
-    SplitProgress,
 )
 from icetail.state.store import CheckpointStore, open_store
 from icetail.state.urls import new_sqlite_file, remove_sqlite_file
@@ -136,39 +99,6 @@ class BatchOutcome:
     @property
     def rows(self) -> int:
         return sum(self.rows_by_change_type.values())
-
-
-class _Tally:
-    """Mutable counters of one batch, frozen into a BatchOutcome at the end."""
-
-    def __init__(self) -> None:
-        self.rows: Counter[str] = Counter()
-        self.chunks = 0
-        self.bytes_read = 0
-        self.row_groups = 0
-        self.rows_decoded = 0
-        self.deleted_rows = 0
-        self.snapshots_checked = 0
-        self.check_mismatches = 0
-
-    def add_chunk(self, chunk: Chunk) -> None:
-        self.bytes_read += chunk.bytes_read
-        self.row_groups += chunk.row_groups_read
-        self.rows_decoded += chunk.rows_decoded
-        self.deleted_rows += chunk.deleted_rows
-
-    def add_rows(self, rows: pa.Table) -> None:
-        if not rows.num_rows:
-            self.add_counts(())
-            return
-        self.add_counts(
-            tuple((str(c["values"]), int(c["counts"])) for c in pc.value_counts(rows.column(CHANGE_TYPE)).to_pylist())
-        )
-
-    def add_counts(self, counts: tuple[tuple[str, int], ...]) -> None:
-        self.chunks += 1
-        for change_type, count in counts:
-            self.rows[change_type] += count
 
 
 class Pipeline:
@@ -216,6 +146,7 @@ class Pipeline:
         # opened once and reused: opening a catalog costs more than loading a table (a SQL catalog:
         # ~12 ms of CPU for its engine and schema check against ~1 ms), paid every poll of every table (R33)
         self._catalog: Catalog | None = None
+        self._chosen: ChosenDelivery | None = None  # how batches reach the sink: chosen once it is open
 
     # lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Pipeline:
@@ -277,10 +208,33 @@ class Pipeline:
             self._bind_keyed_sink()
             if isinstance(self.sink, SparkTaskSink):
                 self.sink.use_spark(self._task_session)
+            self._chosen = None
+            self._delivery()  # chosen now the sink is open and a mirror's key bound
         except BaseException:
             self._forget_if_unstarted()
             self._store.release_lease(self.consumer, self._owner)
             raise
+
+    def _delivery(self) -> ChosenDelivery:
+        """The ways batches reach the sink (monitor/engine/delivery/), chosen once, from what the sink
+        can do, when it is open and a mirror's key is bound."""
+        if self._chosen is None:
+            context = DeliveryContext(
+                self.config,
+                self.sink,
+                self._store,
+                self.consumer,
+                self._owner,
+                self._stop,
+                self._renew_lease_if_due,
+                self._session,
+                self._verify,
+                self._sink_key,
+                self._on_chunk,
+                self._on_check,
+            )
+            self._chosen = choose_delivery(context)
+        return self._chosen
 
     def _recorded_sink(self) -> str | None:
         checkpoint = self._store.load(self.consumer)
@@ -325,12 +279,6 @@ class Pipeline:
         schema = change_arrow_schema(table, None, with_row_lineage=keyed_by_row_id(key))
         self.sink.bind(key, schema)
         self._sink_key = key
-
-    def _identifiers(self, table: Table, schema_id: int | None) -> tuple[str, ...]:
-        """What updates are paired by: a mirror's key, else --identifier-columns or the identifier fields."""
-        if self._sink_key is not None:
-            return mirror_key(table, schema_id, self.config.identifier_columns)
-        return identifier_names(table, schema_id, self.config.identifier_columns)
 
     def _check_branch(self) -> None:
         """A consumer follows one branch: the one it was created with (main before schema 4).
@@ -492,8 +440,8 @@ class Pipeline:
             checkpoint = loaded
         inflight = checkpoint.inflight
         assert inflight is not None
-        tally = _Tally()
-        completed = self._deliver(table, inflight, tally)
+        tally = Tally()
+        completed = self._delivery().deliver(table, inflight, tally)
         if completed:
             self._store.finish_batch(self.consumer, inflight.batch.batch_id, owner=self._owner)
             if self.config.protect_cursor:
@@ -707,410 +655,6 @@ class Pipeline:
             + ("-net" if shape.net else "")
         )
 
-    # delivery --------------------------------------------------------------------------
-    def _deliver(self, table: Table, inflight: Inflight, tally: _Tally) -> bool:
-        batch = inflight.batch
-        splits = batch.splits
-        if not splits:
-            return True
-        if isinstance(self.sink, EnvelopeSink):
-            self.sink.prepare(batch.batch_id, _sequence_numbers(batch), full_start=_is_full_start(batch))
-        schema_id = batch_schema_id(table, batch)
-        splits = _with_commit_schema_ids(table, splits)
-        identifiers = self._identifiers(table, schema_id)
-        if batch.shape.net:
-            return self._deliver_net(table, inflight, schema_id, identifiers, tally)
-        tasks = [s.task for s in splits]
-        lineage_pairing = has_row_lineage(table)
-        carry_over_removal = self.config.carry_over_removal
-        gathered = gathered_snapshots(
-            tasks, carry_over_removal=carry_over_removal, identifiers=identifiers, lineage_pairing=lineage_pairing
-        )
-        with_lineage = self.config.with_row_lineage or keyed_by_row_id(self._sink_key)
-        with_schema_id = self.config.with_schema_id
-        progress = {p.split_id: p for p in inflight.progress}
-        index_of = {s.split_id: i for i, s in enumerate(splits)}
-        by_snapshot: dict[int, list[ChangeSplit]] = defaultdict(list)
-        for split in splits:
-            by_snapshot[split.task.commit.snapshot_id].append(split)
-        # a staging sink (parquet, unpartitioned Iceberg) is written by the Spark tasks themselves
-        stager = (
-            self.sink.stager(
-                change_arrow_schema(table, schema_id, with_schema_id=with_schema_id, with_row_lineage=with_lineage)
-            )
-            if isinstance(self.sink, StagingSink)
-            else None
-        )
-        staging = stager is not None
-        partitioned = {
-            snapshot_id: snapshot
-            for snapshot_id, snapshot in partitioned_snapshots(
-                splits, gathered, batch.shape.reconcile_partition_bytes
-            ).items()
-            if any(not progress[s.split_id].done for s in snapshot.splits)
-        }
-        requests: list[SplitRequest] = []
-        for split in splits:
-            snapshot_id = split.task.commit.snapshot_id
-            if snapshot_id in partitioned:
-                continue  # reconciled by Spark tasks, in its place among the others (segments_in_order)
-            if snapshot_id in gathered:
-                if any(not progress[s.split_id].done for s in by_snapshot[snapshot_id]):
-                    # reconcile needs the whole snapshot again, with the row ids it pairs by
-                    requests.append(SplitRequest(split, 0, with_row_lineage=with_lineage or lineage_pairing))
-            elif not progress[split.split_id].done:
-                start = progress[split.split_id].next_row_exclusive or 0
-                stage_as = SplitSlot(self.consumer, batch.batch_id, index_of[split.split_id]) if staging else None
-                requests.append(SplitRequest(split, start, stage_as, with_row_lineage=with_lineage))
-        if not requests and not partitioned:
-            return True
-        context = read_context(table, schema_id, tasks, with_schema_id=with_schema_id)
-        fully_read = {r.split.split_id for r in requests if r.start_row_inclusive == 0}
-        fully_read |= {s.split_id for p in partitioned.values() for s in p.splits}
-        verifier = self._verifier(table, batch, fully_read)
-        read_schema = change_arrow_schema(
-            table, schema_id, with_schema_id=with_schema_id, with_row_lineage=with_lineage or lineage_pairing
-        )
-        pairing = Pairing(read_schema, identifiers, carry_over_removal, lineage_pairing, with_lineage)
-        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
-        strict = self._verify == VerifyMode.STRICT
-        # staged chunks of a group-committing sink (Iceberg) wait in `group` and are committed together;
-        # so do the read rows of a group-writing sink (the PostgreSQL mirror)
-        writes_groups = self._groups_writes()
-        group = ChunkGroup(self.config.group_policy) if (staging and self._groups_commits()) or writes_groups else None
-
-        def released_from(segment: list[SplitRequest]) -> Iterator[Release]:
-            chunks = run_splits(self._session(), context, segment, chunk_rows=batch.shape.chunk_rows, stager=stager)
-            on_check = lambda c: self._checked(batch, c, tally)  # noqa: E731
-            yield from releases(
-                self._tallied(chunks, tally), snapshot_of, gathered, verifier, strict=strict, on_check=on_check
-            )
-
-        for release in self._committing_on_failure(
-            segments_in_order(requests, index_of, partitioned.values(), released_from), batch, group, tally
-        ):
-            if isinstance(release, PartitionedSnapshot):
-                self._commit_group(batch, group, tally)
-                spec = partition_spec(
-                    release,
-                    first_output=progress[release.anchor.split_id].parts_done or 0,
-                    read_schema=read_schema,
-                    identifiers=identifiers,
-                    carry_over_removal=carry_over_removal,
-                    lineage_pairing=lineage_pairing,
-                    with_row_lineage=with_lineage,
-                    chunk_rows=batch.shape.chunk_rows,
-                    stage_as=SplitSlot(self.consumer, batch.batch_id, release.indexes[0]) if staging else None,
-                )
-                if not deliver_partitioned(
-                    self._session(),
-                    context,
-                    spec,
-                    release,
-                    progress,
-                    stager,
-                    self._partition_delivery(batch, tally, verifier),
-                ):
-                    return False
-                continue
-            if release.reconcile:
-                self._commit_group(batch, group, tally)
-                rows = pairing.reconciled(release.batches)
-                snapshot_splits = by_snapshot[release.snapshot_id]
-                anchor_index = index_of[snapshot_splits[0].split_id]
-                self._deliver_reconciled(batch, release, rows, snapshot_splits, anchor_index, progress, tally)
-            else:
-                for chunk in release.chunks:
-                    key = SplitSlot(self.consumer, batch.batch_id, index_of[chunk.split_id]).chunk_key(
-                        chunk.split_id, chunk.row_start_inclusive
-                    )
-                    if group is not None and (chunk.staged is not None or not chunk.row_count or writes_groups):
-                        group.add(key, chunk)
-                        if group.full():
-                            self._commit_group(batch, group, tally)
-                        continue
-                    self._commit_group(batch, group, tally)  # in delivery order: what waits goes first
-                    self._deliver_chunk(batch, key, chunk, tally)
-                    _hold_for_test(self._stop)
-            if self._stop.is_set():
-                self._commit_group(batch, group, tally)
-                return False
-        self._commit_group(batch, group, tally)
-        return not self._stop.is_set() or self._all_done()
-
-    def _partition_delivery(
-        self, batch: InflightBatch, tally: _Tally, verifier: SnapshotVerifier | None
-    ) -> PartitionDelivery:
-        """A partitioned snapshot's hooks: its read chunks are tallied and checked as read ones are."""
-
-        def on_read(chunk: Chunk) -> None:
-            if self._on_chunk is not None:
-                self._on_chunk(chunk)
-            tally.add_chunk(chunk)
-            check = verifier.add(chunk) if verifier is not None else None
-            if check is not None:
-                self._checked(batch, check, tally)
-
-        def after_commit() -> None:
-            self._renew_lease_if_due()
-            _hold_for_test(self._stop)
-
-        return PartitionDelivery(
-            self.sink,
-            self._store,
-            self.consumer,
-            self._owner,
-            batch.batch_id,
-            on_read,
-            tally.add_counts,
-            after_commit,
-            self._stop.is_set,
-            self._renew_lease_if_due,
-        )
-
-    def _committing_on_failure(
-        self,
-        released: Iterator[Release | PartitionedSnapshot],
-        batch: InflightBatch,
-        group: ChunkGroup | None,
-        tally: _Tally,
-    ) -> Iterator[Release | PartitionedSnapshot]:
-        """`released`; when the read fails or a snapshot is refused (`--verify strict`), the chunks
-        released before it are still committed, as they would have been without a group."""
-        try:
-            yield from released
-        except Exception:
-            try:
-                self._commit_group(batch, group, tally)
-            except Exception as exc:  # the group is read again on the next run; the read's error is the news
-                log.warning("chunks of batch %s left uncommitted after a failed read: %s", batch.batch_id, exc)
-            raise
-
-    def _groups_commits(self) -> bool:
-        return isinstance(self.sink, GroupCommitSink) and self.config.group_policy.groups
-
-    def _groups_writes(self) -> bool:
-        return isinstance(self.sink, GroupWriteSink) and self.config.group_policy.groups
-
-    def _commit_group(self, batch: InflightBatch, group: ChunkGroup | None, tally: _Tally) -> None:
-        """The waiting staged chunks made visible in one sink commit, then their offsets in one transaction."""
-        if group is None or not len(group):
-            return
-        members = group.take()
-        staged = [(m.key, m.chunk.staged) for m in members if m.chunk.staged is not None]
-        tokens: dict[ChunkKey, str | None] = {}
-        if staged:
-            committed = cast(GroupCommitSink, self.sink).commit_staged_group(staged)
-            tokens = {key: token for (key, _), token in zip(staged, committed, strict=True)}
-        rows = [(m.key, m.chunk.batch) for m in members if m.chunk.staged is None and m.chunk.batch is not None]
-        written = [(key, pa.Table.from_batches([batch])) for key, batch in rows if batch.num_rows]
-        if written:
-            applied = cast(GroupWriteSink, self.sink).write_group(written)
-            tokens |= {key: token for (key, _), token in zip(written, applied, strict=True)}
-        for member in members:
-            tally.add_counts(member.chunk.change_counts)
-        self._store.commit_chunks(self.consumer, batch.batch_id, coalesced(members, tokens), owner=self._owner)
-        self._renew_lease_if_due()
-        _hold_for_test(self._stop)
-
-    def _tallied(self, chunks: Iterator[Chunk], tally: _Tally) -> Iterator[Chunk]:
-        """The read chunks, each seen by the on_chunk hook and counted as read."""
-
-        def seen(chunk: Chunk) -> None:
-            if self._on_chunk is not None:
-                self._on_chunk(chunk)
-            tally.add_chunk(chunk)
-
-        return observed(chunks, seen)
-
-    def _deliver_net(
-        self, table: Table, inflight: Inflight, schema_id: int | None, identifiers: tuple[str, ...], tally: _Tally
-    ) -> bool:
-        """The batch's net changes (reader/changes/net.py) as one chunk anchored at its first split.
-
-        Every split is read again from its first row (the net rows are a function of all of them),
-        the rows are written under one chunk key and every split is committed done in one
-        transaction: a crash before that commit leaves nothing committed, and the resumed batch
-        reads the same persisted splits in the same order, so it writes the same rows under the
-        same key. A stop request abandons the read; the batch stays in flight.
-        """
-        batch = inflight.batch
-        pending = [p for p in inflight.progress if not p.done]
-        if not pending:
-            return True
-        with_schema_id = self.config.with_schema_id
-        # keyed by `_row_id` on a v3 table: a function of the persisted splits (their first_row_ids),
-        # so a resumed batch folds the same rows the same way
-        lineage = NetLineage(
-            keyed=has_row_lineage(table), output=self.config.with_row_lineage or keyed_by_row_id(self._sink_key)
-        )
-        schema = lineage.read_schema(table, schema_id, with_schema_id=with_schema_id)
-        splits = _with_commit_schema_ids(table, batch.splits)
-        partitioned = (
-            net_partitioned(splits, batch.shape.reconcile_partition_bytes) if batch.shape.net_partitioned else None
-        )
-        if partitioned is not None:
-            progress = {p.split_id: p for p in inflight.progress}
-            try:
-                return self._deliver_net_partitioned(table, batch, partitioned, progress, schema, identifiers, tally)
-            except NetFoldNotExact as exc:
-                if progress[partitioned.anchor.split_id].parts_done:  # cannot be: the flag precedes every output
-                    raise
-                log.info("batch %s: net changes folded in the driver: %s", batch.batch_id, exc)
-        snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in splits}
-        requests = [SplitRequest(s, with_row_lineage=lineage.reads) for s in splits]
-        context = read_context(table, schema_id, [s.task for s in splits], with_schema_id=with_schema_id)
-        next_rows: dict[str, int] = {}
-        verifier = self._verifier(table, batch)  # every split is read from its first row
-
-        def read() -> Iterator[Chunk]:
-            chunks = run_splits(self._session(), context, requests, chunk_rows=batch.shape.chunk_rows)
-            for chunk in self._tallied(chunks, tally):
-                next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
-                self._renew_lease_if_due()
-                if self._stop.is_set():
-                    raise _Abandoned
-                yield chunk
-
-        # the fold holds every row until the batch is read: a refused snapshot raises before any is written
-        released = releases(read(), snapshot_of, set(), verifier, on_check=lambda c: self._checked(batch, c, tally))
-        try:
-            rows = net_rows(lineage, schema, snapshot_batches(released), [s.task for s in splits], identifiers)
-        except _Abandoned:
-            return False
-        anchor = batch.splits[0]
-        token = None
-        if rows.num_rows:
-            token = self.sink.write(SplitSlot(self.consumer, batch.batch_id, 0).chunk_key(anchor.split_id, 0), rows)
-        commits = [
-            ChunkCommit(
-                split_id=p.split_id,
-                next_row_exclusive=max(p.next_row_exclusive or 0, next_rows.get(p.split_id, 0)),
-                rows_in_chunk=rows.num_rows if p.split_id == anchor.split_id else 0,
-                done=True,
-                sink_token=token if p.split_id == anchor.split_id else None,
-            )
-            for p in pending
-        ]
-        self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
-        tally.add_rows(rows)
-        return True
-
-    def _deliver_net_partitioned(
-        self,
-        table: Table,
-        batch: InflightBatch,
-        partitioned: PartitionedSnapshot,
-        progress: dict[str, SplitProgress],
-        schema: pa.Schema,
-        identifiers: tuple[str, ...],
-        tally: _Tally,
-    ) -> bool:
-        """The batch's net changes folded by Spark tasks in partitions (reader/changes/net_shuffle.py), a chunk
-        each, committed as the partitions of a reconciled snapshot are (monitor/engine/partitioned.py):
-        a crash resumes at the first partition not committed. NetFoldNotExact before any output when
-        the driver must fold it."""
-        schema_id = batch_schema_id(table, batch)
-        with_schema_id = self.config.with_schema_id
-        spec = net_spec(
-            partitioned,
-            first_output=progress[partitioned.anchor.split_id].parts_done or 0,
-            read_schema=schema,
-            identifiers=identifiers,
-            row_lineage=has_row_lineage(table),
-            output_lineage=self.config.with_row_lineage or keyed_by_row_id(self._sink_key),
-            chunk_rows=batch.shape.chunk_rows,
-        )
-        context = read_context(table, schema_id, [s.task for s in partitioned.splits], with_schema_id=with_schema_id)
-        verifier = self._verifier(table, batch)  # every split is read from its first row
-        delivery = self._partition_delivery(batch, tally, verifier)
-        return deliver_partitioned(self._session(), context, spec, partitioned, progress, None, delivery)
-
-    def _verifier(
-        self, table: Table, batch: InflightBatch, fully_read_split_ids: set[str] | None = None
-    ) -> SnapshotVerifier | None:
-        """What checks the batch's snapshots (None under off); only those read whole here can be checked."""
-        return verifier_for(
-            self._verify,
-            table.metadata,
-            batch.splits,
-            from_snapshot_exclusive=batch.from_snapshot_exclusive,
-            collapsed=batch.shape.collapsed,
-            fully_read_split_ids=fully_read_split_ids,
-        )
-
-    def _checked(self, batch: InflightBatch, check: SnapshotCheck, tally: _Tally) -> None:
-        """Count, report and log a snapshot's check; under strict a mismatch raises SnapshotCheckError."""
-        if check.rules:
-            tally.snapshots_checked += 1
-        tally.check_mismatches += len(check.mismatches)
-        if self._on_check is not None:
-            self._on_check(check)
-        context = {"consumer": self.consumer, "table": self.config.table, "batch_id": batch.batch_id}
-        report(check, self._verify, context)
-
-    def _all_done(self) -> bool:
-        checkpoint = self._store.load(self.consumer)
-        return checkpoint is not None and checkpoint.inflight is not None and not checkpoint.inflight.pending()
-
-    def _deliver_chunk(self, batch: InflightBatch, key: ChunkKey, chunk: Chunk, tally: _Tally) -> None:
-        token = None
-        if chunk.staged is not None:
-            # the Spark task wrote the rows; the driver only makes them visible, in order
-            token = cast(StagingSink, self.sink).commit_staged(key, chunk.staged)
-        elif chunk.batch is not None and chunk.batch.num_rows:
-            token = self.sink.write(key, pa.Table.from_batches([chunk.batch]))
-        tally.add_counts(chunk.change_counts)  # counted by read_split, staged or not
-        self._store.commit_chunk(
-            self.consumer,
-            batch.batch_id,
-            chunk.split_id,
-            chunk.next_row_exclusive,
-            chunk.row_count,
-            chunk.done,
-            token,
-            owner=self._owner,
-        )
-        self._renew_lease_if_due()
-
-    def _deliver_reconciled(
-        self,
-        batch: InflightBatch,
-        release: Release,
-        rows: pa.Table,
-        snapshot_splits: list[ChangeSplit],
-        anchor_index: int,
-        progress: dict[str, Any],
-        tally: _Tally,
-    ) -> None:
-        """One snapshot's reconciled `rows` as one chunk anchored at its first split (`anchor_index` in
-        the batch), committed in one transaction."""
-        anchor = snapshot_splits[0]
-        token = None
-        if rows.num_rows:
-            key = SplitSlot(self.consumer, batch.batch_id, anchor_index).chunk_key(anchor.split_id, 0)
-            token = self.sink.write(key, rows)
-        next_rows: dict[str, int] = {}
-        for chunk in release.chunks:
-            next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
-        commits = [
-            ChunkCommit(
-                split_id=split.split_id,
-                next_row_exclusive=max(
-                    next_rows.get(split.split_id, 0), progress[split.split_id].next_row_exclusive or 0
-                ),
-                rows_in_chunk=rows.num_rows if split is anchor else 0,
-                done=True,
-                sink_token=token if split is anchor else None,
-            )
-            for split in snapshot_splits
-            if not progress[split.split_id].done
-        ]
-        # one transaction: a crash cannot leave the snapshot half committed
-        self._store.commit_chunks(self.consumer, batch.batch_id, commits, owner=self._owner)
-        tally.add_rows(rows)
-        self._renew_lease_if_due()
-
     def keep_lease(self) -> None:
         """Renew the lease if a third of its TTL passed: `serve` keeps an idle consumer's lease between cycles."""
         self._renew_lease_if_due()
@@ -1140,31 +684,6 @@ class Pipeline:
             raise ConfigError(_cannot_tag(table, self.consumer, str(exc))) from exc
 
 
-def batch_schema_id(table: Table, batch: InflightBatch) -> int | None:
-    """The schema a batch is projected onto: stored with it, or (written before store schema 6) its to-snapshot's."""
-    if batch.shape.schema_id is not None:
-        return batch.shape.schema_id
-    return schema_id_of(table, batch.to_snapshot_inclusive)
-
-
-def _with_commit_schema_ids(table: Table, splits: tuple[ChangeSplit, ...]) -> tuple[ChangeSplit, ...]:
-    """Splits persisted before split format 3 lack their commit's schema id (`_schema_id`): look it up."""
-    if all(s.task.commit.schema_id is not None for s in splits):
-        return splits
-    filled = []
-    for split in splits:
-        commit = split.task.commit
-        if commit.schema_id is None:
-            commit = replace(commit, schema_id=schema_id_of(table, commit.snapshot_id))
-            split = replace(split, task=replace(split.task, commit=commit))
-        filled.append(split)
-    return tuple(filled)
-
-
-class _Abandoned(Exception):
-    """A stop request interrupted a net batch's read; nothing of the batch is committed."""
-
-
 def _check_can_tag(table: Table, consumer: str) -> None:
     """--protect-cursor writes a tag through pyiceberg, which writes table metadata itself through
     every catalog but REST (where the server writes it), and pyiceberg 0.12 cannot write format v3
@@ -1182,30 +701,3 @@ def _cannot_tag(table: Table, consumer: str, reason: str) -> str:
         f"--protect-cursor and keep the cursor snapshot with a tag of your own (Spark SQL: ALTER TABLE "
         f"{name} CREATE OR REPLACE TAG ...; see docs/delivery.md), or follow the table through a REST catalog"
     )
-
-
-# Test seam: while the file named by this variable exists, every committed chunk is followed by
-# a wait until a stop request or the file's removal, so a test can act on a batch that is
-# certainly in progress (tests/service/test_serve_process.py, tests/pipeline/test_run_cli.py).
-# Unset in production, where it costs one lookup a chunk.
-HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
-
-
-def _hold_for_test(stop: threading.Event) -> None:
-    """Test seam: while the file the variable names exists, a committed chunk waits, until a stop
-    is requested or the file is removed (kernel/holds.py): a test acts while the batch is provably
-    in progress instead of racing its end."""
-    hold_while_file(HOLD_AFTER_CHUNK_ENV, stop.wait)
-
-
-def _sequence_numbers(batch: InflightBatch) -> dict[int, int]:
-    """The data sequence number of each commit of `batch` (the Debezium envelope's `source`)."""
-    return {s.task.commit.snapshot_id: s.task.commit.sequence_number for s in batch.splits}
-
-
-def _is_full_start(batch: InflightBatch) -> bool:
-    """Whether `batch` reads one snapshot whole (`--start full`, or a diff from nothing after lost
-    history): it starts before everything yet holds one commit that has a parent. From the batch
-    as stored, so a resumed batch says the same."""
-    commits = {s.task.commit for s in batch.splits}
-    return batch.from_snapshot_exclusive is None and len(commits) == 1 and next(iter(commits)).parent_id is not None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, wait
 from typing import Any
 
-from icetail.kernel.holds import hold_while_file
+from icetail.kernel import seams
 from icetail.kernel.processes import child_processes
 from icetail.reader.spark.daemon_zygote import stop_zygotes
 from icetail.reader.spark.handoff import executors_share_driver_host
@@ -22,10 +22,6 @@ from icetail.reader.spark.session import is_connect, spark_session
 # `spark-class`, then `java ... org.apache.spark.deploy.SparkSubmit`.
 SPARK_LAUNCH_MARKERS = ("bin/spark-submit", "bin/spark-class", "org.apache.spark.deploy.SparkSubmit")
 ABANDON_SECONDS = 2.0
-# Test seam (kernel/holds.py): while the file this variable names exists, a BackgroundSession's
-# start waits before it asks for the JVM, so a test can stop a run whose session is provably still
-# starting instead of racing the JVM's start.
-HOLD_SESSION_START_ENV = "ICETAIL_TEST_HOLD_SESSION_START"
 
 
 class SessionAbandoned(Exception):
@@ -129,7 +125,9 @@ class BackgroundSession:
                 self._warming = None
 
     def _hold_for_test(self) -> None:
-        hold_while_file(HOLD_SESSION_START_ENV, self._closing_after)
+        """Test seam (kernel/seams.py): a test may hold the start here, before it asks for the JVM,
+        so it can stop a run whose session is provably still starting instead of racing the JVM's start."""
+        seams.reached(seams.SESSION_START, self._closing_after)
 
     def _closing_after(self, seconds: float) -> bool:
         """Whether the session was given up, looked at after `seconds`."""

@@ -29,7 +29,7 @@ from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
-from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.checkpoint import Checkpoint
@@ -37,6 +37,7 @@ from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, row_multiset
 from tests.support.crash import kill_group
+from tests.support.holds import HOLD_AFTER_CHUNK_ENV, hold_env
 from tests.support.processes import child_env, icetail_command
 from tests.support.sinks import CrashingSink, SimulatedCrash
 from tests.support.stores import expire_dead_lease
@@ -164,7 +165,7 @@ def test_sigkill_inside_a_partitioned_snapshot_resumes_at_the_partition(
     config = _config(cow_source, tmp_path)
     hold = tmp_path / "hold"
     hold.touch()
-    env = {**child_env([cow_source.catalog], tmp_path / "spark"), HOLD_AFTER_CHUNK_ENV: str(hold)}
+    env = {**child_env([cow_source.catalog], tmp_path / "spark"), **hold_env(HOLD_AFTER_CHUNK_ENV, hold)}
     cmd = [
         *icetail_command(),
         "run",

@@ -27,13 +27,14 @@ from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.config import PipelineConfig
-from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, row_multiset
 from tests.support.crash import kill_group
+from tests.support.holds import HOLD_AFTER_CHUNK_ENV, hold_env
 from tests.support.processes import child_env, icetail_command
 from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
 from tests.support.stores import expire_dead_lease
@@ -194,7 +195,7 @@ def test_sigkill_between_net_partitions_resumes_at_the_partition(
     config = _config(source, tmp_path / "parts", TINY, identifier_columns=("id",))
     hold = tmp_path / "hold"
     hold.touch()
-    env = {**child_env([source.catalog], tmp_path / "spark"), HOLD_AFTER_CHUNK_ENV: str(hold)}
+    env = {**child_env([source.catalog], tmp_path / "spark"), **hold_env(HOLD_AFTER_CHUNK_ENV, hold)}
     cmd = [
         *icetail_command(),
         "run",

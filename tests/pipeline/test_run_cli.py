@@ -34,13 +34,13 @@ from icetail.kernel.errors import ConfigError
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import read_changes
 from icetail.monitor.engine.config import PipelineConfig
-from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV, Pipeline
-from icetail.reader.spark.background import HOLD_SESSION_START_ENV
+from icetail.monitor.engine.pipeline import Pipeline
 from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
 from tests.support.compare import diff_report, row_multiset
 from tests.support.crash import kill_group
+from tests.support.holds import HOLD_AFTER_CHUNK_ENV, HOLD_SESSION_START_ENV, hold_env
 from tests.support.processes import child_env, icetail_command, icetail_lines, run_icetail
 from tests.support.sinks import CrashingSink, SimulatedCrash, read_parquet_sink
 from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
@@ -707,7 +707,7 @@ def test_second_run_of_a_consumer_refuses_while_the_first_holds_the_lease(env: E
     with open(log, "w") as out:
         first = subprocess.Popen(
             [*icetail_command(), *args],
-            env={**env.child, HOLD_AFTER_CHUNK_ENV: str(hold)},
+            env={**env.child, **hold_env(HOLD_AFTER_CHUNK_ENV, hold)},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -743,7 +743,7 @@ def test_sigterm_mid_batch_ends_in_one_line_and_releases_the_lease(env: Env, tmp
     hold.touch()
     run = subprocess.Popen(
         [*icetail_command(), *args],
-        env={**env.child, HOLD_AFTER_CHUNK_ENV: str(hold)},
+        env={**env.child, **hold_env(HOLD_AFTER_CHUNK_ENV, hold)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -803,7 +803,7 @@ def test_sigterm_while_the_jvm_starts_ends_in_one_line_without_waiting_for_it(en
     hold.touch()
     run = subprocess.Popen(
         [*icetail_command(), *args],
-        env={**env.child, HOLD_SESSION_START_ENV: str(hold)},
+        env={**env.child, **hold_env(HOLD_SESSION_START_ENV, hold)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -34,9 +34,8 @@ from pyiceberg.table import Table
 
 from icetail.kernel.model import ChangeType
 from icetail.monitor.engine.api import read_changes
-from icetail.monitor.engine.pipeline import HOLD_AFTER_CHUNK_ENV
 from icetail.monitor.service.metrics import FailureStage
-from icetail.reader.spark.background import HOLD_SESSION_START_ENV
+from tests.support.holds import HOLD_AFTER_CHUNK_ENV, HOLD_SESSION_START_ENV, hold_env
 from tests.support.processes import child_env
 from tests.support.serve import (
     CATALOG_NAME,
@@ -188,7 +187,7 @@ def test_serve_lifecycle_delivery_metrics_logs_sigterm_restart_and_failures(
 
     # --- 1. start, health, first batch -------------------------------------------------------
     hold = tmp_path / "hold-after-chunk"  # while it exists, serve1 waits for SIGTERM after a chunk
-    serve = start_serve(tmp_path, warehouse, children, "serve1", env={HOLD_AFTER_CHUNK_ENV: str(hold)})
+    serve = start_serve(tmp_path, warehouse, children, "serve1", env=hold_env(HOLD_AFTER_CHUNK_ENV, hold))
     assert serve.wait_status("/healthz", 200, STARTUP_SECONDS).strip() == "ok"
     assert serve.wait_status("/readyz", 200, STARTUP_SECONDS).strip() == "ok"
     wait_caught_up(serve, warehouse.load("events"))
@@ -467,7 +466,7 @@ def test_sigterm_while_the_jvm_starts_stops_serve_at_once(
     table.append(rows(range(5)))
     hold = tmp_path / "hold-session-start"
     hold.touch()
-    serve = start_serve(tmp_path, warehouse, children, "starting", env={HOLD_SESSION_START_ENV: str(hold)})
+    serve = start_serve(tmp_path, warehouse, children, "starting", env=hold_env(HOLD_SESSION_START_ENV, hold))
     wait_until(
         lambda: Path(f"{hold}.held").exists() or None, timeout=STARTUP_SECONDS, what="the held start", child=serve
     )
