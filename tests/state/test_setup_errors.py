@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from icetail.kernel.errors import SetupError, SinkSetupError, StateSetupError, StateUnavailableError
-from icetail.sinks.factory import open_sink
+from icetail.sinks.pg_mirror.sink import PostgresMirrorSink
 from icetail.state.store import open_store
 from tests.support.stores import PG_URL, pg_unavailable
 
@@ -35,7 +35,7 @@ def _sql(statement: str) -> None:
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(statement.encode())
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_a_store_schema_the_role_may_not_create_is_a_setup_error(weak_role: str)
 
 def test_a_sink_schema_the_role_may_not_create_is_a_setup_error(weak_role: str) -> None:
     schema = f"icetail_weak_{uuid.uuid4().hex[:8]}"
-    sink = open_sink(f"postgresql://{weak_role}@{HOST}/test?table={schema}.t", consumer="c1")
+    sink = PostgresMirrorSink(f"postgresql://{weak_role}@{HOST}/test?table={schema}.t", consumer="c1")
     try:
         with pytest.raises(SinkSetupError, match="permission denied") as info:
             sink.bind(("id",), SCHEMA)  # creates the ledger's schema: refused
