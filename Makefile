@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 BIN4 := $(VENV4)/bin
 STAMP := $(VENV)/.icetail-installed
 STAMP4 := $(VENV4)/.icetail-installed
-# the demo installs icetail and its runtime dependencies only (the same pins), not the dev extra
+# the demo installs icetail, its runtime dependencies and the postgres extra (the same pins; a
+# PostgreSQL mirror or store then works from the demo's venv), not the dev extra
 DEMO_STAMP := $(VENV)/.icetail-demo-installed
 DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
 
@@ -47,14 +48,14 @@ system-deps:
 $(DEMO_STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements-dev.txt -e .
+	$(BIN)/pip install -q -c requirements-dev.txt -e '.[postgres]'
 	touch $(DEMO_STAMP)
 
 $(DEMO_STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
 	$(PYTHON) -m venv $(VENV4)
 	$(BIN4)/pip install -q --upgrade pip
 	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
-	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e .
+	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e '.[postgres]'
 	touch $(DEMO_STAMP4)
 
 demo: $(DEMO_STAMP)
