@@ -44,15 +44,16 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--from-tag", default=None, help="exclusive: start after the snapshot this tag points at")
     parser.add_argument("--to-tag", default=None, help="inclusive: end at the snapshot this tag points at")
+    time_zone = "(with an offset, +02:00 or Z; without one, UTC)"
     parser.add_argument(
         "--from-timestamp",
         default=None,
-        help="inclusive: the snapshots committed at or after this ISO 8601 time (UTC without an offset)",
+        help=f"inclusive: the snapshots committed at or after this ISO 8601 time {time_zone}",
     )
     parser.add_argument(
         "--to-timestamp",
         default=None,
-        help="inclusive: the snapshots committed at or before this ISO 8601 time (UTC without an offset)",
+        help=f"inclusive: the snapshots committed at or before this ISO 8601 time {time_zone}",
     )
     parser.add_argument(
         "--branch", default="main", help="read the history of this branch (default main; the to-end is its head)"
