@@ -27,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     serve = subparsers.add_parser("serve", help="follow tables forever: scheduler, metrics, health endpoints")
     add_pipeline_arguments(serve)
     serve.add_argument("--interval", default=None, help="poll period, e.g. 5s, 500ms, 1m (default 5s)")
-    serve.add_argument("--metrics-host", default=None, help="default 0.0.0.0")
+    serve.add_argument(
+        "--metrics-host", default=None, help="default 0.0.0.0, every interface; 127.0.0.1: this machine only"
+    )
     serve.add_argument("--metrics-port", type=int, default=None, help="default 9464; /metrics /healthz /readyz")
     serve.add_argument(
         "--max-failures",
