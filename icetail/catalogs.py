@@ -35,10 +35,8 @@ def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catal
         _require_support(name, properties)
         return load_catalog(name, **properties)
     except (ValueError, KeyError) as exc:
-        variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
         raise CatalogNotFoundError(
-            f"catalog {name!r} is not configured ({_pyiceberg_reason(exc)}); define it in .pyiceberg.yaml "
-            f"(in PYICEBERG_HOME or the home directory) or set {variable}__URI and {variable}__TYPE"
+            f"catalog {name!r} is not configured ({_pyiceberg_reason(exc)}); {_setup(name, exc)}"
         ) from exc
     except NotInstalledError as exc:
         kind = properties.get("type", "")
@@ -71,6 +69,19 @@ _AWS_SETUP_ERRORS = {
     "NoCredentialsError": "no AWS credentials were found; configure the AWS credential chain or glue.* properties",
     "PartialCredentialsError": "the AWS credentials are incomplete; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
 }
+
+
+def _setup(name: str, exc: BaseException) -> str:
+    """How to configure catalog `name`. pyiceberg takes the type from the URI's scheme, so only a
+    URI of another scheme (or a catalog without one, Glue's) needs the `__TYPE` variable."""
+    variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
+    if "infer the catalog type" in str(exc):
+        return f"set {variable}__TYPE (sql, rest, hive, glue, ...) or give a URI whose scheme names it"
+    return (
+        f"set {variable}__URI (its scheme gives the type: sqlite:////abs/catalog.db or postgresql://... "
+        f"a SQL catalog, https://... REST, thrift://... Hive; Glue takes {variable}__TYPE=glue instead), "
+        "or define it in .pyiceberg.yaml (in PYICEBERG_HOME or the home directory)"
+    )
 
 
 def _pyiceberg_reason(exc: BaseException) -> str:

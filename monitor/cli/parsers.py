@@ -41,15 +41,16 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--from-tag", default=None, help="exclusive: start after the snapshot this tag points at")
     parser.add_argument("--to-tag", default=None, help="inclusive: end at the snapshot this tag points at")
+    time_zone = "(with an offset, +02:00 or Z; without one, UTC)"
     parser.add_argument(
         "--from-timestamp",
         default=None,
-        help="inclusive: the snapshots committed at or after this ISO 8601 time (UTC without an offset)",
+        help=f"inclusive: the snapshots committed at or after this ISO 8601 time {time_zone}",
     )
     parser.add_argument(
         "--to-timestamp",
         default=None,
-        help="inclusive: the snapshots committed at or before this ISO 8601 time (UTC without an offset)",
+        help=f"inclusive: the snapshots committed at or before this ISO 8601 time {time_zone}",
     )
     parser.add_argument(
         "--branch", default="main", help="read the history of this branch (default main; the to-end is its head)"
@@ -253,7 +254,9 @@ def register_serve(subparsers: SubParsers) -> None:
     serve = subparsers.add_parser("serve", help="follow tables forever: scheduler, metrics, health endpoints")
     add_pipeline_arguments(serve)
     serve.add_argument("--interval", default=None, help="poll period, e.g. 5s, 500ms, 1m (default 5s)")
-    serve.add_argument("--metrics-host", default=None, help="default 0.0.0.0")
+    serve.add_argument(
+        "--metrics-host", default=None, help="default 0.0.0.0, every interface; 127.0.0.1: this machine only"
+    )
     serve.add_argument("--metrics-port", type=int, default=None, help="default 9464; /metrics /healthz /readyz")
     serve.add_argument(
         "--max-failures",

@@ -1,7 +1,8 @@
 """One small HTTP endpoint for operators: /metrics, /healthz and /readyz on one host and port.
 
 * `/metrics`: the registry in the Prometheus text format (or OpenMetrics when the scraper asks
-  for it in `Accept`), gzip when accepted, `?name[]=` to restrict to some metric families.
+  for it in `Accept`), gzip when accepted, `?name[]=` to restrict to some metric families;
+  without client_python's `_created` samples (`_WithoutCreated`).
 * `/healthz`: 200 "ok" as long as the process serves HTTP (liveness).
 * `/readyz`: 200 with the reason when the readiness callable returns `(True, reason)`,
   503 with the reason otherwise, or when it raises (readiness).
@@ -15,13 +16,15 @@ import gzip
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 __all__ = ["MonitorServer", "Readiness", "always_ready"]
 
@@ -32,6 +35,35 @@ Readiness = Callable[[], tuple[bool, str]]
 
 def always_ready() -> tuple[bool, str]:
     return True, "ok"
+
+
+# the metric types for which client_python adds a `<name>_created` sample per child
+_WITH_CREATED = ("counter", "histogram", "summary", "gaugehistogram")
+
+
+class _WithoutCreated(CollectorRegistry):
+    """A registry's metrics as exposed: without the `_created` sample of each counter and histogram.
+
+    client_python adds to every counter and histogram child a `_created` sample (when it was
+    made), and Prometheus stores it as one more series per child, holding the process start
+    again (`process_start_time_seconds`), which no icetail alert or dashboard reads. Its own
+    switches are process-wide (`disable_created_metrics()`, `PROMETHEUS_DISABLE_CREATED_SERIES`
+    read at its import), which would change the metrics of an application that embeds icetail;
+    so the samples are left out here, for icetail's endpoint only.
+    """
+
+    def __init__(self, collector: Collector) -> None:
+        super().__init__(auto_describe=False)
+        self._source = collector
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._source.collect():
+            if family.type in _WITH_CREATED:
+                created = f"{family.name}_created"
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = [sample for sample in family.samples if sample.name != created]
+                family = kept
+            yield family
 
 
 class _Server(ThreadingHTTPServer):
@@ -83,9 +115,9 @@ class _Handler(BaseHTTPRequestHandler):
         registry = self.server.registry
         try:
             if "name[]" in params:
-                output = encoder(registry.restricted_registry(params["name[]"]))
+                output = encoder(_WithoutCreated(registry.restricted_registry(params["name[]"])))
             else:
-                output = encoder(registry)
+                output = encoder(_WithoutCreated(registry))
         except Exception:
             log.exception("collecting metrics failed")
             self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, b"collecting metrics failed\n", "text/plain", send_body)

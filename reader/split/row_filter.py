@@ -16,15 +16,18 @@ their rows match are never read (monitor/planning/pruning.py).
 
 from __future__ import annotations
 
+import copy
 import functools
+import re
 
 import numpy as np
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
-from pyiceberg.expressions.parser import parse
+from pyiceberg.expressions.parser import boolean_expression, parse
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.schema import Schema
+from pyparsing import ParserElement
 
 from icetail.kernel.errors import ConfigError
 from icetail.reader.split.projection import field_ids_within
@@ -34,20 +37,59 @@ _ROW_INDEX = "__icetail_filter_row"
 
 
 def parse_row_filter(text: str, flag: str = "--filter") -> BooleanExpression:
-    """The unbound expression of `text`; a syntax error is a ConfigError naming the flag."""
+    """The unbound expression of `text`; a syntax error is a ConfigError naming the flag.
+
+    The error points at where the expression stops parsing, with a caret under it: pyparsing's own
+    position is that of the outermost alternative to fail (character 1 for `city = `), not that of
+    the furthest any part of the grammar got (`_furthest_failure`).
+    """
     if not text.strip():
         raise ConfigError(f"{flag} is empty; give a row filter in pyiceberg's expression syntax, {_EXAMPLE}")
     try:
         return parse(text)
     except Exception as exc:  # pyparsing's ParseException: its text lists the whole grammar, too long to show
         where = getattr(exc, "loc", None)
-        near = f"stuck at character {where + 1}" if isinstance(where, int) else type(exc).__name__
-        if isinstance(where, int):
-            near += f", {text[where : where + 20]!r}" if where < len(text) else ", the end"
+        if not isinstance(where, int):  # a parse action refused a token (a LIKE pattern, say): its own words
+            raise ConfigError(f"{flag} {text!r} is not a pyiceberg expression: {exc}; {_EXAMPLE}") from exc
+        where = max(where, _furthest_failure(text))
+        shown = re.sub(r"\s", " ", text.expandtabs())  # pyparsing counts in the tab-expanded text
+        found = f"{shown[where : where + 20]!r}" if where < len(shown) else "the end"
         raise ConfigError(
-            f"{flag} {text!r} is not a pyiceberg expression ({near}): it takes comparisons, in, is null, like, "
-            f"between, and/or/not, no arithmetic; {_EXAMPLE}"
+            f"{flag} {text!r} is not a pyiceberg expression: it stops at character {where + 1}, at {found}; "
+            f"it takes comparisons, in, is null, like, between, and/or/not, no arithmetic; {_EXAMPLE}\n"
+            f"  {shown}\n  {' ' * where}^"
         ) from exc
+
+
+def _furthest_failure(text: str) -> int:
+    """The furthest position at which any element of pyiceberg's filter grammar failed on `text`.
+
+    Parsed again on a copy of the grammar whose every element records where it failed (the
+    grammar itself is shared module state and is left untouched). -1 if the copy parses `text`.
+    """
+    grammar = copy.deepcopy(boolean_expression)
+    furthest = -1
+
+    def record(_text: str, loc: int, _element: ParserElement, error: Exception) -> None:
+        nonlocal furthest
+        furthest = max(furthest, getattr(error, "loc", loc))
+
+    pending, seen = [grammar], set()
+    while pending:
+        element = pending.pop()
+        if id(element) in seen:
+            continue
+        seen.add(id(element))
+        element.set_fail_action(record)
+        pending.extend(e for e in getattr(element, "exprs", ()) if isinstance(e, ParserElement))
+        inner = getattr(element, "expr", None)
+        if isinstance(inner, ParserElement):
+            pending.append(inner)
+    try:
+        grammar.parse_string(text, parse_all=True)
+    except Exception:  # the failure is what is measured
+        pass
+    return furthest
 
 
 def bind_row_filter(text: str, schema: Schema, table: str = "the table", flag: str = "--filter") -> BooleanExpression:

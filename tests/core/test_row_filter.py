@@ -14,6 +14,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.api import plan_range, read_changes
+from icetail.reader.split.row_filter import parse_row_filter
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.java_launches import counting_java
 from tests.support.processes import child_env, icetail_lines, run_icetail
@@ -87,17 +88,44 @@ def test_bad_filters_are_one_line_before_anything_is_read(regions: tuple[LocalCa
 
 
 @pytest.mark.parametrize(
+    ("text", "column", "found"),
+    [
+        ("city = ", 8, "the end"),  # pyparsing itself says character 1 for both
+        ("balance >> 3", 10, "'> 3'"),
+        ("id = 1 and (region = 'eu' or region >", 38, "the end"),
+        ("id = 1 region = 'eu'", 8, "\"region = 'eu'\""),
+        ("id\t= = 1", 11, "'= 1'"),  # pyparsing counts in the tab-expanded text
+    ],
+)
+def test_a_syntax_error_points_at_where_the_filter_stops(text: str, column: int, found: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_row_filter(text)
+    message, shown, caret = str(refused.value).split("\n")
+    assert f"it stops at character {column}, at {found};" in message, message
+    assert shown == "  " + text.expandtabs() and caret == "  " + " " * (column - 1) + "^", (shown, caret)
+
+
+def test_a_refused_like_pattern_keeps_its_own_reason() -> None:
+    with pytest.raises(ConfigError, match="only supports wildcard, '%', at the end") as refused:
+        parse_row_filter("region like 'e%u'")
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("flags", "needle"),
     [
         (["--filter", "nosuch = 1"], "does not fit ns.t"),
-        (["--filter", "id >"], "is not a pyiceberg expression"),
+        (["--filter", "id >"], "is not a pyiceberg expression: it stops at character 5, at the end"),
         (["--filter", "id > 1", "--verify", "strict"], "--verify strict checks whole snapshots"),
     ],
 )
 def test_the_cli_refuses_bad_filters_at_once(
     regions: tuple[LocalCatalog, Any], tmp_path: Path, flags: list[str], needle: str
 ) -> None:
-    """One line, exit 2, and no JVM started (a Java that counts its launches stands in for Java)."""
+    """One line (a syntax error adds a caret), exit 2, and no JVM started.
+
+    A Java that counts its launches stands in for Java.
+    """
     cat, _ = regions
     java = counting_java(tmp_path)
     done = run_icetail(
@@ -106,7 +134,9 @@ def test_the_cli_refuses_bad_filters_at_once(
     )
     assert done.returncode == 2, done.stderr
     lines = icetail_lines(done.stderr)
-    assert len(lines) == 1 and needle in lines[0], done.stderr
+    assert needle in lines[0], done.stderr
+    # one line, but for a syntax error: then the expression follows with a caret under where it stops
+    assert lines[1:] == (["  id >", "      ^"] if "id >" in flags else []), done.stderr
     assert java.count() == 0  # refused before Spark was started
 
 

@@ -66,6 +66,16 @@ def test_times_without_an_offset_are_utc_and_offsets_are_honoured(
     assert plan_ids(cat, "--from-timestamp", iso(at[1]).replace("+00:00", "Z")) == ids[1:]
 
 
+@pytest.mark.parametrize("command", ["changes", "plan"])
+def test_the_help_says_offsets_are_taken(command: str) -> None:
+    """Not "UTC without an offset", which read as if offsets were refused (issue 33)."""
+    done = run_icetail([command, "--help"], child_env())
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "--from-timestamp" in text and text.count("(with an offset, +02:00 or Z; without one, UTC)") == 2, text
+    assert "UTC without an offset" not in text
+
+
 def test_out_of_history_times_are_empty_ranges(timed: tuple[LocalCatalog, list[int], list[int]]) -> None:
     cat, ids, at = timed
     assert plan_ids(cat, "--from-timestamp", iso(at[2] + 1)) == []  # after the head: nothing yet

@@ -277,6 +277,34 @@ def test_metrics_endpoint_openmetrics_gzip_and_name_filter(metrics: Metrics, ser
     assert names == {"icetail_consecutive_failures"}
 
 
+@pytest.mark.parametrize(
+    ("accept", "query"),
+    [
+        ("", ""),
+        ("application/openmetrics-text; version=1.0.0", ""),
+        (
+            "",
+            "?name[]=icetail_failures_total&name[]=icetail_failures_created&name[]=icetail_batch_duration_seconds_count",
+        ),
+    ],
+)
+def test_counters_and_histograms_export_no_created_series(
+    metrics: Metrics, registry: CollectorRegistry, server: tuple[MonitorServer, int], accept: str, query: str
+) -> None:
+    """client_python's `_created` samples are left out of the endpoint, and only there (issue 33)."""
+    _, port = server
+    metrics.register_consumer(T, C)
+    metrics.record_failure(T, C, "read")
+    status, _, body = get(port, f"/metrics{query}", {"Accept": accept} if accept else None)
+    assert status == 200
+    text = body.decode()
+    assert 'icetail_failures_total{consumer="audit",stage="read",table="db.events"} 1.0' in text
+    assert "icetail_batch_duration_seconds_count" in text
+    assert "_created" not in text, [line for line in text.splitlines() if "_created" in line][:3]
+    # the registry itself, and client_python's process-wide setting, are left as they were
+    assert registry.get_sample_value("icetail_failures_created", {**LABELS, "stage": "read"}) is not None
+
+
 def test_healthz_and_readyz(ready: Ready, server: tuple[MonitorServer, int]) -> None:
     _, port = server
     assert get(port, "/healthz")[::2] == (200, b"ok\n")

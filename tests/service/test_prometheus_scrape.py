@@ -133,6 +133,10 @@ def test_real_prometheus_scrapes_icetail(tmp_path: Path, icetail_endpoint: tuple
             assert by_type == {"INSERT": 5.0, "DELETE": 1.0, "UPDATE_BEFORE": 0.0, "UPDATE_AFTER": 0.0}
             count = _query(prom_port, "icetail_batch_duration_seconds_count")
             assert [float(r["value"][1]) for r in count] == [1.0]
+            # no `<counter>_created` series beside each counter and histogram (issue 33): Prometheus
+            # stores them as series of their own, the start time again, read by nothing
+            created = _query(prom_port, '{__name__=~".+_created"}')
+            assert [r["metric"]["__name__"] for r in created] == []
         finally:
             if proc.poll() is None:
                 proc.terminate()
