@@ -59,8 +59,8 @@ from pyiceberg.table import Table
 
 from bench.pg_mirror import change_rows, data_rows, report
 from bench.procs import RssSampler
-from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.iceberg.mirror import tasks as iceberg_mirror_tasks
 from icetail.sinks.iceberg.mirror.schema import target_schema
 from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 

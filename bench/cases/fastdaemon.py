@@ -24,7 +24,8 @@ zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[meth
 if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
     import pyarrow as pa
 
-    from icetail.reader import metadata_columns, split_reader
+    from icetail.reader.split import metadata_columns
+    from icetail.reader.split import read as split_reader
 
     def _with_metadata(rows, change_type, commit, with_schema_id=False):  # type: ignore[no-untyped-def]
         n = rows.num_rows
@@ -42,7 +43,7 @@ if os.environ.get("ICETAIL_BENCH_FAST_METADATA") == "1":
 
 if os.environ.get("ICETAIL_BENCH_FAST_INSERTS") == "1":
     from icetail.kernel.model import ChangeType
-    from icetail.reader import split_reader as _sr
+    from icetail.reader.split import read as _sr
 
     _original_changes = _sr._changes
     # newer readers return (batch, rows hidden by deletes): keep whichever shape the reader has

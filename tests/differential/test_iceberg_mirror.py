@@ -17,7 +17,7 @@ import pytest
 
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.sinks import iceberg_mirror_tasks
+from icetail.sinks.iceberg.mirror import tasks as iceberg_mirror_tasks
 from icetail.state.store import open_store
 from tests.support import mirror_workload
 from tests.support.mirror_checks import history_problems

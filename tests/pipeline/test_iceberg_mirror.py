@@ -16,7 +16,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from icetail.kernel.errors import SinkRejectedError
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.sinks import iceberg_mirror_tasks
+from icetail.sinks.iceberg.mirror import tasks as iceberg_mirror_tasks
 from tests.pipeline.test_pg_mirror import ARROW, CrashBeforeOffsetCommit, _append, _Crash, _source
 from tests.support.catalogs import LocalCatalog
 from tests.support.mirror_checks import assert_target_equals_source, mirror_config

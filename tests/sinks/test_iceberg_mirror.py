@@ -15,11 +15,11 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
-from icetail.sinks import iceberg_mirror_tasks
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
 from icetail.sinks.iceberg.changelog import IcebergTableSink
 from icetail.sinks.iceberg.history.sink import IcebergHistorySink
+from icetail.sinks.iceberg.mirror import tasks as iceberg_mirror_tasks
 from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 from icetail.sinks.keyed.contract import GroupWriteSink, KeyedSink
 from tests.sinks import CATALOG

@@ -119,7 +119,7 @@ def test_a_null_key_is_refused() -> None:
 
 
 def test_the_mirror_reads_the_readers_column_names() -> None:
-    from icetail.reader import metadata_columns, row_lineage
+    from icetail.reader.split import metadata_columns, row_lineage
     from icetail.sinks import change_columns as columns
 
     assert columns.METADATA_COLUMNS == metadata_columns.METADATA_COLUMNS
