@@ -20,7 +20,7 @@ log = logging.getLogger("icetail.serve")
 
 
 @dataclass
-class _JobState:
+class JobState:
     """Mutable per-consumer bookkeeping, touched only by that consumer's job thread."""
 
     pipeline: Pipeline | None = None
@@ -39,7 +39,7 @@ class ReplicaJobs:
 
     config: ServiceConfig
     assignment: Assignment
-    _jobs: dict[str, _JobState]
+    _jobs: dict[str, JobState]
 
     def _new_pipeline(self, config: PipelineConfig) -> Pipeline:
         raise NotImplementedError
@@ -57,7 +57,7 @@ class ReplicaJobs:
             except Exception as exc:  # noqa: BLE001 - closed meanwhile, or taken over: the cycle reports it
                 log.debug("lease not renewed", extra={"consumer": consumer, "error": message_line(exc)})
 
-    def _claim(self, config: PipelineConfig, job: _JobState) -> bool:
+    def _claim(self, config: PipelineConfig, job: JobState) -> bool:
         """Open the consumer if this replica may claim it now (its fair share); skipped quietly if not."""
         with self.assignment.claim(config) as refused:
             if refused is not None:
@@ -74,7 +74,7 @@ class ReplicaJobs:
             log.info("consumer claimed", extra={"consumer": config.consumer_id, "replica": self.assignment.owner})
         return True
 
-    def _moved(self, config: PipelineConfig, job: _JobState) -> bool:
+    def _moved(self, config: PipelineConfig, job: JobState) -> bool:
         """A StateBusyError because another replica holds the consumer (it claimed it first, or took
         it over once this one's lease expired): a hand-over, not a failure. The store refused the write."""
         holder = self.assignment.current_holder(config)
@@ -87,12 +87,12 @@ class ReplicaJobs:
         log.debug("consumer skipped", extra={"consumer": config.consumer_id, "reason": job.elsewhere})
         return True
 
-    def _hand_over(self, config: PipelineConfig, job: _JobState, reason: str) -> None:
+    def _hand_over(self, config: PipelineConfig, job: JobState, reason: str) -> None:
         log.info("consumer handed over", extra={"consumer": config.consumer_id, "reason": reason})
         self._close_pipeline(job)
         job.elsewhere, job.last_ok = "handed over", False
 
-    def _close_pipeline(self, job: _JobState) -> None:
+    def _close_pipeline(self, job: JobState) -> None:
         pipeline, job.pipeline = job.pipeline, None
         if pipeline is not None:
             try:

@@ -54,7 +54,7 @@ from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
-from icetail.monitor.service.replica_jobs import ReplicaJobs, _JobState
+from icetail.monitor.service.replica_jobs import JobState, ReplicaJobs
 from icetail.reader.spark.session import scheduler_pool
 from icetail.reader.spark.session_health import lost_session_error
 from icetail.state.checkpoint import Cursor
@@ -141,7 +141,7 @@ class Service(ReplicaJobs):
         self._stop = threading.Event()
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
-        self._jobs = {p.consumer_id: _JobState() for p in config.pipelines}
+        self._jobs = {p.consumer_id: JobState() for p in config.pipelines}
         self._scheduler = build_scheduler(config.scheduler_threads)
         for p in config.pipelines:
             self.metrics.register_consumer(p.table, p.consumer_id)
@@ -333,7 +333,7 @@ class Service(ReplicaJobs):
 
         return record
 
-    def _on_failure(self, config: PipelineConfig, job: _JobState, exc: BaseException) -> None:
+    def _on_failure(self, config: PipelineConfig, job: JobState, exc: BaseException) -> None:
         exc = lost_session_error(exc) or exc  # a JVM killed under the cycle: say so, not "connection refused"
         stage = failure_stage(exc)
         self.metrics.record_failure(config.table, config.consumer_id, stage)
@@ -382,7 +382,7 @@ class Service(ReplicaJobs):
             else:
                 self._park(config, job)
 
-    def _park(self, config: PipelineConfig, job: _JobState) -> None:
+    def _park(self, config: PipelineConfig, job: JobState) -> None:
         """Stop one consumer of several: retried every MAX_BACKOFF_SECONDS; the process exits only
         when every consumer is stopped (nothing it runs makes progress, a restart may help)."""
         if not job.stopped:
@@ -415,7 +415,7 @@ class Service(ReplicaJobs):
                 extra={"consumer": config.consumer_id, "error": message_line(exc)},
             )
 
-    def _update_lag(self, config: PipelineConfig, job: _JobState) -> None:
+    def _update_lag(self, config: PipelineConfig, job: JobState) -> None:
         """Lag, discovered snapshots and in-flight chunks from the catalog and the checkpoint."""
         assert job.pipeline is not None
         checkpoint = job.pipeline.checkpoint()
