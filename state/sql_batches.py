@@ -14,7 +14,6 @@ from icetail.kernel.errors import StateConflictError
 from icetail.state.backend import Tx
 from icetail.state.checkpoint import ChunkCommit, Cursor, HistoryEntry, InflightBatch
 from icetail.state.codec import encode_split
-from icetail.state.fencing import check_writer
 from icetail.state.sql_core import SqlStoreCore
 from icetail.state.sql_rows import (
     BATCH_COLUMNS,
@@ -34,8 +33,7 @@ class SqlBatchWrites(SqlStoreCore):
         encoded = [encode_split(s) for s in batch.splits]  # outside the transaction: it can be slow
 
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            check_writer(consumer, owner, row)
+            row = self._fenced_row(tx, consumer, owner)
             header = self._batch_header(tx, consumer)
             if header is not None:
                 if self._same_batch(tx, consumer, header, batch):
@@ -123,8 +121,7 @@ class SqlBatchWrites(SqlStoreCore):
             raise ValueError(f"commit_chunks names a split more than once: {ids}")
 
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            check_writer(consumer, owner, row)
+            row = self._fenced_row(tx, consumer, owner)
             for commit in commits:
                 self._apply_chunk(tx, consumer, batch_id, commit, row.now_ms)
 
@@ -189,8 +186,7 @@ class SqlBatchWrites(SqlStoreCore):
 
     def finish_batch(self, consumer: str, batch_id: str, *, owner: str | None = None) -> HistoryEntry:
         def work(tx: Tx) -> HistoryEntry:
-            row = self._require(tx, consumer, lock=True)
-            check_writer(consumer, owner, row)
+            row = self._fenced_row(tx, consumer, owner)
             header = self._batch_header(tx, consumer)
             if header is None:
                 last = tx.query(
@@ -263,8 +259,7 @@ class SqlBatchWrites(SqlStoreCore):
 
     def abandon_batch(self, consumer: str, batch_id: str, *, owner: str | None = None) -> None:
         def work(tx: Tx) -> None:
-            row = self._require(tx, consumer, lock=True)
-            check_writer(consumer, owner, row)
+            self._fenced_row(tx, consumer, owner)
             header = self._batch_header(tx, consumer)
             if header is None:
                 return  # nothing in flight: already abandoned or finished

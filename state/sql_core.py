@@ -123,11 +123,16 @@ class SqlStoreCore:
     ) -> ConsumerRow:
         """The consumer's row, locked, for a change that must wait for no batch in flight;
         `refusal(row, batch_id)` says why not when one is."""
-        row = self._require(tx, consumer, lock=True)
-        check_writer(consumer, owner, row)
+        row = self._fenced_row(tx, consumer, owner)
         header = self._batch_header(tx, consumer)
         if header is not None:
             raise StateConflictError(refusal(row, header.batch_id))
+        return row
+
+    def _fenced_row(self, tx: Tx, consumer: str, owner: str | None) -> ConsumerRow:
+        """The consumer's row, locked, once the lease lets `owner` write it (rule 4, state/fencing.py)."""
+        row = self._require(tx, consumer, lock=True)
+        check_writer(consumer, owner, row)
         return row
 
     def _consumer_row(self, tx: Tx, consumer: str, *, lock: bool) -> ConsumerRow | None:
