@@ -27,7 +27,7 @@ from icetail.state.urls import PostgresLocation
 if TYPE_CHECKING:
     import psycopg
 
-    from icetail.state.store import Tx
+    from icetail.state.backend import Tx
 
 DEFAULT_CONNECT_TIMEOUT_S = 10
 DEFAULT_LOCK_TIMEOUT_MS = 10_000  # a writer stuck behind a dead session fails (transiently) instead of hanging

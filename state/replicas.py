@@ -19,8 +19,9 @@ from typing import Any
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.processes import host_name, lease_holder_is_dead
+from icetail.state.backend import Tx
 from icetail.state.checkpoint import Lease
-from icetail.state.store import SqlCheckpointStore, Tx
+from icetail.state.store import SqlCheckpointStore
 
 # a replica gone this long (no heartbeat, never left: SIGKILL) is forgotten by the next one to beat
 FORGET_AFTER_MS = 24 * 3600 * 1000

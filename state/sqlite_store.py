@@ -26,7 +26,7 @@ from icetail.state.migrations import META_TABLE, no_icetail_state
 from icetail.state.urls import SqliteLocation, check_sqlite_folder
 
 if TYPE_CHECKING:
-    from icetail.state.store import Tx
+    from icetail.state.backend import Tx
 
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 

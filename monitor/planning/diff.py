@@ -19,7 +19,8 @@ from pyiceberg.table.snapshots import Snapshot
 from icetail.kernel.model import ChangeTask, CommitInfo, DataFileRef, DeleteContent, DeleteFileRef, FileChangeKind
 from icetail.monitor.planning.delete_index import DeleteIndex, PathResolver, delete_identity, global_spec_ids
 from icetail.monitor.planning.lineage import snapshot_by_id
-from icetail.monitor.planning.manifests import FileEntry, ManifestReader
+from icetail.monitor.planning.manifest_entries import FileEntry
+from icetail.monitor.planning.manifests import ManifestReader
 
 REPLACE = "replace"
 COLLAPSED = "collapsed"  # the operation of a direct diff's one commit: the history between was collapsed

@@ -1,4 +1,4 @@
-"""Read manifest lists and manifests into frozen refs, caching by path.
+"""Read manifest lists and manifests into frozen refs (manifest_entries.py), caching by path.
 
 Manifests are immutable files, so a cache keyed by path is always valid; in serve mode it
 makes planning one new snapshot read only that snapshot's new manifests. The manifests a
@@ -23,25 +23,17 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import (
-    DataFile,
-    DataFileContent,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
-)
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table.snapshots import Snapshot
 
 from icetail.kernel.errors import IcetailError, MetadataError
 from icetail.kernel.lru import LRU
-from icetail.kernel.model import DataFileRef, DeleteContent, DeleteFileRef
 from icetail.kernel.settings import DEFAULT_MANIFEST_CACHE_ENTRIES
 from icetail.kernel.storage_errors import StorageErrorKind, storage_error, storage_error_kind
+from icetail.monitor.planning.manifest_entries import FileEntry, file_ref, first_row_ids
 from icetail.reader.split.pyiceberg_compat import (
     manifest_first_row_id,
     open_manifest_list,
-    optional_data_file_field,
     read_manifest_entries,
     read_manifest_list,
 )
@@ -100,86 +92,6 @@ def shared_manifest_cache_weight() -> int:
 DEFAULT_PLANNING_THREADS = 4
 """Manifests read at once while planning a range: the waits of reads overlap (an object store's
 latency per file), while decoding holds the GIL, so on a local disk it gains little."""
-
-
-def partition_text(partition: Any) -> str:
-    """Canonical text of a partition tuple: equal partitions give equal text."""
-    if partition is None:
-        return "()"
-    return repr(tuple(partition[i] for i in range(len(partition))))
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """One manifest entry: a data or delete file with its status and the snapshot that set it."""
-
-    status: ManifestEntryStatus
-    snapshot_id: int | None
-    file: DataFileRef | DeleteFileRef
-
-
-def _to_ref(data_file: DataFile, data_sequence_number: int, first_row_id: int | None) -> DataFileRef | DeleteFileRef:
-    fmt = str(data_file.file_format.value if hasattr(data_file.file_format, "value") else data_file.file_format)
-    partition = partition_text(data_file.partition)
-    if data_file.content == DataFileContent.DATA:
-        offsets = data_file.split_offsets
-        return DataFileRef(
-            path=data_file.file_path,
-            file_format=fmt,
-            record_count=data_file.record_count,
-            file_size_in_bytes=data_file.file_size_in_bytes,
-            spec_id=data_file.spec_id,
-            partition=partition,
-            data_sequence_number=data_sequence_number,
-            split_offsets=tuple(sorted(offsets)) if offsets else None,
-            first_row_id=first_row_id,
-        )
-    if data_file.content == DataFileContent.EQUALITY_DELETES:
-        content = DeleteContent.EQUALITY
-    elif fmt.upper() == "PUFFIN":
-        content = DeleteContent.DELETION_VECTOR
-    else:
-        content = DeleteContent.POSITION
-    return DeleteFileRef(
-        path=data_file.file_path,
-        file_format=fmt,
-        content=content,
-        record_count=data_file.record_count,
-        file_size_in_bytes=data_file.file_size_in_bytes,
-        spec_id=data_file.spec_id,
-        partition=partition,
-        data_sequence_number=data_sequence_number,
-        equality_field_ids=tuple(data_file.equality_ids or ()),
-        referenced_data_file=optional_data_file_field(data_file, "referenced_data_file"),
-        content_offset=optional_data_file_field(data_file, "content_offset"),
-        content_size_in_bytes=optional_data_file_field(data_file, "content_size_in_bytes"),
-    )
-
-
-def first_row_ids(entries: list[ManifestEntry], manifest_first_row_id: int | None) -> list[int | None]:
-    """Each entry's data-file `first_row_id` (v3 row lineage), per the spec's First Row ID Inheritance.
-
-    An explicit value is kept. A live (ADDED or EXISTING) data file without one inherits the
-    manifest's `first_row_id` plus the record counts of the live data files before it in the
-    manifest that had none either; without a manifest `first_row_id` (a snapshot from before a
-    v3 upgrade) it stays None. A DELETED entry never inherits: the snapshot that removes a file
-    copies the value the file had, and the manifest's range is for files it assigns ids to.
-    Delete files have no row ids.
-    """
-    next_row_id = manifest_first_row_id
-    found: list[int | None] = []
-    for entry in entries:
-        data_file = entry.data_file
-        explicit = optional_data_file_field(data_file, "first_row_id")
-        if data_file.content != DataFileContent.DATA or explicit is not None:
-            found.append(explicit if data_file.content == DataFileContent.DATA else None)
-            continue
-        if entry.status == ManifestEntryStatus.DELETED or next_row_id is None:
-            found.append(None)
-            continue
-        found.append(next_row_id)
-        next_row_id += data_file.record_count
-    return found
 
 
 # Snapshot summary keys counting the files a commit added and removed (Java's SnapshotSummary,
@@ -414,7 +326,7 @@ class ManifestReader:
             FileEntry(
                 status=e.status,
                 snapshot_id=e.snapshot_id,
-                file=_to_ref(e.data_file, e.sequence_number if e.sequence_number is not None else 0, row_id),
+                file=file_ref(e.data_file, e.sequence_number if e.sequence_number is not None else 0, row_id),
             )
             for e, row_id in zip(raw, row_ids, strict=True)
         )

@@ -4,7 +4,7 @@ The spec's rules (format/spec.md, "Row Lineage"): a value stored in the data fil
 missing `_row_id` is the file's `first_row_id` plus the row's position; a null or missing
 `_last_updated_sequence_number` is the file's data sequence number. A file without a
 `first_row_id` (written before the table was upgraded to v3) has no lineage: its rows read as
-null, as Java reads them. The planner resolves `first_row_id` (monitor/planning/manifests.py).
+null, as Java reads them. The planner resolves `first_row_id` (monitor/planning/manifest_entries.py).
 """
 
 from __future__ import annotations

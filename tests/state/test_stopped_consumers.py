@@ -13,7 +13,8 @@ import pytest
 from icetail.monitor.cli.main import main as cli_main
 from icetail.state.checkpoint import Cursor
 from icetail.state.migrations import LATEST_VERSION, META_DDL, MIGRATIONS
-from icetail.state.store import STOP_REASON_CHARS, SqlCheckpointStore, open_store
+from icetail.state.sql_stopped import STOP_REASON_CHARS
+from icetail.state.store import SqlCheckpointStore, open_store
 from tests.support.checkpoints import raw_create, raw_query
 
 
