@@ -34,17 +34,9 @@ from icetail.sinks.files.jsonl import JsonlFileSink, StdoutSink
 from icetail.sinks.files.object_store import ObjectParquetSink
 from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.sinks.iceberg.changelog import IcebergTableSink
-from icetail.sinks.urls import ACCEPTED_FORMS, SinkTarget, normalize_sink_url, parse_sink_url, remote_scheme
+from icetail.sinks.urls import parse_sink_url
 
-__all__ = [
-    "ACCEPTED_FORMS",
-    "SinkTarget",
-    "check_sink_reachable",
-    "normalize_sink_url",
-    "open_sink",
-    "parse_sink_url",
-    "remote_scheme",
-]
+__all__ = ["check_sink_reachable", "open_sink"]
 
 
 def open_sink(url: str, *, consumer: str, schema: pa.Schema | None = None) -> Sink:

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.files import publishable_mode
 from icetail.monitor.cli.prefetch import Prefetched
-from icetail.sinks.factory import remote_scheme
 from icetail.sinks.files.jsonl_encoding import write_jsonl_to
+from icetail.sinks.urls import remote_scheme
 
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's own default for write_table
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # bounds the driver's memory for wide rows

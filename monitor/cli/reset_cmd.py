@@ -22,7 +22,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     from icetail.monitor.engine.catalog import load_table, open_catalog
     from icetail.monitor.engine.startup import initial_cursor
     from icetail.monitor.planning.refs import table_on_branch
-    from icetail.sinks.factory import normalize_sink_url
+    from icetail.sinks.urls import normalize_sink_url
 
     sink = None if args.sink is None else normalize_sink_url(args.sink)
     with existing_store(args.state) as store:

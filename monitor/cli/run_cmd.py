@@ -51,6 +51,6 @@ def check_state_folder(config: PipelineConfig) -> None:
 
 def resolved_places(config: PipelineConfig) -> dict[str, str]:
     # no password of a URL is shown (a PostgreSQL state or sink)
-    from icetail.sinks.factory import normalize_sink_url
+    from icetail.sinks.urls import normalize_sink_url
 
     return {"state": store_place(config.state_url), "sink": redact_text(normalize_sink_url(config.sink_url))}

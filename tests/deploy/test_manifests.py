@@ -237,7 +237,7 @@ def test_configmap_passes_the_loader_of_run_and_serve(
     """The shipped icetail.yaml read as `serve --config` reads it: typed values, every sink usable."""
     cli = pytest.importorskip("icetail.monitor.cli.main")
     from icetail.monitor.service.config import build_service_config
-    from icetail.sinks.factory import normalize_sink_url
+    from icetail.sinks.urls import normalize_sink_url
 
     path = tmp_path / "icetail.yaml"
     path.write_text(objects[("ConfigMap", "icetail-config")]["data"]["icetail.yaml"])

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from icetail.kernel.errors import ConfigError
-from icetail.sinks.factory import ACCEPTED_FORMS, normalize_sink_url, open_sink
+from icetail.sinks.factory import open_sink
 from icetail.sinks.files.jsonl import JsonlFileSink
 from icetail.sinks.files.parquet import ParquetDirSink
+from icetail.sinks.urls import ACCEPTED_FORMS, normalize_sink_url
 from tests.sinks import CONSUMER
 
 

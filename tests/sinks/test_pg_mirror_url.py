@@ -6,8 +6,9 @@ import pytest
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.secrets import redact_text
-from icetail.sinks.factory import normalize_sink_url, open_sink, parse_sink_url
+from icetail.sinks.factory import open_sink
 from icetail.sinks.postgres.url import parse_mirror_url
+from icetail.sinks.urls import normalize_sink_url, parse_sink_url
 
 
 def test_identity_has_no_password_and_one_spelling() -> None:
