@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from icetail.sinks.pg_mirror.sink import PostgresMirrorSink
+from icetail.sinks.postgres.mirror import PostgresMirrorSink
 
 from icetail.kernel.errors import SetupError, SinkSetupError, StateSetupError, StateUnavailableError
 from icetail.state.store import open_store
