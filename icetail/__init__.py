@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
     from icetail.sinks.base import ChunkKey, Sink
-    from icetail.sinks.factory import open_sink
     from icetail.sinks.files.object_store import committed_objects
     from icetail.sinks.files.parquet_reader import read_parquet_sink
     from icetail.sinks.python.callback import CallbackSink
+    from icetail.sinks.registry import open_sink
 
 _EXPORTS = {
     "changes_batch_reader": "icetail.monitor.engine.api",
@@ -47,7 +47,7 @@ _EXPORTS = {
     "ChunkKey": "icetail.sinks.base",
     "Sink": "icetail.sinks.base",
     "CallbackSink": "icetail.sinks.python.callback",
-    "open_sink": "icetail.sinks.factory",
+    "open_sink": "icetail.sinks.registry",
     "committed_objects": "icetail.sinks.files.object_store",
     "read_parquet_sink": "icetail.sinks.files.parquet_reader",
 }

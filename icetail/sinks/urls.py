@@ -1,6 +1,6 @@
 """Sink URLs parsed and normalized without side effects, importing only the standard library and the kernel.
 
-The accepted forms are factory.py's; `KNOWN_PARAMETERS` says, per scheme, which query parameters
+The accepted forms are registry.py's; `KNOWN_PARAMETERS` says, per scheme, which query parameters
 its URL takes (each sink declares its own), so a typo is refused with a did-you-mean instead of
 being ignored or passed on to a driver. `parse_sink_url` also checks that the driver a sink needs
 is installed (kernel/extras.py). `--help`, and every refusal that needs only the arguments, stay

@@ -54,8 +54,8 @@ from icetail.reader.spark.background import BackgroundSession
 from icetail.reader.spark.session import current_scheduler_pool, is_connect, use_scheduler_pool
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import Sink
-from icetail.sinks.debezium import EnvelopeSink
 from icetail.sinks.keyed.contract import KeyedSink, SparkTaskSink
+from icetail.sinks.registry import check_sink_reachable, formatted, open_sink
 from icetail.state.checkpoint import (
     BatchShape,
     Checkpoint,
@@ -176,8 +176,6 @@ class Pipeline:
 
     def _open(self) -> None:
         if self._sink is None:
-            from icetail.sinks.factory import check_sink_reachable
-
             # a bad sink URL, a sink database that refuses us, a missing catalog or table fail here,
             # before the store is opened (and created)
             check_sink_reachable(self.config.sink_url)
@@ -368,11 +366,9 @@ class Pipeline:
     @property
     def sink(self) -> Sink:
         if self._sink is None:
-            from icetail.sinks.factory import open_sink
-
             self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
-        if self.config.output_format == "debezium" and not isinstance(self._sink, EnvelopeSink):
-            self._sink = EnvelopeSink(self._sink, self.config.table)
+        # the envelope (--format debezium) goes around an injected sink too, once
+        self._sink = formatted(self._sink, self.config.output_format, self.config.table)
         return self._sink
 
     def _new_sink_duplicates(self) -> int:

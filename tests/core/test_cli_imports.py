@@ -34,7 +34,7 @@ HEAVY = (
     "icetail.monitor.planning",
     "icetail.monitor.engine.pipeline",
     "icetail.monitor.engine.api",
-    "icetail.sinks.factory",
+    "icetail.sinks.registry",
     "icetail.sinks.base",
     "icetail.state.store",
 )

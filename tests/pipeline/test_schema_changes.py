@@ -29,9 +29,9 @@ from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.planning.planner import Planner
 from icetail.reader.split.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS, SCHEMA_ID
-from icetail.sinks.factory import open_sink
 from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.sinks.iceberg.evolution import SOURCE_FIELD_IDS
+from icetail.sinks.registry import open_sink
 from icetail.state.checkpoint import BatchShape, Cursor, InflightBatch
 from icetail.state.codec import VERSION_KEY
 from icetail.state.store import open_store

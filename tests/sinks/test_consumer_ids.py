@@ -15,11 +15,11 @@ import pytest
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.names import check_consumer_id, key_inside, path_inside
 from icetail.monitor.engine.config import PipelineConfig
-from icetail.sinks.factory import open_sink
 from icetail.sinks.files.jsonl import JsonlFileSink
 from icetail.sinks.files.object_store import ObjectParquetSink
 from icetail.sinks.files.parquet import ParquetDirSink
 from icetail.sinks.iceberg.changelog import IcebergTableSink
+from icetail.sinks.registry import open_sink
 from tests.sinks import change_rows, key
 from tests.support.processes import child_env, icetail_lines, run_icetail
 

@@ -16,11 +16,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table, TableProperties
 
 from icetail.kernel.errors import SinkError
-from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg.changelog import IcebergStager, IcebergTableSink
 from icetail.sinks.iceberg.commit import commit_view
 from icetail.sinks.iceberg.ledger import CHUNK_ID_PROPERTY
 from icetail.sinks.iceberg.stager import staged_file
+from icetail.sinks.registry import open_sink
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 

@@ -14,7 +14,6 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import ChunkKey, GroupCommitSink
-from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg.changelog import IcebergStager, IcebergTableSink
 from icetail.sinks.iceberg.ledger import (
     CHUNK_ID_PROPERTY,
@@ -24,6 +23,7 @@ from icetail.sinks.iceberg.ledger import (
     ChunkLedger,
 )
 from icetail.sinks.iceberg.stager import staged_file
+from icetail.sinks.registry import open_sink
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 

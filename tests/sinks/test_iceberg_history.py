@@ -10,10 +10,10 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg.history.apply import CloseOpenVersions, closes_of
 from icetail.sinks.iceberg.history.sink import IcebergHistorySink
 from icetail.sinks.keyed.history_versions import version_changes
+from icetail.sinks.registry import open_sink
 from tests.sinks import CATALOG
 from tests.sinks.test_iceberg_mirror import SCHEMA
 from tests.sinks.test_iceberg_mirror import _rows as _changes

@@ -16,12 +16,12 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg.changelog import IcebergTableSink
 from icetail.sinks.iceberg.history.sink import IcebergHistorySink
 from icetail.sinks.iceberg.mirror import tasks as iceberg_mirror_tasks
 from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 from icetail.sinks.keyed.contract import GroupWriteSink, KeyedSink
+from icetail.sinks.registry import open_sink
 from icetail.sinks.urls import normalize_sink_url, parse_sink_url
 from tests.sinks import CATALOG
 

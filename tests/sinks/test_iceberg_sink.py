@@ -11,9 +11,9 @@ from pyiceberg.table import Table
 
 from icetail.kernel.errors import CatalogNotFoundError, SinkError, SinkRejectedError
 from icetail.sinks.base import Sink
-from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg.changelog import IcebergTableSink
 from icetail.sinks.iceberg.ledger import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, CONSUMER_PROPERTY
+from icetail.sinks.registry import open_sink
 from tests.sinks import CATALOG, CONSUMER, change_rows, key
 
 URL = f"iceberg://{CATALOG}/cdc.orders_changes"

@@ -17,10 +17,10 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import StagingSink
-from icetail.sinks.factory import open_sink
 from icetail.sinks.iceberg.changelog import IcebergStager, IcebergTableSink
 from icetail.sinks.iceberg.ledger import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY
 from icetail.sinks.iceberg.stager import staged_file
+from icetail.sinks.registry import open_sink
 from tests.sinks import CONSUMER, change_rows, key
 from tests.sinks.test_iceberg_sink import URL, ids, load
 

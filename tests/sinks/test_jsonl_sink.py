@@ -13,9 +13,9 @@ import pytest
 
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import Sink
-from icetail.sinks.factory import open_sink
 from icetail.sinks.files.jsonl import JsonlFileSink, StdoutSink
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
+from icetail.sinks.registry import open_sink
 from tests.sinks import CONSUMER, change_rows, key
 
 

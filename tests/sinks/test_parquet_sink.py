@@ -11,8 +11,8 @@ import pytest
 
 from icetail.kernel.errors import ConfigError, SinkRejectedError
 from icetail.sinks.base import Sink
-from icetail.sinks.factory import open_sink
 from icetail.sinks.files.parquet import ParquetDirSink
+from icetail.sinks.registry import open_sink
 from tests.sinks import CONSUMER, change_rows, key
 
 

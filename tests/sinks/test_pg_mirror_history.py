@@ -7,8 +7,8 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.factory import open_sink
 from icetail.sinks.postgres.history import version_changes
+from icetail.sinks.registry import open_sink
 from tests.support.pg_mirror import mirror_url, query
 
 INS, D, UB, UA = "INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER"

@@ -13,8 +13,8 @@ import pytest
 
 from icetail.kernel.errors import SinkError, SinkRejectedError
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.factory import open_sink
 from icetail.sinks.postgres.mirror import PostgresMirrorSink
+from icetail.sinks.registry import open_sink
 from tests.support.pg_mirror import ledger, mirror_url, query, target_table
 
 META = [

@@ -6,8 +6,8 @@ import pytest
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.secrets import redact_text
-from icetail.sinks.factory import open_sink
 from icetail.sinks.postgres.url import parse_mirror_url
+from icetail.sinks.registry import open_sink
 from icetail.sinks.urls import normalize_sink_url, parse_sink_url
 
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from icetail.sinks.postgres.mirror import PostgresMirrorSink
 
 from icetail.kernel.errors import SetupError, SinkSetupError, StateSetupError, StateUnavailableError
+from icetail.sinks.postgres.mirror import PostgresMirrorSink
 from icetail.state.store import open_store
 from tests.support.stores import PG_URL, pg_unavailable
 

@@ -21,8 +21,8 @@ from pyarrow import fs
 from icetail.kernel.errors import ConfigError, SinkError, StorageAccessError
 from icetail.monitor.engine.api import read_changes
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.factory import open_sink
 from icetail.sinks.files.object_store import ObjectParquetSink, committed_objects
+from icetail.sinks.registry import open_sink
 from tests.support.processes import child_env, run_icetail
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog, moto_server
 from tests.support.tables import build_mixed_table

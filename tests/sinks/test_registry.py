@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from icetail.kernel.errors import ConfigError
-from icetail.sinks.factory import open_sink
 from icetail.sinks.files.jsonl import JsonlFileSink
 from icetail.sinks.files.parquet import ParquetDirSink
+from icetail.sinks.registry import open_sink
 from icetail.sinks.urls import ACCEPTED_FORMS, normalize_sink_url
 from tests.sinks import CONSUMER
 
@@ -88,3 +88,36 @@ def test_normalized_sink_urls_name_one_sink_one_way(tmp_path: Path, monkeypatch:
     assert normalize_sink_url("jsonl://c.jsonl") == f"jsonl://{tmp_path}/c.jsonl"
     with pytest.raises(ConfigError, match="~ is not expanded"):
         normalize_sink_url("parquet://~/out")
+
+
+def test_every_kind_of_sink_is_named_by_a_url() -> None:
+    """SINK_KINDS is the one table of sinks: each entry is the kind of some accepted URL, and no URL
+    form names a kind that is not in it."""
+    from icetail.sinks.registry import SINK_KINDS, kind_of
+    from icetail.sinks.urls import parse_sink_url
+
+    urls = [
+        "parquet:///tmp/x",
+        "parquet+s3://bucket/prefix",
+        "jsonl:///tmp/x.jsonl",
+        "-",
+        "iceberg://cat/ns.t",
+        "iceberg://cat/ns.t?mode=mirror",
+        "iceberg://cat/ns.t?mode=history",
+        "postgresql://u@localhost:5432/db?table=public.t",
+    ]
+    kinds = [kind_of(parse_sink_url(url)) for url in urls]
+    assert sorted(kind.name for kind in kinds) == sorted(kind.name for kind in SINK_KINDS.values())
+    assert {url.split(":")[0] for url in ACCEPTED_FORMS} <= {url.split(":")[0] for url in urls} | {"stdout", "-"}
+
+
+def test_the_debezium_envelope_is_put_around_any_sink_once(tmp_path: Path) -> None:
+    from icetail.sinks.debezium import EnvelopeSink
+    from icetail.sinks.registry import formatted
+
+    plain = open_sink(f"parquet://{tmp_path}/plain", consumer=CONSUMER)
+    enveloped = open_sink(f"parquet://{tmp_path}/env", consumer=CONSUMER, output_format="debezium", table="ns.t")
+    assert isinstance(plain, ParquetDirSink)
+    assert isinstance(enveloped, EnvelopeSink)
+    assert formatted(enveloped, "debezium", "ns.t") is enveloped  # never twice
+    assert formatted(plain, "changelog", "ns.t") is plain
