@@ -84,7 +84,7 @@ examples:
 def add_examples(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """End each subcommand's help with its examples, printed as written (the option help is still wrapped)."""
     for name, parser in subparsers.choices.items():
-        if name not in EXAMPLES:  # tests/core/test_cli_help.py fails for a command without examples
+        if name not in EXAMPLES:  # tests/unit/cli/test_cli_help.py fails for a command without examples
             continue
         parser.epilog = EXAMPLES[name]
         parser.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -2,7 +2,7 @@
 
 pyiceberg (pinned >=0.12,<0.13) has no public API for these; each function below names what
 it stands for, says which internal it uses and why, and is tested directly against the
-installed pyiceberg in tests/core/test_pyiceberg_compat.py, so an upgrade that changes one
+installed pyiceberg in tests/unit/reader/split/test_pyiceberg_compat.py, so an upgrade that changes one
 fails there by name rather than deep inside planning or reading.
 """
 

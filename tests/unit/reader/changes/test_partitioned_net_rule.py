@@ -2,7 +2,7 @@
 
 The stages are run here as Spark runs them: records grouped by their target partition between
 stages (what `partitionBy` with the identity does), every partition's task in turn. Random
-histories (tests/core/test_net_rule.py, test_net_lineage_rule.py: carry-overs, identical rows,
+histories (tests/unit/reader/changes/test_net_rule.py, test_net_lineage_rule.py: carry-overs, identical rows,
 changed keys, rows without a row id, rewrites that lose lineage) in 1, 3 and 7 partitions must
 give the driver fold's rows exactly, as multisets of full rows (stamps and row ids included),
 unless the driver fold followed a row across lost lineage: then, and only then, output
@@ -23,11 +23,11 @@ from icetail.reader.changes.net import NetChanges, data_columns
 from icetail.reader.changes.net_shuffle import NetShuffleSpec
 from icetail.reader.changes.net_shuffle_tasks import lineage_stage, net_output_task, routed
 from icetail.reader.changes.shuffle_tasks import with_order
-from tests.core.test_net_lineage_rule import SCHEMA as LINEAGE_SCHEMA
-from tests.core.test_net_lineage_rule import _random_history as lineage_history
-from tests.core.test_net_lineage_rule import _rows as lineage_rows
-from tests.core.test_net_rule import _random_history as content_history
-from tests.core.test_net_rule import _rows as content_rows
+from tests.unit.reader.changes.test_net_lineage_rule import SCHEMA as LINEAGE_SCHEMA
+from tests.unit.reader.changes.test_net_lineage_rule import _random_history as lineage_history
+from tests.unit.reader.changes.test_net_lineage_rule import _rows as lineage_rows
+from tests.unit.reader.changes.test_net_rule import _random_history as content_history
+from tests.unit.reader.changes.test_net_rule import _rows as content_rows
 
 ROWS_PER_READ = 3  # read chunks of a few rows: pieces of one snapshot come from several "reads"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tomllib
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = "import icetail\nprint(icetail.__file__, callable(icetail.read_changes))\n"
 
 

@@ -3,7 +3,7 @@
 Per `_row_id`, the first and the last change of the range decide: there at the start and the
 end with other data, one UPDATE pair (first before-image, last after-image); only at the start,
 a DELETE; only at the end, an INSERT; neither, nothing. Then identical DELETE/INSERT rows that no
-row id pairs cancel; rows without a row id fall back to Java's count (tests/core/test_net_rule.py).
+row id pairs cancel; rows without a row id fall back to Java's count (tests/unit/reader/changes/test_net_rule.py).
 A random history is checked against the rows by row id at its two ends, compacting or not.
 """
 
