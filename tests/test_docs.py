@@ -1,0 +1,124 @@
+"""Docs speak of concepts, not files (issue 34, step 7).
+
+The user docs name no product source file (a `.py` of icetail/, monitor/, reader/ or state/) and
+no internal module path (`icetail.monitor.engine.api`): files move, concepts stay. Where the code
+lives is docs/architecture.md's business, for contributors; every file it links to exists.
+Tests, bench/ tools and deploy/ files may be named: they are evidence and commands, not the product.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_DOCS = ("README.md", "docs/delivery.md", "docs/semantics.md", "docs/sinks.md", "docs/spark-source.md",
+             "docs/storage.md", "docs/reliability.md", "docs/performance.md", "deploy/README.md")  # fmt: skip
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PRODUCT = ("icetail", "monitor", "reader", "state")
+NOT_PRODUCT = ("tests", "bench", "deploy")  # evidence and tools a user may run or read
+PY_PATH = re.compile(r"[\w./-]*\w\.py\b")
+DOTTED = re.compile(r"\b(?:icetail|monitor|reader|state|sinks|kernel|catalogs)(?:\.\w+)+")
+# names a user types: the worker daemon module (`--conf spark.python.daemon.module=`, deploy/README.md)
+# and a logger name to filter on (docs/sinks.md)
+TYPED = {"icetail.reader.spark.daemon", "icetail.sinks.postgres"}
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _public_names() -> set[str]:
+    """`icetail.X` for each name of `icetail.__all__`, and the data source's module `icetail.spark`."""
+    tree = ast.parse((ROOT / "icetail" / "__init__.py").read_text())
+    names = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+    )
+    data_source = {"icetail.spark", "icetail.spark.ChangesDataSource"}
+    return {f"icetail.{name}" for name in names} | {"icetail.__all__"} | data_source
+
+
+PUBLIC = _public_names()
+PRODUCT_BASENAMES = {p.name for part in PRODUCT for p in (ROOT / part).rglob("*.py")}
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _names_a_product_file(token: str) -> bool:
+    path = re.sub(r"^(?:\.\.?/)+", "", token)
+    first = path.split("/", 1)[0]
+    if first in NOT_PRODUCT:
+        return False
+    return first in PRODUCT + ("sinks", "kernel") or Path(path).name in PRODUCT_BASENAMES
+
+
+def _names_an_internal_module(token: str) -> bool:
+    """A dotted name some prefix of which is an icetail module that is not public.
+
+    Without `icetail.` in front, a name must go deeper than its part (`state.db` is a file name)."""
+    if token in PUBLIC or token in TYPED:
+        return False
+    bare = not token.startswith("icetail.")
+    parts = (f"icetail.{token}" if bare else token).split(".")
+    return any(_is_module(".".join(parts[:n])) for n in range(3 if bare else 2, len(parts) + 1))
+
+
+def _mentions(doc: str) -> list[str]:
+    text = (ROOT / doc).read_text()
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        found += [f"{doc}:{number}: {m}" for m in PY_PATH.findall(line) if _names_a_product_file(m)]
+        found += [f"{doc}:{number}: {m}" for m in DOTTED.findall(line) if _names_an_internal_module(m)]
+    return found
+
+
+@pytest.mark.parametrize("doc", USER_DOCS)
+def test_a_user_doc_names_no_product_source_file(doc: str) -> None:
+    assert _mentions(doc) == [], "say the concept; the file belongs in docs/architecture.md"
+
+
+def test_the_check_sees_what_it_must() -> None:
+    for token in ("reader/changes/net.py", "../monitor/planning/diff.py", "icetail/sinks/base.py",
+                  "pyiceberg_compat.py", "sinks/iceberg/commit.py"):  # fmt: skip
+        assert _names_a_product_file(token), token
+    for token in ("tests/pipeline/test_crash.py", "bench/chaos/repair.py", "deploy/icetail_submit.py"):
+        assert not _names_a_product_file(token), token
+    for token in ("icetail.monitor.engine.api", "icetail.monitor", "icetail.kernel.errors.SinkError",
+                  "icetail.sinks.iceberg", "monitor.engine.pipeline"):  # fmt: skip
+        assert _names_an_internal_module(token), token
+    for token in ("icetail.read_changes", "icetail.Pipeline", "icetail.spark", "icetail.chunk",
+                  "icetail.mirror.rewrite", "state.db", "sinks.md", "icetail.reader.spark.daemon",
+                  "icetail.sinks.postgres"):  # fmt: skip
+        assert not _names_an_internal_module(token), token
+
+
+def _relative_links(doc: Path) -> list[str]:
+    targets = [m.split("#", 1)[0] for m in LINK.findall(doc.read_text())]
+    return [t for t in targets if t and not re.match(r"^[a-z]+:", t)]
+
+
+def test_every_file_architecture_md_links_to_exists() -> None:
+    links = _relative_links(ARCHITECTURE)
+    assert len(links) > 20
+    assert [t for t in links if not (ARCHITECTURE.parent / t).exists()] == []
+
+
+@pytest.mark.parametrize("doc", USER_DOCS)
+def test_a_user_doc_links_only_to_files_that_exist(doc: str) -> None:
+    path = ROOT / doc
+    assert [t for t in _relative_links(path) if not (path.parent / t).exists()] == []
+
+
+def test_architecture_md_names_each_room() -> None:
+    text = ARCHITECTURE.read_text()
+    rooms = ["icetail/kernel/", "icetail/catalogs.py", "state/", "icetail/sinks/", "reader/split/",
+             "reader/changes/", "reader/spark/", "monitor/planning/", "monitor/engine/", "monitor/service/",
+             "monitor/cli/"]  # fmt: skip
+    assert [room for room in rooms if room not in text] == []
+    for step in ("Plan", "Write ahead", "Read", "Reconcile", "Deliver", "Commit"):
+        assert f"**{step}**" in text, step
