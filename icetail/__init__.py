@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     __version__: str
     from pyiceberg.table import Table
 
-    from icetail.kernel.errors import IcetailError, TerminalError, TransientError
+    from icetail.kernel.errors import IcetailError, SinkError, SinkRejectedError, TerminalError, TransientError
     from icetail.monitor.engine.api import changes_batch_reader, read_changes
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
@@ -42,6 +42,8 @@ _EXPORTS = {
     "Pipeline": "icetail.monitor.engine.pipeline",
     "PipelineConfig": "icetail.monitor.engine.config",
     "IcetailError": "icetail.kernel.errors",
+    "SinkError": "icetail.kernel.errors",
+    "SinkRejectedError": "icetail.kernel.errors",
     "TerminalError": "icetail.kernel.errors",
     "TransientError": "icetail.kernel.errors",
     "ChunkKey": "icetail.sinks.base",
@@ -86,6 +88,8 @@ __all__ = [
     "Pipeline",
     "PipelineConfig",
     "Sink",
+    "SinkError",
+    "SinkRejectedError",
     "TerminalError",
     "TransientError",
     "__version__",
