@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,14 +54,21 @@ def main() -> None:
             "PYICEBERG_CATALOG__BENCH__WAREHOUSE": f"file://{work}",
         }
         seconds: dict[str, list[float]] = {name: [] for name in cases(args.python, icetail)}
+        cpu: dict[str, list[float]] = {name: [] for name in seconds}  # user + system: what load does not inflate
         for round_number in range(1, args.rounds + 1):
             for name, argv in cases(args.python, icetail).items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 started = time.perf_counter()
                 subprocess.run(argv, cwd=work, env=env, capture_output=True, check=False)
                 seconds[name].append(time.perf_counter() - started)
-            print(f"round {round_number}: " + ", ".join(f"{n} {s[-1]:.3f}" for n, s in seconds.items()), flush=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            timings = ", ".join(f"{n} {s[-1]:.3f} (cpu {cpu[n][-1]:.3f})" for n, s in seconds.items())
+            print(f"round {round_number}: {timings}", flush=True)
     medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
-    print(json.dumps({"python": args.python, "load": os.getloadavg(), "medians_s": medians, "rounds_s": seconds}))
+    cpu_medians = {name: round(statistics.median(values), 3) for name, values in cpu.items()}
+    report = {"python": args.python, "load": os.getloadavg(), "medians_s": medians, "cpu_medians_s": cpu_medians}
+    print(json.dumps({**report, "rounds_s": seconds, "rounds_cpu_s": cpu}))
 
 
 if __name__ == "__main__":

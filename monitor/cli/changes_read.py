@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.table import Table
 
-from icetail.monitor.cli.output import check_output_writable, write_output
+from icetail.monitor.cli.output import write_output
 from icetail.monitor.cli.progress import Progress
 from icetail.monitor.engine.api import (
     change_arrow_schema,
@@ -19,7 +19,6 @@ from icetail.monitor.engine.api import (
     iter_changes,
     output_schema,
 )
-from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.monitor.engine.ranges import plan_resolved, resolve_range
@@ -30,12 +29,10 @@ from icetail.reader.split.row_filter import checked_row_filter, parse_row_filter
 from icetail.sinks.debezium import EnvelopeSource, envelope_batches, envelope_schema
 
 
-def write_changes(args: argparse.Namespace, bounds: RangeBounds) -> int:
+def write_changes(args: argparse.Namespace, bounds: RangeBounds, table: Table) -> int:
     """The range read and written to --output; what needs no data is checked before Spark starts."""
-    check_output_writable(args.output)
     if args.row_filter is not None:
-        parse_row_filter(args.row_filter)  # syntax first: before the catalog is opened
-    table = load_table(open_catalog(args.catalog), args.table)
+        parse_row_filter(args.row_filter)  # syntax first: before any metadata is read
     check_row_lineage(table, args.with_row_lineage)
     selected = resolve_range(table, bounds)  # metadata only: unknown ids, tags, branches end here
     identifier_names(table, selected.schema_id, args.identifier_columns)
@@ -97,10 +94,9 @@ def _output_schema(args: argparse.Namespace, table: Table, schema_id: int | None
     return projected_schema(schema, args.columns) if args.columns else schema
 
 
-def print_plan(args: argparse.Namespace, bounds: RangeBounds) -> int:
+def print_plan(args: argparse.Namespace, bounds: RangeBounds, table: Table) -> int:
     if args.row_filter is not None:
         parse_row_filter(args.row_filter)
-    table = load_table(open_catalog(args.catalog), args.table)
     selected = resolve_range(table, bounds)
     checked_row_filter(args.row_filter, output_schema(table, selected.schema_id), args.table)
     plan = plan_resolved(selected, row_filter=args.row_filter)

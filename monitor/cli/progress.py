@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from icetail.monitor.engine.pipeline import BatchOutcome
-from icetail.reader.split.read import Chunk
+if TYPE_CHECKING:  # the progress line is shown before the read path loads
+    from icetail.monitor.engine.pipeline import BatchOutcome
+    from icetail.reader.split.read import Chunk
 
 
 class Progress:
