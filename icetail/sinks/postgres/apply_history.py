@@ -12,8 +12,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from icetail.sinks.postgres.apply import OP, STAGE, Applied, stage
-from icetail.sinks.postgres.history import (
+from icetail.sinks.keyed.history_versions import (
     CLOSE,
     CLOSE_FRESH,
     VALID_FROM,
@@ -23,6 +22,7 @@ from icetail.sinks.postgres.history import (
     VERSION,
     VersionChanges,
 )
+from icetail.sinks.postgres.apply import OP, STAGE, Applied, stage
 from icetail.sinks.postgres.types import Column
 
 
