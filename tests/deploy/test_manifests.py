@@ -285,7 +285,10 @@ def test_entrypoint_args_parse_with_the_cli(
 def test_dockerfile_matches_the_deployment(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
     df = dockerfile()
     text = (ROOT / "Dockerfile").read_text()
-    assert df["FROM"].startswith("python:3.11-slim")
+    assert df["FROM"] == "${BASE_IMAGE}"  # a build argument whose default is the official base
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
+    assert base and base.group(1).startswith("python:3.11-slim-bookworm")
+    assert text.index("ARG BASE_IMAGE=") < text.index("FROM ${BASE_IMAGE}")
     assert "openjdk-17-jre-headless" in text
     assert json.loads(df["ENTRYPOINT"]) == ["icetail"]
     cmd = json.loads(df["CMD"])
