@@ -5,7 +5,8 @@
 2. `pip check` inside the image.
 3. `icetail --version` and `icetail demo` as uid 10001 with a read-only root filesystem, all
    capabilities dropped, and only the documented writable paths (/tmp, /var/lib/icetail).
-4. `serve` with the image's default command and a mounted /etc/icetail: it follows a table on the
+4. `serve` with the image's default command, a mounted /etc/icetail, and the Deployment's own
+   variables and emptyDir mounts (PYSPARK_SUBMIT_ARGS, spark.local.dir): it follows a table on the
    host (a mounted SQLite catalog and warehouse) into a mounted parquet sink, with its checkpoint
    store in PostgreSQL on the host's loopback; /healthz, /readyz and /metrics answer, the
    image's HEALTHCHECK passes, and `podman stop` (SIGTERM to PID 1) ends it with exit 0 within
@@ -224,7 +225,17 @@ def check_serve(workdir: Path) -> None:
         os.chown(path, UID, UID)
     name = "icetail-smoke-" + uuid.uuid4().hex[:8]
     flags = locked_down(workdir / "serve-state")
-    env_flags = [a for k, v in {**env, "ICETAIL_METRICS_PORT": str(port)}.items() for a in ("--env", f"{k}={v}")]
+    # the Deployment's own variables (driver heap, spark.local.dir) and emptyDir mounts besides /tmp
+    dep = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/deployment.yaml").read_text()) if d)
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    for mount in c["volumeMounts"]:
+        if "emptyDir" in volumes[mount["name"]] and mount["mountPath"] != "/tmp":
+            flags += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
+    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert "PYSPARK_SUBMIT_ARGS" in literal, literal
+    variables = {**literal, **env, "ICETAIL_METRICS_PORT": str(port)}
+    env_flags = [a for k, v in variables.items() for a in ("--env", f"{k}={v}")]
     podman(
         "run", "-d", "--name", name, *flags, *env_flags,
         "--volume", f"{conf}:/etc/icetail:ro", "--volume", f"{data}:{data}",
