@@ -6,25 +6,46 @@
 #   docker run --rm -p 9464:9464 -v "$PWD/conf:/etc/icetail:ro" -v icetail-state:/var/lib/icetail icetail:0.1.0
 #
 # The base is pinned to Debian 12 (bookworm): the floating python:3.11-slim tag moved to
-# Debian 13, which has no openjdk-17, and Spark 3.5 runs on Java 8/11/17 only.
-FROM python:3.11-slim-bookworm
+# Debian 13, which has no openjdk-17, and Spark 3.5 runs on Java 8/11/17 only. BASE_IMAGE is an
+# argument so that a registry mirror (or a digest, python:3.11-slim-bookworm@sha256:...) can be
+# named without editing this file; deploy/image/standin-base.sh builds a local stand-in that
+# only the image smoke test uses (deploy/image/README.md).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+# Stage 1: a Java 17 runtime holding only the JDK modules Spark and py4j use (jlink), instead of
+# Debian's whole openjdk-17-jre-headless and the libraries it pulls in (deploy/image/README.md
+# has the sizes). Spark 4's launcher adds jdk.incubator.vector and opens java.base and
+# java.security.jgss (JavaModuleOptions); `make image-smoke` runs Spark on this runtime.
+# /usr/share/man/man1 is missing in slim images and openjdk's postinst needs it. Not
+# version-pinned on purpose: bookworm point releases carry the JDK security fixes, so rebuild
+# to take them. The trust store is Debian's, resolved (the JDK's
+# lib/security/cacerts is a link to /etc/ssl/certs/java/cacerts).
+# hadolint ignore=DL3008
+FROM ${BASE_IMAGE} AS jre
+ARG JAVA_MODULES=java.base,java.compiler,java.datatransfer,java.desktop,java.instrument,java.logging,java.management,java.management.rmi,java.naming,java.net.http,java.prefs,java.rmi,java.scripting,java.security.jgss,java.security.sasl,java.sql,java.sql.rowset,java.transaction.xa,java.xml,java.xml.crypto,jdk.crypto.cryptoki,jdk.crypto.ec,jdk.httpserver,jdk.incubator.vector,jdk.jfr,jdk.localedata,jdk.management,jdk.management.agent,jdk.naming.dns,jdk.net,jdk.security.auth,jdk.security.jgss,jdk.unsupported,jdk.zipfs
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
+ && jlink --add-modules "$JAVA_MODULES" --strip-java-debug-attributes --no-man-pages --no-header-files --output /opt/jre \
+ && rm /opt/jre/lib/security/cacerts \
+ && cp "$(readlink -f /etc/ssl/certs/java/cacerts)" /opt/jre/lib/security/cacerts \
+ && /opt/jre/bin/java --list-modules > /dev/null
+
+FROM ${BASE_IMAGE}
+
+# Set by deploy/image/build.sh when it builds with buildah: this machine's pip settings, mounted
+# into the RUN steps only. A build argument, not an ENV: the image does not keep it.
+ARG PIP_CONFIG_FILE
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Java 17 runtime for the Spark driver that pyspark launches. /usr/share/man/man1 is missing in
-# slim images and openjdk's postinst needs it. /usr/lib/jvm/java-17 is an arch-independent
-# JAVA_HOME (the real directory is java-17-openjdk-amd64 or -arm64). Not version-pinned on
-# purpose: bookworm point releases carry the JDK security fixes.
-# hadolint ignore=DL3008
-RUN mkdir -p /usr/share/man/man1 \
- && apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
- && rm -rf /var/lib/apt/lists/* \
- && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/java-17 \
- && /usr/lib/jvm/java-17/bin/java -version
+# The Java 17 runtime of stage 1 for the Spark driver that pyspark launches, at an
+# arch-independent JAVA_HOME.
+COPY --from=jre /opt/jre /usr/lib/jvm/java-17
+RUN /usr/lib/jvm/java-17/bin/java -version
 
 ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     SPARK_LOCAL_IP=127.0.0.1
@@ -42,8 +63,12 @@ WORKDIR /opt/icetail
 # and the postgres extra, resolved on the Spark 4 line), so a source change does not reinstall
 # them and two builds of one commit install the same versions.
 COPY pyproject.toml requirements-image.txt ./
+# pyarrow's C++ headers and its own test suite are for building against it and testing it,
+# never imported at run time (12 MB).
 RUN pip install --no-deps -r requirements-image.txt \
- && pip check
+ && pip check \
+ && site="$(python -c 'import os, pyarrow; print(os.path.dirname(pyarrow.__file__))')" \
+ && rm -rf "$site/include" "$site/tests"
 
 # Then the packages themselves. README.md is optional: a glob may match nothing as long as
 # another source of the same COPY exists.

@@ -11,7 +11,7 @@ STAMP4 := $(VENV4)/.icetail-installed
 DEMO_STAMP := $(VENV)/.icetail-demo-installed
 DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
 
-.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke
+.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke image image-smoke image-standin-base
 
 help:
 	@echo "make demo         - set up .venv (icetail and its runtime dependencies) and run the demo pipeline"
@@ -21,6 +21,9 @@ help:
 	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
 	@echo "make lint         - ruff and mypy"
 	@echo "make wheel-smoke  - build the sdist and the wheel, install the wheel in a fresh venv, run icetail demo"
+	@echo "make image        - build the container image icetail:VERSION (docker, else buildah; deploy/image/README.md)"
+	@echo "make image-smoke  - run that image with podman: pip check, demo read-only as uid 10001, serve, SIGTERM"
+	@echo "make image-standin-base - TEST FIXTURE: a local stand-in for python:3.11-slim-bookworm (no Docker Hub here)"
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -104,3 +107,18 @@ wheel-smoke:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The container image (deploy/image/README.md). Not part of `make test`: a build takes minutes of
+# CPU. IMAGE, BASE_IMAGE, BUILDER, PULL pass through to deploy/image/build.sh.
+IMAGE ?= icetail:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+image:
+	IMAGE=$(IMAGE) deploy/image/build.sh $(IMAGE)
+
+# Runs the built image with podman (as root): see deploy/image/smoke.py for what it checks.
+image-smoke: $(STAMP4)
+	IMAGE=$(IMAGE) $(BIN4)/python deploy/image/smoke.py
+
+# A test fixture only: debootstrap's bookworm with Debian's Python 3.11, tagged as the official
+# base, for machines that cannot pull it. Then: make image PULL=never && make image-smoke
+image-standin-base:
+	deploy/image/standin-base.sh

@@ -285,8 +285,13 @@ def test_entrypoint_args_parse_with_the_cli(
 def test_dockerfile_matches_the_deployment(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
     df = dockerfile()
     text = (ROOT / "Dockerfile").read_text()
-    assert df["FROM"].startswith("python:3.11-slim")
-    assert "openjdk-17-jre-headless" in text
+    assert df["FROM"] == "${BASE_IMAGE}"  # a build argument whose default is the official base
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
+    assert base and base.group(1).startswith("python:3.11-slim-bookworm")
+    assert text.index("ARG BASE_IMAGE=") < text.index("FROM ${BASE_IMAGE}")
+    # Java 17 from Debian's JDK, cut down by jlink in a build stage, at the JAVA_HOME Spark reads
+    assert "openjdk-17-jdk-headless" in text and "jlink --add-modules" in text
+    assert "COPY --from=jre /opt/jre /usr/lib/jvm/java-17" in text
     assert json.loads(df["ENTRYPOINT"]) == ["icetail"]
     cmd = json.loads(df["CMD"])
     assert cmd[0] in SUBCOMMANDS

@@ -1,0 +1,323 @@
+"""`make image-smoke`: run the built image the way a cluster runs it, with podman, and check it.
+
+1. The image's own configuration (user, port, volumes, environment, entrypoint, command,
+   HEALTHCHECK) is the one deploy/k8s/deployment.yaml relies on.
+2. `pip check` inside the image.
+3. `icetail --version` and `icetail demo` as uid 10001 with a read-only root filesystem, all
+   capabilities dropped, and only the documented writable paths (/tmp, /var/lib/icetail).
+4. `serve` with the image's default command, a mounted /etc/icetail, and the Deployment's own
+   variables and emptyDir mounts (PYSPARK_SUBMIT_ARGS, spark.local.dir): it follows a table on the
+   host (a mounted SQLite catalog and warehouse) into a mounted parquet sink, with its checkpoint
+   store in PostgreSQL on the host's loopback; /healthz, /readyz and /metrics answer, the
+   image's HEALTHCHECK passes, and `podman stop` (SIGTERM to PID 1) ends it with exit 0 within
+   its shutdown timeout.
+
+Runs as root with the project's venv Python (pyiceberg and pyarrow make the host table).
+Environment: IMAGE (default icetail:<version>), STORAGE_DRIVER (vfs), PODMAN_RUNTIME (default
+runc where cgroups are hybrid, which crun refuses), ICETAIL_SMOKE_PG (postgresql://postgres@127.0.0.1:5432/test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+UID = 10001
+T = TypeVar("T")
+
+
+def version() -> str:
+    match = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+IMAGE = os.environ.get("IMAGE") or f"icetail:{version()}"
+STORAGE_DRIVER = os.environ.get("STORAGE_DRIVER", "vfs")
+PG = os.environ.get("ICETAIL_SMOKE_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def runtime_flags() -> list[str]:
+    """What podman needs inside a container that is not allowed to raise its own limits and
+    mounts cgroup v1 and v2 at once (hybrid): crun stops at `setrlimit RLIMIT_NOFILE: Operation
+    not permitted` (podman's default 1048576 open files is above this process's hard limit),
+    then at `cgroups in hybrid mode not supported`. runc handles hybrid cgroups; the limits are
+    set to what this process may grant."""
+    flags = []
+    runtime = os.environ.get("PODMAN_RUNTIME")
+    if runtime is None and Path("/sys/fs/cgroup/unified").is_dir() and shutil.which("runc"):
+        runtime = "runc"
+    if runtime:
+        flags += ["--runtime", runtime]
+    return flags
+
+
+def limit_flags() -> list[str]:
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    nproc = 32768 if nproc == resource.RLIM_INFINITY else min(nproc, 32768)
+    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
+
+
+def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    argv = ["podman", "--storage-driver", STORAGE_DRIVER, *runtime_flags(), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise SystemExit(f"FAILED: {' '.join(argv)}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return done
+
+
+def locked_down(workdir: Path) -> list[str]:
+    """The Deployment's securityContext and volumes, as podman flags."""
+    state = workdir / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    os.chown(state, UID, UID)
+    return [
+        "--user", f"{UID}:{UID}",
+        "--read-only", "--read-only-tmpfs=false",
+        "--tmpfs", "/tmp:rw,mode=1777,size=1g",
+        "--volume", f"{state}:/var/lib/icetail",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--network", "host",
+        *limit_flags(),
+    ]  # fmt: skip
+
+
+def step(name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+        def run(*args: Any) -> T:
+            started = time.monotonic()
+            print(f"--- {name}", flush=True)
+            out = fn(*args)
+            print(f"    ok ({time.monotonic() - started:.1f}s)", flush=True)
+            return out
+
+        return run
+
+    return wrap
+
+
+@step("image configuration matches deploy/k8s/deployment.yaml")
+def check_config() -> None:
+    (info,) = json.loads(podman("image", "inspect", IMAGE).stdout)
+    config = info["Config"]
+    dep = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/deployment.yaml").read_text()) if d)
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert config["User"] == f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}", config
+    (port,) = c["ports"]
+    assert f"{port['containerPort']}/tcp" in config["ExposedPorts"], config["ExposedPorts"]
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert set(config["Volumes"]) <= mounts, (config["Volumes"], mounts)
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["PYICEBERG_HOME"] == next(e["value"] for e in c["env"] if e["name"] == "PYICEBERG_HOME")
+    assert env["JAVA_HOME"] and env["HOME"] in mounts
+    assert config["Entrypoint"] == ["icetail"] and config["Cmd"] == c["args"], (config["Entrypoint"], config["Cmd"])
+    health = info.get("Healthcheck") or config.get("Healthcheck")  # podman puts it beside Config
+    assert health and "/healthz" in " ".join(health["Test"]), "the HEALTHCHECK is lost (an OCI-format build?)"
+    size = int(info["Size"])
+    print(f"    image {IMAGE}: {size / 1e9:.2f} GB ({size / 2**30:.2f} GiB), {len(info['RootFS']['Layers'])} layers")
+
+
+@step("pip check")
+def check_pip() -> None:
+    done = podman("run", "--rm", "--network", "host", *limit_flags(), "--entrypoint", "pip", IMAGE, "check")
+    assert "No broken requirements" in done.stdout, done.stdout
+
+
+@step("icetail --version and icetail demo: uid 10001, read-only root, /tmp and /var/lib/icetail writable")
+def check_version_and_demo(workdir: Path) -> None:
+    flags = locked_down(workdir / "demo")
+    done = podman("run", "--rm", *flags, IMAGE, "--version")
+    assert version() in done.stdout, done.stdout
+    done = podman("run", "--rm", *flags, IMAGE, "demo", timeout=900)
+    assert done.returncode == 0
+    print("    demo: " + done.stdout.strip().splitlines()[-1][:160])
+
+
+def make_table(workdir: Path) -> dict[str, str]:
+    """A SQLite pyiceberg catalog and a table with three rows, under `workdir`."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (workdir / "warehouse").mkdir()
+    props = {"uri": f"sqlite:///{workdir / 'catalog.db'}", "warehouse": f"file://{workdir / 'warehouse'}"}
+    catalog = SqlCatalog("smoke", **props)
+    catalog.create_namespace("shop")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("item", pa.string())])
+    table = catalog.create_table("shop.orders", schema=schema)
+    table.append(pa.table({"id": [1, 2, 3], "item": ["a", "b", "c"]}, schema=schema))
+    return {f"PYICEBERG_CATALOG__SMOKE__{k.upper()}": v for k, v in props.items()}
+
+
+def get(url: str) -> tuple[int, str] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return None
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float, what: str, name: str) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        state = podman("inspect", "--format", "{{.State.Running}}", name, check=False).stdout.strip()
+        if state != "true":
+            raise SystemExit(f"FAILED: the container stopped while waiting for {what}\n{logs(name)}")
+        time.sleep(0.5)
+    raise SystemExit(f"FAILED: no {what} after {timeout}s\n{logs(name)}")
+
+
+def logs(name: str) -> str:
+    done = podman("logs", name, check=False)
+    return (done.stdout + done.stderr)[-6000:]
+
+
+@step("serve: a host table into a parquet sink, PostgreSQL state, probes, HEALTHCHECK, SIGTERM")
+def check_serve(workdir: Path) -> None:
+    import psycopg
+
+    data = workdir / "serve"
+    data.mkdir()
+    env = make_table(data)
+    (data / "sink").mkdir()
+    conf = workdir / "conf"
+    conf.mkdir()
+    with socket_port() as port:
+        pass
+    schema = "icetail_smoke_" + uuid.uuid4().hex[:8]
+    shutdown_timeout = 30
+    (conf / "icetail.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "catalog": "smoke",
+                "state": f"{PG}?schema={schema}",
+                "interval": "1s",
+                "metrics_host": "127.0.0.1",
+                "metrics_port": port,
+                "shutdown_timeout": f"{shutdown_timeout}s",
+                "tables": [{"table": "shop.orders", "consumer": "smoke", "sink": f"parquet://{data / 'sink'}"}],
+            }
+        )
+    )
+    for path in [data, *data.rglob("*")]:
+        os.chown(path, UID, UID)
+    name = "icetail-smoke-" + uuid.uuid4().hex[:8]
+    flags = locked_down(workdir / "serve-state")
+    # the Deployment's own variables (driver heap, spark.local.dir) and emptyDir mounts besides /tmp
+    dep = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/deployment.yaml").read_text()) if d)
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    for mount in c["volumeMounts"]:
+        if "emptyDir" in volumes[mount["name"]] and mount["mountPath"] != "/tmp":
+            flags += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
+    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert "PYSPARK_SUBMIT_ARGS" in literal, literal
+    variables = {**literal, **env, "ICETAIL_METRICS_PORT": str(port)}
+    env_flags = [a for k, v in variables.items() for a in ("--env", f"{k}={v}")]
+    podman(
+        "run", "-d", "--name", name, *flags, *env_flags,
+        "--volume", f"{conf}:/etc/icetail:ro", "--volume", f"{data}:{data}",
+        IMAGE,
+    )  # fmt: skip
+    try:
+        started = time.monotonic()
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: (r := get(base + "/healthz")) and r[0] == 200, 120, "/healthz 200", name)
+        wait_for(lambda: (r := get(base + "/readyz")) and r[0] == 200, 180, "/readyz 200", name)
+        print(f"    /readyz 200 after {time.monotonic() - started:.1f}s")
+
+        def delivered() -> str | None:
+            reply = get(base + "/metrics")
+            if reply and re.search(r'icetail_rows_emitted_total\{[^}]*change_type="INSERT"[^}]*\} 3\.0', reply[1]):
+                return reply[1]
+            return None
+
+        metrics = wait_for(delivered, 120, "3 INSERT rows in /metrics", name)
+        assert "icetail_build_info" in metrics and "process_resident_memory_bytes" in metrics
+        assert list((data / "sink").rglob("*.parquet")), "no parquet file in the sink"
+        with psycopg.connect(PG) as conn:
+            tables = conn.execute(
+                "select count(*) from information_schema.tables where table_schema = %s", (schema,)
+            ).fetchone()
+            assert tables and tables[0] > 0, f"no checkpoint tables in schema {schema}"
+        check = podman("healthcheck", "run", name, check=False)
+        if check.returncode != 0:  # no systemd timers here: run the HEALTHCHECK command itself
+            (info,) = json.loads(podman("image", "inspect", IMAGE).stdout)
+            test = (info.get("Healthcheck") or info["Config"]["Healthcheck"])["Test"]
+            assert test[0] == "CMD", test
+            check = podman("exec", name, *test[1:], check=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+        stop_started = time.monotonic()
+        podman("stop", "--time", str(shutdown_timeout + 30), name)
+        stopped_in = time.monotonic() - stop_started
+        code = int(podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip())
+        print(f"    SIGTERM: exit {code} after {stopped_in:.1f}s (shutdown timeout {shutdown_timeout}s)")
+        assert code == 0, f"exit code {code} after SIGTERM\n{logs(name)}"
+        assert stopped_in < shutdown_timeout, f"took {stopped_in:.1f}s to stop\n{logs(name)}"
+    finally:
+        podman("rm", "-f", name, check=False)
+        with psycopg.connect(PG, autocommit=True) as conn:
+            conn.execute(f'drop schema if exists "{schema}" cascade')
+
+
+class socket_port:
+    """A free TCP port on the host's loopback (the container shares the host's network)."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        return int(self.sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        print("image smoke: run as root (rootful podman, chown to uid 10001)", file=sys.stderr)
+        return 2
+    if shutil.which("podman") is None:
+        print("image smoke: podman is missing (apt-get install podman runc)", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    # a world-traversable directory: the container's uid 10001 reaches the mounted paths under it
+    workdir = Path(tempfile.mkdtemp(prefix="icetail-image-smoke-", dir="/var/tmp"))
+    workdir.chmod(0o755)
+    try:
+        check_config()
+        check_pip()
+        check_version_and_demo(workdir)
+        check_serve(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"image smoke passed: {IMAGE} in {time.monotonic() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
