@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CONNECT_TIMEOUT_S = 10
 DEFAULT_LOCK_TIMEOUT_MS = 10_000  # a writer stuck behind a dead session fails (transiently) instead of hanging
+# a call cut off by the network fails within about half a minute instead of the OS's 15 minutes (unacknowledged
+# data) or two hours (an idle keepalive); the lease deadline keeps the sink safe meanwhile (lease_clock.py)
+TCP_BOUNDS = {"keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": 30_000}
 _MIGRATION_LOCK_KEY = 0x1CE7A11  # first half of the advisory lock key; the second is the schema
 
 
@@ -104,6 +107,7 @@ class PostgresBackend:
         extra: dict[str, Any] = {}
         if "connect_timeout" not in self._location.conninfo:
             extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
+        extra |= {name: value for name, value in TCP_BOUNDS.items() if name not in self._location.conninfo}
         try:
             conn = psycopg.connect(self._location.conninfo, autocommit=True, **extra)
         except psycopg.OperationalError as exc:

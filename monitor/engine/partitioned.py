@@ -129,6 +129,7 @@ class PartitionDelivery:
     after_commit: Callable[[], None]  # lease renewal, test hold
     stopped: Callable[[], bool]  # a stop request: the snapshot stays in flight at the next output
     renew: Callable[[], None]  # the lease, while a Spark job of the snapshot runs
+    before_write: Callable[[str], None]  # the lease's deadline checked (lease_clock.py), before each write
 
 
 def deliver_partitioned(
@@ -173,8 +174,10 @@ def deliver_partitioned(
         for chunk in output.read:
             next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
             delivery.on_read(chunk)
+        delivery.before_write("partition's sink write")
         token = _written(delivery.sink, slot.chunk_key(snapshot.anchor.split_id, output.index), output)
         last = output.index == spec.outputs - 1
+        delivery.before_write("partition's offset commit")
         delivery.store.commit_chunks(
             delivery.consumer,
             delivery.batch_id,

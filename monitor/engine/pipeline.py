@@ -39,6 +39,7 @@ from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.delivery.choice import ChosenDelivery, choose_delivery
 from icetail.monitor.engine.delivery.context import DeliveryContext, Tally, batch_schema_id
 from icetail.monitor.engine.hints import reset_command
+from icetail.monitor.engine.lease_clock import LeaseClock
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
 from icetail.monitor.engine.start_mode import StartMode, parse_start
 from icetail.monitor.engine.startup import DIFF, CursorProblem, cursor_problem, initial_cursor, recovery_for
@@ -139,7 +140,7 @@ class Pipeline:
         # the lease owner: this run, or the `serve` replica that runs it (host:pid:token either way)
         self._owner = owner or f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._planner: Planner | None = None
-        self._lease_renewed_at = 0.0
+        self._lease = LeaseClock(self.consumer, config.lease_ttl_seconds)  # until when the lease surely holds
         self._full_next = False
         self._created = False  # this run created the consumer and has not begun a batch yet
         self._sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
@@ -196,8 +197,8 @@ class Pipeline:
             )
         if checkpoint.lease_is_live() and checkpoint.lease is not None and lease_holder_is_dead(checkpoint.lease.owner):
             self._store.release_lease(self.consumer, checkpoint.lease.owner)
-        self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
-        self._lease_renewed_at = time.monotonic()
+        with self._lease.renewal():
+            self._store.acquire_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
         try:
             self._check_branch()
             self._check_sink(self._recorded_sink())
@@ -225,6 +226,7 @@ class Pipeline:
                 self._owner,
                 self._stop,
                 self._renew_lease_if_due,
+                self._before_write,
                 self._session,
                 self._verify,
                 self._sink_key,
@@ -304,6 +306,7 @@ class Pipeline:
         try:
             if self._opened_store is not None:
                 self._store.release_lease(self.consumer, self._owner)
+                self._lease.released()
         finally:
             if self._sink is not None:
                 self._sink.close()
@@ -430,6 +433,7 @@ class Pipeline:
                 splits=plan.splits,
                 shape=self._shape_of(checkpoint, plan),
             )
+            self._before_write("batch's write-ahead")
             self._store.begin_batch(self.consumer, batch, owner=self._owner)
             loaded = self._store.load(self.consumer)
             assert loaded is not None and loaded.inflight is not None
@@ -439,6 +443,7 @@ class Pipeline:
         tally = Tally()
         completed = self._delivery().deliver(table, inflight, tally)
         if completed:
+            self._before_write("batch's commit")
             self._store.finish_batch(self.consumer, inflight.batch.batch_id, owner=self._owner)
             if self.config.protect_cursor:
                 self._protect(table, inflight.batch.to_snapshot_inclusive)
@@ -656,12 +661,18 @@ class Pipeline:
         self._renew_lease_if_due()
 
     def _renew_lease_if_due(self) -> None:
-        if time.monotonic() - self._lease_renewed_at > self.config.lease_ttl_seconds / 3:
+        if self._lease.due():
             self._renew_lease()
 
     def _renew_lease(self) -> None:
-        self._store.renew_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
-        self._lease_renewed_at = time.monotonic()
+        with self._lease.renewal():  # a renewal that hangs or fails moves no deadline
+            self._store.renew_lease(self.consumer, self._owner, self.config.lease_ttl_seconds)
+
+    def _before_write(self, what: str) -> None:
+        """Before a sink write or a store commit of a batch: the lease renewed when due, then
+        LeaseDeadlineError if it may have expired meanwhile (monitor/engine/lease_clock.py)."""
+        self._renew_lease_if_due()
+        self._lease.check(what)
 
     def _protect(self, table: Table, snapshot_id: int) -> None:
         """Keep tag icetail-<consumer> on the committed snapshot so expiry keeps what we still need.

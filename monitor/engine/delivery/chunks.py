@@ -47,10 +47,13 @@ class EachChunk:
         sink = self.context.sink
         if chunk.staged is not None:
             # the Spark task wrote the rows; the driver only makes them visible, in order
+            self.context.before_write("chunk's staged commit")
             token = cast(StagingSink, sink).commit_staged(key, chunk.staged)
         elif chunk.batch is not None and chunk.batch.num_rows:
+            self.context.before_write("chunk's sink write")
             token = sink.write(key, pa.Table.from_batches([chunk.batch]))
         self.tally.add_counts(chunk.change_counts)  # counted by read_split, staged or not
+        self.context.before_write("chunk's offset commit")
         self.context.store.commit_chunk(
             self.context.consumer,
             self.batch.batch_id,
@@ -109,17 +112,20 @@ class GroupedChunks(EachChunk):
         staged = [(m.key, m.chunk.staged) for m in members if m.chunk.staged is not None]
         tokens: dict[ChunkKey, str | None] = {}
         if staged:
+            self.context.before_write("group's staged commit")
             committed = cast(GroupCommitSink, sink).commit_staged_group(staged)
             tokens = {key: token for (key, _), token in zip(staged, committed, strict=True)}
         rows = [(m.key, m.chunk.batch) for m in members if m.chunk.staged is None and m.chunk.batch is not None]
         written = [(key, pa.Table.from_batches([batch])) for key, batch in rows if batch.num_rows]
         if written:
+            self.context.before_write("group's sink write")
             applied = cast(GroupWriteSink, sink).write_group(written)
             tokens |= {key: token for (key, _), token in zip(written, applied, strict=True)}
         for member in members:
             self.tally.add_counts(member.chunk.change_counts)
         context = self.context
         commits = coalesced(members, tokens)
+        context.before_write("group's offset commit")
         context.store.commit_chunks(context.consumer, self.batch.batch_id, commits, owner=context.owner)
         context.committed()
 

@@ -99,6 +99,9 @@ class DeliveryContext:
     owner: str  # the lease holder: every offset commit is fenced by it
     stop: threading.Event  # a stop request: finish the chunk (group) in progress, commit it, return
     renew_lease_if_due: Callable[[], None]
+    # before every sink write and offset commit: the lease renewed when due, LeaseDeadlineError once
+    # it may have expired (monitor/engine/lease_clock.py); the argument names the write, for the message
+    before_write: Callable[[str], None]
     session: Callable[[], Any]  # the Spark session to read with (waited for if still starting)
     verify: VerifyMode
     sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
@@ -188,6 +191,7 @@ class DeliveryContext:
             self.committed,
             self.stopped,
             self.renew_lease_if_due,
+            self.before_write,
         )
 
 

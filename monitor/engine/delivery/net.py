@@ -85,6 +85,7 @@ class NetDelivery(Delivery):
         token = None
         if rows.num_rows:
             key = SplitSlot(context.consumer, inflight.batch_id, 0).chunk_key(anchor.split_id, 0)
+            context.before_write("net changes' sink write")
             token = context.sink.write(key, rows)
         commits = [
             ChunkCommit(
@@ -96,6 +97,7 @@ class NetDelivery(Delivery):
             )
             for p in pending
         ]
+        context.before_write("net changes' offset commit")
         context.store.commit_chunks(context.consumer, inflight.batch_id, commits, owner=context.owner)
         tally.add_rows(rows)
         return True

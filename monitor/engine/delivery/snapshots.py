@@ -46,6 +46,7 @@ class WholeSnapshot:
         token = None
         if rows.num_rows:
             key = SplitSlot(context.consumer, batch.batch_id, anchor_index).chunk_key(anchor.split_id, 0)
+            context.before_write("reconciled snapshot's sink write")
             token = context.sink.write(key, rows)
         next_rows: dict[str, int] = {}
         for chunk in release.chunks:
@@ -64,6 +65,7 @@ class WholeSnapshot:
             if not progress[split.split_id].done
         ]
         # one transaction: a crash cannot leave the snapshot half committed
+        context.before_write("reconciled snapshot's offset commit")
         context.store.commit_chunks(context.consumer, batch.batch_id, commits, owner=context.owner)
         self.tally.add_rows(rows)
         context.renew_lease_if_due()
