@@ -30,7 +30,7 @@ class JobState:
     last_ok: bool = False
     last_error: str = ""
     last_seen_snapshot: int | None = None
-    stopped: bool = False  # parked after max_failures while other consumers deliver (Service._park)
+    stopped: bool = False  # parked after max_failures while other consumers deliver (failures.py, Failures.parked)
     elsewhere: str = ""  # another replica (or run) holds the consumer: not this process's to deliver
 
 

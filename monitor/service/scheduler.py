@@ -2,19 +2,12 @@
 
 One job per consumer, never overlapping itself (max_instances=1) and coalescing missed ticks,
 so a slow batch delays the next tick instead of starting a second. All jobs share one
-SparkSession. A failing cycle is retried with exponential backoff. After `max_failures`
-consecutive failures of the only consumer, the process exits non-zero for the orchestrator to
-restart it; with several tables one table's failures stop only that consumer (`_park`): the
-others keep delivering, /readyz and `icetail_consumer_stopped` name it, and it is retried every
-MAX_BACKOFF_SECONDS, so a table that is fixed resumes without a restart. The stop and its reason
-are recorded in the consumer's checkpoint store for `icetail status`, and cleared when it delivers.
-The process exits non-zero only once every consumer is stopped. A full local disk (WAIT_ERRORS;
-under the handoff, a local sink or the SQLite store) is the machine's fault, not the table's:
-retried until space returns, it neither stops a consumer nor the process. A Spark JVM that died
-(the out-of-memory killer) takes the shared session with it: the process exits 1 at once, naming
-it, for the orchestrator to restart it. SIGTERM/SIGINT
-stop new ticks, let the chunk in
-progress commit, and exit 0.
+SparkSession. A failing cycle is retried with exponential backoff; after `max_failures`
+consecutive failures the only consumer ends the process (exit 1), one of several is parked while
+the others keep delivering (failures.py says how each failure is answered: a full local disk is
+waited out, a dead Spark JVM ends the process at once). Lag is measured around each cycle
+(lag.py); the replicas of one configuration share its consumers (replica_jobs.py). SIGTERM/SIGINT
+stop new ticks, let the chunk in progress commit, and exit 0.
 """
 
 from __future__ import annotations
@@ -30,62 +23,20 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from icetail.kernel.errors import (
-    CatalogNotFoundError,
-    ConfigError,
-    IcetailError,
-    LocalDiskFullError,
-    RefNotFoundError,
-    SetupError,
-    SparkSessionLostError,
-    StateBusyError,
-    TerminalError,
-    TransientError,
-    is_disk_full,
-    message_line,
-)
+from icetail.kernel.errors import ConfigError, IcetailError, StateBusyError
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
-from icetail.monitor.engine.startup import cursor_problem
 from icetail.monitor.engine.verify import SnapshotCheck
-from icetail.monitor.planning.lineage import age_seconds, undelivered_snapshots
-from icetail.monitor.planning.refs import table_on_branch
 from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
+from icetail.monitor.service.failures import Failures
 from icetail.monitor.service.http_server import MonitorServer
-from icetail.monitor.service.metrics import BatchReport, FailureStage, Metrics
+from icetail.monitor.service.lag import update_lag
+from icetail.monitor.service.metrics import BatchReport, Metrics
 from icetail.monitor.service.replica_jobs import JobState, ReplicaJobs
 from icetail.reader.spark.session import scheduler_pool
-from icetail.reader.spark.session_health import lost_session_error
-from icetail.state.checkpoint import Cursor
-from icetail.state.store import open_store
 
 log = logging.getLogger("icetail.serve")
-
-MAX_BACKOFF_SECONDS = 300.0
-# Errors of the setup, not of the table or the data: no retry can fix them, so `serve` stops at
-# once with exit 2 and the one-line message instead of retrying --max-failures times (with several
-# tables: stops that consumer, naming the reason). SetupError: a database, role or schema that does
-# not exist, a failed authentication, a missing privilege (of the sink or the store).
-SETUP_ERRORS: tuple[type[IcetailError], ...] = (ConfigError, CatalogNotFoundError, SetupError)
-# Errors of the machine, not of the table: a full local disk. Retried for as long as they last
-# (space comes back: files removed, a volume grown) and never counted toward --max-failures, so
-# the service neither exits nor parks the consumer; each failed cycle is logged and counted.
-WAIT_ERRORS: tuple[type[IcetailError], ...] = (LocalDiskFullError,)
-MAX_WAIT_BACKOFF_SECONDS = 30.0
-
-
-def waits_for_the_machine(exc: BaseException) -> bool:
-    """A WAIT_ERRORS failure, or a transient one whose cause is a full disk: under a local sink or the
-    SQLite checkpoint store, as under the handoff (chaos harness, issue 26: a sink disk full for 15 s
-    used to stop the service after --max-failures cycles, where a full handoff disk is waited out)."""
-    return isinstance(exc, WAIT_ERRORS) or (isinstance(exc, TransientError) and is_disk_full(exc))
-
-
-def failure_stage(exc: BaseException) -> FailureStage:
-    """Which stage a failure belongs to, for `icetail_failures_total{stage}`: the error class says
-    (`IcetailError.stage`); anything else broke while reading."""
-    return FailureStage(exc.stage) if isinstance(exc, IcetailError) else FailureStage.READ
 
 
 def build_scheduler(threads: int) -> BackgroundScheduler:
@@ -142,6 +93,7 @@ class Service(ReplicaJobs):
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
         self._jobs = {p.consumer_id: JobState() for p in config.pipelines}
+        self._failures = Failures(config, self.metrics, self._jobs)
         self._scheduler = build_scheduler(config.scheduler_threads)
         for p in config.pipelines:
             self.metrics.register_consumer(p.table, p.consumer_id)
@@ -270,10 +222,10 @@ class Service(ReplicaJobs):
             if job.pipeline is None and not self._claim(config, job):
                 return
             assert job.pipeline is not None
-            self._update_lag(config, job)  # before: lag is visible while a long batch runs
+            update_lag(self.metrics, config, job)  # before: lag is visible while a long batch runs
             with scheduler_pool(config.consumer_id):  # a FAIR pool per table (a no-op under FIFO)
                 job.pipeline.run()
-            self._update_lag(config, job)
+            update_lag(self.metrics, config, job)
             self.metrics.record_success(config.table, config.consumer_id)
             if job.stopped:
                 log.info("consumer delivering again", extra={"consumer": config.consumer_id, "table": config.table})
@@ -334,131 +286,12 @@ class Service(ReplicaJobs):
         return record
 
     def _on_failure(self, config: PipelineConfig, job: JobState, exc: BaseException) -> None:
-        exc = lost_session_error(exc) or exc  # a JVM killed under the cycle: say so, not "connection refused"
-        stage = failure_stage(exc)
-        self.metrics.record_failure(config.table, config.consumer_id, stage)
-        self.metrics.set_lag_unknown(config.table, config.consumer_id)  # the failed look measured nothing
-        waiting = waits_for_the_machine(exc)
-        if waiting:
-            job.waits += 1
-        else:
-            job.consecutive_failures += 1
-        job.last_ok = False
-        job.last_error = str(exc) if isinstance(exc, IcetailError) else f"{type(exc).__name__}: {exc}"
-        if waiting:
-            backoff = min(MAX_WAIT_BACKOFF_SECONDS, self.config.interval_seconds * 2 ** (job.waits - 1))
-        else:
-            backoff = min(MAX_BACKOFF_SECONDS, self.config.interval_seconds * 2 ** (job.consecutive_failures - 1))
-        job.next_attempt_at = time.monotonic() + backoff
-        log.error(
-            "cycle failed",
-            extra={
-                "consumer": config.consumer_id,
-                "stage": stage.value,
-                "error": job.last_error,
-                "terminal": isinstance(exc, TerminalError),
-                "consecutive_failures": job.consecutive_failures,
-                "retry_in_seconds": round(backoff, 1),
-            },
-        )
-        if job.pipeline is not None and not isinstance(exc, StateBusyError):
-            try:
-                job.pipeline.close()
-            except Exception:  # noqa: BLE001
-                log.warning("could not close the pipeline after a failure", exc_info=True)
-            job.pipeline = None
-        alone = len(self._jobs) == 1
-        if isinstance(exc, SparkSessionLostError):  # every consumer shares the dead session: restart
-            self._fatal = f"{config.consumer_id}: {job.last_error}"
-            return
-        if waiting:
-            return  # retried until space returns: neither the process nor the consumer stops
-        if isinstance(exc, SETUP_ERRORS) and alone:
-            self._setup_error = exc
-            self._fatal = f"{config.consumer_id}: {job.last_error}"
-        elif isinstance(exc, SETUP_ERRORS) or job.consecutive_failures >= self.config.max_failures:
-            if alone:
-                self._fatal = f"{config.consumer_id}: {job.last_error}"
-            else:
-                self._park(config, job)
-
-    def _park(self, config: PipelineConfig, job: JobState) -> None:
-        """Stop one consumer of several: retried every MAX_BACKOFF_SECONDS; the process exits only
-        when every consumer is stopped (nothing it runs makes progress, a restart may help)."""
-        if not job.stopped:
-            job.stopped = True
-            self.metrics.set_stopped(config.table, config.consumer_id, True)
-            log.error(
-                "consumer stopped; the other consumers keep delivering",
-                extra={
-                    "consumer": config.consumer_id,
-                    "table": config.table,
-                    "error": job.last_error,
-                    "retry_in_seconds": MAX_BACKOFF_SECONDS,
-                },
-            )
-        job.next_attempt_at = time.monotonic() + MAX_BACKOFF_SECONDS
-        self._record_stop(config, job.last_error)  # again after a retry that failed: the latest reason
-        if all(j.stopped for j in self._jobs.values()):
-            self._fatal = "every consumer stopped: " + "; ".join(
-                f"{consumer}: {j.last_error}" for consumer, j in self._jobs.items()
-            )
-
-    def _record_stop(self, config: PipelineConfig, reason: str) -> None:
-        """The stop in the consumer's store, for `icetail status`; best effort (the store may be what failed)."""
-        try:
-            with open_store(config.state_url) as store:
-                store.record_stopped(config.consumer_id, config.catalog, config.table, reason)
-        except Exception as exc:  # noqa: BLE001 - /readyz and the metrics still name the stop
-            log.warning(
-                "could not record the stop in the checkpoint store",
-                extra={"consumer": config.consumer_id, "error": message_line(exc)},
-            )
-
-    def _update_lag(self, config: PipelineConfig, job: JobState) -> None:
-        """Lag, discovered snapshots and in-flight chunks from the catalog and the checkpoint."""
-        assert job.pipeline is not None
-        checkpoint = job.pipeline.checkpoint()
-        if checkpoint is None:
-            return
-        try:
-            table = table_on_branch(job.pipeline.table_as_is(), config.branch)
-        except RefNotFoundError:  # the followed branch is gone: the run reports it (BranchDroppedError)
-            self.metrics.set_lag_unknown(config.table, config.consumer_id)
-            return
-        metadata = table.metadata
-        current = metadata.current_snapshot_id
-        # a lost cursor (expired, rolled back) has no measurable lag: NaN; the cycle reports why
-        problem = cursor_problem(metadata, checkpoint.cursor, config.branch)
-        lost = problem is not None
-        self.metrics.set_cursor_condition(
-            config.table, config.consumer_id, problem.condition.value if problem is not None else None
-        )
-        pending = [] if lost else undelivered_snapshots(metadata, checkpoint.cursor.snapshot_id)
-        if current is not None and current != job.last_seen_snapshot:
-            # new since the last look; on the first look, everything after the cursor
-            seen = job.last_seen_snapshot
-            if seen is None or cursor_problem(metadata, Cursor(seen, 0)):
-                discovered = len(pending)
-            else:
-                discovered = len(undelivered_snapshots(metadata, seen))
-            self.metrics.record_discovered(config.table, config.consumer_id, discovered)
-            job.last_seen_snapshot = current
-        inflight = checkpoint.inflight
-        self.metrics.set_inflight_chunks(
-            config.table, config.consumer_id, len(inflight.pending()) if inflight is not None else 0
-        )
-        if lost:
-            self.metrics.set_lag_unknown(config.table, config.consumer_id)
-            return
-        cursor_ts = checkpoint.cursor.timestamp_ms
-        self.metrics.set_lag(
-            config.table,
-            config.consumer_id,
-            snapshots=len(pending),
-            seconds=age_seconds(pending, time.time()),
-            cursor_commit_timestamp_seconds=cursor_ts / 1000 if cursor_ts else None,
-        )
+        """The failed cycle answered (failures.py); an answer that ends the process ends the run loop."""
+        ending = self._failures.failed(config, job, exc)
+        if ending is not None:
+            if ending.setup_error is not None:
+                self._setup_error = ending.setup_error
+            self._fatal = ending.reason
 
 
 def staggered_starts(count: int, interval_seconds: float) -> list[datetime.datetime]:

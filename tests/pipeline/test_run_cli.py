@@ -647,12 +647,17 @@ def _full_snapshot_rows(got: pa.Table | None, table: Table) -> None:
     assert set(got.column("_change_ordinal").to_pylist()) == {0}
 
 
-class CrashAfterCursorReset(Pipeline):
-    """Dies right after `--on-missing-cursor` moved the cursor, before the batch is written ahead."""
+def crash_after_cursor_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipelines die right after `--on-missing-cursor` moved the cursor, before the batch is written ahead."""
+    from icetail.monitor.engine.next_batch import NextBatch
 
-    def _recover_cursor(self, table: Table, problem: Any, policy: str) -> Any:
-        super()._recover_cursor(table, problem, policy)
+    recover = NextBatch._recover_cursor
+
+    def dying(self: NextBatch, table: Table, problem: Any, policy: str) -> Any:
+        recover(self, table, problem, policy)
         raise SimulatedCrash("after the cursor reset")
+
+    monkeypatch.setattr(NextBatch, "_recover_cursor", dying)
 
 
 @pytest.mark.parametrize(
@@ -666,7 +671,12 @@ class CrashAfterCursorReset(Pipeline):
     ],
 )
 def test_on_missing_cursor_full_delivers_the_current_snapshot(
-    env: Env, tmp_path: Path, in_process: None, capsys: pytest.CaptureFixture[str], crash: bool
+    env: Env,
+    tmp_path: Path,
+    in_process: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    crash: bool,
 ) -> None:
     ident = f"ns.fullpolicy{int(crash)}"
     table, ids = small_table(env.catalog, ident)
@@ -682,7 +692,8 @@ def test_on_missing_cursor_full_delivers_the_current_snapshot(
     if crash:
         config = PipelineConfig(CATALOG, ident, state, f"parquet://{tmp_path}/sink1", consumer="fp",
                                 on_missing_cursor="full")  # fmt: skip
-        with pytest.raises(SimulatedCrash), CrashAfterCursorReset(config) as dying:
+        with monkeypatch.context() as patch, pytest.raises(SimulatedCrash), Pipeline(config) as dying:
+            crash_after_cursor_reset(patch)
             dying.run()
     code, _, err = icetail_here(capsys, *args)
     assert code == 0, err

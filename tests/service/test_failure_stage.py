@@ -21,8 +21,8 @@ from icetail.kernel.errors import (
     StorageUnavailableError,
 )
 from icetail.monitor.engine.startup import CursorExpiredError, CursorLostError
+from icetail.monitor.service.failures import failure_stage
 from icetail.monitor.service.metrics import FailureStage
-from icetail.monitor.service.scheduler import failure_stage
 
 
 def test_every_error_class_names_a_known_stage() -> None:
