@@ -53,4 +53,6 @@ def test_run_and_status_mirror_without_showing_the_password(tmp_path: Path, pg_s
         ],
         env,
     )
-    assert bad.returncode == 2 and "no target table" in bad.stderr and PASSWORD not in bad.stderr + bad.stdout
+    # a misspelt parameter is named, with the one meant (issue 33 s4), in one line without the password
+    assert bad.returncode == 2 and "unknown parameter 'tabel' (did you mean table?)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and PASSWORD not in bad.stderr + bad.stdout
