@@ -26,6 +26,7 @@ from icetail.kernel.errors import ConfigError, IcetailError, message_line
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.state.replicas import ReplicaId, ReplicaRegistry, Roster, group_key
 from icetail.state.store import SqlCheckpointStore, open_store
+from icetail.state.urls import new_sqlite_file, remove_sqlite_file
 
 log = logging.getLogger("icetail.serve")
 
@@ -60,6 +61,7 @@ class Assignment:
             self._consumers[p.state_url] = (*self._consumers.get(p.state_url, ()), p.consumer_id)
         self._lock = threading.Lock()
         self._stores: dict[str, SqlCheckpointStore] = {}
+        self._created: dict[str, str] = {}  # SQLite files this replica's registration created, by store URL
         self._rosters: dict[str, Roster] = {}
         self._claiming = dict.fromkeys(self._consumers, 0)
         self._released = dict.fromkeys(self._consumers, False)  # since the last roster: wait for the next
@@ -89,7 +91,10 @@ class Assignment:
         for url, consumers in self._consumers.items():
             try:
                 if url not in self._stores:
+                    created = new_sqlite_file(url)
                     self._stores[url] = open_store(url)
+                    if created is not None:
+                        self._created[url] = created
                 registry = ReplicaRegistry(self._stores[url])
                 registry.heartbeat(self.me, group_key(consumers), self._ttl_s)
                 roster = registry.roster(self.me, group_key(consumers), consumers)
@@ -106,16 +111,24 @@ class Assignment:
                 self._released[url] = False
 
     def stop(self) -> None:
-        """Stop beating and leave every store (the others count this replica out at once)."""
+        """Stop beating and leave every store (the others count this replica out at once). A SQLite
+        store this replica's registration created, and that nothing else was written to (no consumer,
+        no stop, no other replica), is removed: a serve refused at its first cycle leaves nothing behind."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        for store in self._stores.values():
+        for url, store in self._stores.items():
+            unused = False
             try:
-                ReplicaRegistry(store).leave(self.me)
+                registry = ReplicaRegistry(store)
+                registry.leave(self.me)
+                if url in self._created:
+                    unused = not (store.list_consumers() or store.stopped_consumers() or registry.replicas())
             except IcetailError as exc:
                 log.warning("could not leave the replica registry", extra={"error": message_line(exc)})
             store.close()
+            if unused:
+                remove_sqlite_file(self._created[url])
 
     # decisions ---------------------------------------------------------------------------
     def holder_elsewhere(self, config: PipelineConfig) -> str | None:
