@@ -156,9 +156,42 @@ class Assignment:
             roster = self._rosters.get(config.state_url)
         return roster is not None and owner in roster.registered
 
+    def _live(self, roster: Roster) -> int:
+        return len(roster.live) + (0 if any(r.name == self.owner for r in roster.live) else 1)
+
     def _share(self, url: str, roster: Roster) -> int:
-        live = len(roster.live) + (0 if any(r.name == self.owner for r in roster.live) else 1)
-        return fair_share(len(self._consumers[url]), live)
+        return fair_share(len(self._consumers[url]), self._live(roster))
+
+    def replicas_alive(self) -> int:
+        """Live replicas of this configuration, this one included, in the last rosters (the most of
+        its stores: every replica beats in each); 1 before a first roster."""
+        with self._lock:
+            return max((self._live(roster) for roster in self._rosters.values()), default=1)
+
+    def over_share(self) -> str | None:
+        """Why this replica holds more than its share (it hands the surplus over at batch boundaries),
+        or None; a replica holding less, nothing at all included, is within its share."""
+        with self._lock:
+            for url, roster in self._rosters.items():
+                share, held = self._share(url, roster), self._held(url)
+                if held > share:
+                    return (
+                        f"this replica holds {held} of {len(self._consumers[url])} consumers, above its share of "
+                        f"{share} among {self._live(roster)} replicas; handing over at the next batch boundary"
+                    )
+        return None
+
+    def expired_holder(self, config: PipelineConfig) -> str | None:
+        """The replica whose lease on the consumer expired (or whose process is gone), as of the last
+        roster: claiming the consumer now takes it over (hand-over cause `expired`)."""
+        with self._lock:
+            roster = self._rosters.get(config.state_url)
+        if roster is None:
+            return None
+        lease = roster.leases.get(config.consumer_id)
+        if lease is None or lease.owner == self.owner or roster.holder(config.consumer_id) is not None:
+            return None
+        return lease.owner if lease.owner in roster.registered else None
 
     @contextmanager
     def claim(self, config: PipelineConfig) -> Iterator[str | None]:

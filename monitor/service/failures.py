@@ -137,6 +137,7 @@ class Failures:
         if not job.stopped:
             job.stopped = True
             self._metrics.set_stopped(config.table, config.consumer_id, True)
+            self._metrics.record_handover(config.table, config.consumer_id, "stopped")
             log.error(
                 "consumer stopped; the other consumers keep delivering",
                 extra={

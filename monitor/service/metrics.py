@@ -30,6 +30,14 @@ Semantics the alert rules in deploy/prometheus/alerts.yml rely on:
 * `icetail_sink_duplicate_keys_total` counts inserts of a key a mirror's target already held (the
   PostgreSQL and Iceberg mirrors and histories; docs/sinks.md, "Duplicate keys in the source"):
   the source does not keep its key unique, last writer wins. Any increase deserves a look.
+* Replicas (docs/delivery.md, "Replicas"): `icetail_replicas_alive` is the number of live `serve`
+  replicas of this configuration in the last roster this replica read (itself included; 1 alone).
+  `icetail_consumer_owned` is 1 on the replica that holds the consumer open (its lease) and 0 on
+  every other replica of the configuration, which exports the same consumers: "owned by nobody"
+  is `max by (table, consumer)` equal to 0, never an absent series (IcetailConsumerUnowned).
+  `icetail_handovers_total{cause}` counts a consumer leaving or reaching this replica: `joined`
+  (released above the share, for a replica that joined), `left` (released on SIGTERM), `expired`
+  (claimed after another replica's lease expired), `stopped` (released when stopped).
 * `process_*` (resident memory, CPU seconds, start time, open file descriptors) describe the
   service's own process, on the same registry.
 """
@@ -51,6 +59,7 @@ from icetail.monitor.planning.summary_rules import RULES
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",
+    "HANDOVER_CAUSES",
     "PLANNING_DURATION_BUCKETS",
     "BatchReport",
     "FailureStage",
@@ -59,6 +68,7 @@ __all__ = [
 ]
 
 CONSUMER_LABELS = ("table", "consumer")
+HANDOVER_CAUSES = ("joined", "left", "expired", "stopped")
 CURSOR_CONDITIONS = ("cursor_expired", "chain_expired", "not_descendant")  # lineage.CursorCondition values
 
 # A batch runs from well under a second (one small commit) to an hour (a backfill).
@@ -204,6 +214,9 @@ class Metrics:
     consumer_stopped: Gauge
     sink_duplicate_keys: Counter
     manifest_cache_entries: Gauge
+    replicas_alive: Gauge
+    consumer_owned: Gauge
+    handovers: Counter
 
     @classmethod
     def create(
@@ -325,7 +338,22 @@ class Metrics:
                 "cache (serve), bounded by manifest_cache_entries; ~0.5 KB of driver memory each.",
                 registry=reg,
             ),
+            replicas_alive=Gauge(
+                "icetail_replicas_alive",
+                "Live serve replicas of this configuration in the checkpoint store, this one included.",
+                registry=reg,
+            ),
+            consumer_owned=gauge(
+                "icetail_consumer_owned",
+                "1 on the replica that holds the consumer (its lease), 0 on the other replicas.",
+            ),
+            handovers=counter(
+                "icetail_handovers",
+                "Consumers handed over between replicas, by cause (joined, left, expired, stopped).",
+                ("cause",),
+            ),
         )
+        metrics.replicas_alive.set(1)
         metrics.manifest_cache_entries.set_function(_manifest_cache_weight)
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
@@ -354,10 +382,12 @@ class Metrics:
             self.rows_emitted.labels(table, consumer, change_type.value)
         for stage in FailureStage:
             self.failures.labels(table, consumer, stage.value)
+        for cause in HANDOVER_CAUSES:
+            self.handovers.labels(table, consumer, cause)
         for rule in RULES:
             self.snapshot_checks.labels(table, consumer, rule)
             self.snapshot_check_mismatches.labels(table, consumer, rule)
-        for g in (self.inflight_chunks, self.consecutive_failures, self.consumer_stopped):
+        for g in (self.inflight_chunks, self.consecutive_failures, self.consumer_stopped, self.consumer_owned):
             g.labels(table, consumer).set(0)
         self.set_lag_unknown(table, consumer)
         self.set_cursor_condition(table, consumer, None)
@@ -405,6 +435,12 @@ class Metrics:
     def set_stopped(self, table: str, consumer: str, stopped: bool) -> None:
         """A consumer of a several-table serve stopped after its failures (1), or delivering again (0)."""
         self.consumer_stopped.labels(table, consumer).set(1 if stopped else 0)
+
+    def record_handover(self, table: str, consumer: str, cause: str) -> None:
+        """The consumer left this replica (joined, left, stopped) or reached it from an expired lease."""
+        if cause not in HANDOVER_CAUSES:
+            raise ValueError(f"unknown hand-over cause {cause!r}; expected one of {', '.join(HANDOVER_CAUSES)}")
+        self.handovers.labels(table, consumer, cause).inc()
 
     def record_failure(self, table: str, consumer: str, stage: FailureStage | str) -> None:
         """A cycle failed in `stage` (plan, read, sink, state or catalog)."""

@@ -8,6 +8,7 @@ is skipped quietly: not a failure, no error logged, never stopped after --max-fa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from icetail.kernel.errors import message_line
@@ -15,6 +16,7 @@ from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
 from icetail.monitor.service.assignment import Assignment
 from icetail.monitor.service.config import ServiceConfig
+from icetail.monitor.service.metrics import Metrics
 
 log = logging.getLogger("icetail.serve")
 
@@ -34,12 +36,26 @@ class JobState:
     elsewhere: str = ""  # another replica (or run) holds the consumer: not this process's to deliver
 
 
+def _holds(job: JobState) -> Callable[[], float]:
+    return lambda: 1.0 if job.pipeline is not None else 0.0
+
+
 class ReplicaJobs:
     """Service's consumers as one replica of several: each cycle claims, keeps or hands over its consumer."""
 
     config: ServiceConfig
     assignment: Assignment
+    metrics: Metrics
     _jobs: dict[str, JobState]
+
+    def _watch_replicas(self) -> None:
+        """`icetail_replicas_alive` and `icetail_consumer_owned`, read at each scrape: the last roster
+        and whether this replica holds the consumer open (1) or not (0: elsewhere, or nobody)."""
+        self.metrics.replicas_alive.set_function(lambda: float(self.assignment.replicas_alive()))
+        for p in self.config.pipelines:
+            job = self._jobs[p.consumer_id]
+            owned = self.metrics.consumer_owned.labels(p.table, p.consumer_id)
+            owned.set_function(_holds(job))
 
     def _new_pipeline(self, config: PipelineConfig) -> Pipeline:
         raise NotImplementedError
@@ -64,6 +80,7 @@ class ReplicaJobs:
                 job.elsewhere = refused
                 log.debug("consumer skipped", extra={"consumer": config.consumer_id, "reason": refused})
                 return False
+            expired = self.assignment.expired_holder(config)
             pipeline = self._new_pipeline(config)
             try:
                 pipeline.open()
@@ -72,6 +89,12 @@ class ReplicaJobs:
                 raise
             job.pipeline, job.elsewhere = pipeline, ""
             log.info("consumer claimed", extra={"consumer": config.consumer_id, "replica": self.assignment.owner})
+            if expired is not None:
+                log.warning(
+                    "consumer taken over from an expired lease",
+                    extra={"consumer": config.consumer_id, "replica": expired},
+                )
+                self.metrics.record_handover(config.table, config.consumer_id, "expired")
         return True
 
     def _moved(self, config: PipelineConfig, job: JobState) -> bool:
@@ -91,6 +114,21 @@ class ReplicaJobs:
         log.info("consumer handed over", extra={"consumer": config.consumer_id, "reason": reason})
         self._close_pipeline(job)
         job.elsewhere, job.last_ok = "handed over", False
+        self.metrics.record_handover(config.table, config.consumer_id, "joined")
+
+    def _release_all(self) -> None:
+        """On the way out: close every held consumer, releasing its lease for the others to claim at once."""
+        for config in self.config.pipelines:
+            job = self._jobs[config.consumer_id]
+            if job.pipeline is None:
+                continue
+            try:
+                job.pipeline.close()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                log.warning("could not release the lease", exc_info=True)
+                continue
+            job.pipeline = None
+            self.metrics.record_handover(config.table, config.consumer_id, "left")
 
     def _close_pipeline(self, job: JobState) -> None:
         pipeline, job.pipeline = job.pipeline, None

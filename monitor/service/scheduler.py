@@ -99,6 +99,7 @@ class Service(ReplicaJobs):
             self.metrics.register_consumer(p.table, p.consumer_id)
         ttl = min(p.lease_ttl_seconds for p in config.pipelines)
         self.assignment = Assignment(config.pipelines, self._held, beat_s=beat_seconds(config.interval_seconds, ttl))
+        self._watch_replicas()
 
     # health ----------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -106,7 +107,9 @@ class Service(ReplicaJobs):
 
         Not ready before the first successful cycle of each consumer, and from a consumer's
         first failed cycle until its next successful one (a retrying consumer makes no progress).
-        The reason names every consumer that is not ready, stopped ones first.
+        The reason names every consumer that is not ready, stopped ones first. One replica of several
+        answers for the consumers it holds or is claiming only (a replica holding nothing because the
+        others hold everything is ready), and is not ready while it holds more than its fair share.
         """
         stopped, failing, starting = [], [], []
         for consumer, job in self._jobs.items():
@@ -122,6 +125,9 @@ class Service(ReplicaJobs):
             elif not job.last_ok:
                 starting.append(f"{consumer}: first cycle not finished")
         reasons = stopped + failing + starting
+        over = self.assignment.over_share()  # a replica holding less than its share, or nothing, is ready
+        if over is not None:
+            reasons.append(over)
         return (False, "; ".join(reasons)) if reasons else (True, "ok")
 
     # lifecycle -------------------------------------------------------------------------
@@ -202,12 +208,7 @@ class Service(ReplicaJobs):
         threading.Thread(target=wait_for_jobs, daemon=True).start()
         if not done.wait(self.config.shutdown_timeout_seconds):
             log.warning("a batch did not stop in time; its uncommitted chunk will be replayed on restart")
-        for job in self._jobs.values():
-            if job.pipeline is not None:
-                try:
-                    job.pipeline.close()
-                except Exception:  # noqa: BLE001 - best effort on the way out
-                    log.warning("could not release the lease", exc_info=True)
+        self._release_all()
         self.assignment.stop()  # after the leases were released: the others claim them at once
         if self._own_session is not None:
             self._own_session.abandon()  # a warm-up job still running is cancelled, not left to log on exit

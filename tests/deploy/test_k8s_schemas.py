@@ -85,7 +85,15 @@ def test_every_manifest_matches_the_kubernetes_schemas(version: str) -> None:
         validate_kubernetes(doc, version)
         checked += 1
     kinds = {doc["kind"] for _, doc in manifest_documents()}
-    assert kinds >= {"ConfigMap", "PersistentVolumeClaim", "Deployment", "Service", "Secret", "CronJob"}
+    assert kinds >= {
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+        "Secret",
+        "CronJob",
+    }
     assert checked == len(manifest_documents()) - 1  # all but the ServiceMonitor
 
 
@@ -195,7 +203,11 @@ def effective_serve_config(tmp_path: Path) -> Any:
     local = tmp_path / config_path.name
     local.write_text(objects[("ConfigMap", "icetail-config")]["data"][config_path.name])
     args[args.index("--config") + 1] = str(local)
-    environ = {**dockerfile_env(), **{e["name"]: e["value"] for e in dep["env"] if "value" in e}}
+    secrets = {name: obj for (kind, name), obj in objects.items() if kind == "Secret"}
+    from_secrets = {
+        k: v for ref in dep.get("envFrom", []) for k, v in secrets[ref["secretRef"]["name"]]["stringData"].items()
+    }
+    environ = {**dockerfile_env(), **from_secrets, **{e["name"]: e["value"] for e in dep["env"] if "value" in e}}
     return build_service_config(cli.build_parser().parse_args(args), environ=environ)
 
 

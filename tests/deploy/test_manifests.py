@@ -110,8 +110,9 @@ def test_every_yaml_file_parses() -> None:
 def test_expected_objects_exist(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
     assert set(objects) >= {
         ("ConfigMap", "icetail-config"),
-        ("PersistentVolumeClaim", "icetail-state"),
+        ("PersistentVolumeClaim", "icetail-batch-state"),
         ("Deployment", "icetail"),
+        ("PodDisruptionBudget", "icetail"),
         ("Service", "icetail"),
         ("ServiceMonitor", "icetail"),
         ("Secret", "icetail-state-postgres"),
@@ -130,15 +131,17 @@ def test_kustomization_lists_existing_files() -> None:
     built = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     kinds = {d["kind"] for d in yaml.safe_load_all(built.stdout) if d}
-    assert kinds == {"ConfigMap", "PersistentVolumeClaim", "Deployment", "Service"}
+    assert kinds == {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
 
 
-def test_deployment_runs_serve_once_with_probes_on_the_metrics_port(
+def test_deployment_runs_serve_replicas_with_probes_on_the_metrics_port(
     objects: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     dep = objects[("Deployment", "icetail")]
-    assert dep["spec"]["replicas"] == 1  # the consumer lease: one process per consumer
-    assert dep["spec"]["strategy"]["type"] == "Recreate"
+    assert dep["spec"]["replicas"] == 3  # replicas divide the consumers (docs/delivery.md, "Replicas")
+    strategy = dep["spec"]["strategy"]
+    assert strategy["type"] == "RollingUpdate"
+    assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}  # never below `replicas`
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     c = container(dep)
     assert c["args"][0] == "serve" and c["args"][0] in SUBCOMMANDS
@@ -170,9 +173,11 @@ def test_pods_are_locked_down_and_mount_writable_scratch(objects: dict[tuple[str
         mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
         assert set(mounts.values()) <= set(volumes), "a mount names a missing volume"
         assert "emptyDir" in volumes[mounts["/tmp"]]
-        assert "persistentVolumeClaim" in volumes[mounts["/var/lib/icetail"]]
-        claim = volumes[mounts["/var/lib/icetail"]]["persistentVolumeClaim"]["claimName"]
-        assert ("PersistentVolumeClaim", claim) in objects
+        if key[0] == "Deployment":  # replicas on several nodes share the PostgreSQL store, nothing on a volume
+            assert "emptyDir" in volumes[mounts["/var/lib/icetail"]]
+        else:  # the CronJob's SQLite store, on its own claim
+            claim = volumes[mounts["/var/lib/icetail"]]["persistentVolumeClaim"]["claimName"]
+            assert ("PersistentVolumeClaim", claim) in objects
         assert volumes[mounts["/etc/icetail"]]["configMap"]["name"] == "icetail-config"
         env = {e["name"]: e for e in c.get("env", [])}
         assert env["PYICEBERG_HOME"]["value"] == "/etc/icetail"
@@ -217,10 +222,7 @@ def test_configmap_holds_icetail_and_pyiceberg_config(objects: dict[tuple[str, s
     config = yaml.safe_load(data["icetail.yaml"])
     catalogs = yaml.safe_load(data[".pyiceberg.yaml"])["catalog"]
     assert config["catalog"] in catalogs
-    urls = store_urls()
-    location = urls.parse_store_url(config["state"])
-    assert isinstance(location, urls.SqliteLocation) and location.path.is_absolute()
-    assert str(location.path).startswith("/var/lib/icetail/")
+    assert "state" not in config, "the store's URL holds a password: ICETAIL_STATE from the Secret names it"
     assert config["metrics_port"] == METRICS_PORT
     assert config["metrics_host"] == "0.0.0.0"
     assert config["tables"], "at least one table/consumer pair"
@@ -241,7 +243,8 @@ def test_configmap_passes_the_loader_of_run_and_serve(
 
     path = tmp_path / "icetail.yaml"
     path.write_text(objects[("ConfigMap", "icetail-config")]["data"]["icetail.yaml"])
-    config = build_service_config(cli.build_parser().parse_args(["serve", "--config", str(path)]), environ={})
+    environ = dict(objects[("Secret", "icetail-state-postgres")]["stringData"])  # ICETAIL_STATE, as envFrom sets it
+    config = build_service_config(cli.build_parser().parse_args(["serve", "--config", str(path)]), environ=environ)
     assert config.pipelines and config.metrics_port == METRICS_PORT
     for pipeline in config.pipelines:
         assert normalize_sink_url(pipeline.sink_url)
@@ -252,9 +255,16 @@ def test_postgres_secret_is_a_valid_store_url(objects: dict[tuple[str, str], dic
     urls = store_urls()
     location = urls.parse_store_url(secret["stringData"]["ICETAIL_STATE"])
     assert isinstance(location, urls.PostgresLocation) and location.schema == "icetail"
-    # the Deployment picks it up when it exists
+    # the Deployment requires it: its replicas share that store (a SQLite file serves one host)
     env_from = container(objects[("Deployment", "icetail")])["envFrom"]
-    assert {"secretRef": {"name": "icetail-state-postgres", "optional": True}} in env_from
+    assert {"secretRef": {"name": "icetail-state-postgres"}} in env_from
+
+
+def test_disruption_budget_covers_the_replicas_one_at_a_time(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+    dep, pdb = objects[("Deployment", "icetail")], objects[("PodDisruptionBudget", "icetail")]
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["maxUnavailable"] == 1 < dep["spec"]["replicas"]
+    assert "minAvailable" not in pdb["spec"]
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ EXPECTED_ALERTS = {
     "IcetailCursorLost",
     "IcetailConsecutiveFailures",
     "IcetailConsumerStopped",
+    "IcetailConsumerUnowned",
     "IcetailNoSuccessfulBatch",
     "IcetailDown",
     "IcetailSnapshotCheckMismatch",
@@ -110,6 +111,7 @@ def test_alerts_use_metrics_icetail_exports() -> None:
         "icetail_cursor_lost",
         "icetail_consecutive_failures",
         "icetail_consumer_stopped",
+        "icetail_consumer_owned",
         "icetail_last_success_timestamp_seconds",
         "icetail_snapshot_check_mismatches_total",
     }

@@ -59,6 +59,7 @@ def test_claims_up_to_the_share_skip_held_consumers_and_hand_over_when_peers_hav
                         store.acquire_lease(config.consumer_id, mine.owner, 60)
                         held.add(config.consumer_id)
             assert held == {"c1", "c2", "c3"}
+            assert mine.replicas_alive() == 2 and mine.over_share() is None  # at its share: ready
             with mine.claim(configs[4]) as refused:
                 assert refused is not None and "holds its share (3) of 5" in refused
             assert mine.should_release(configs[1]) is None  # at its share
@@ -76,6 +77,42 @@ def test_claims_up_to_the_share_skip_held_consumers_and_hand_over_when_peers_hav
             mine.beat()  # three replicas: a share of 2; c0 is free, the peers have room for 4
             assert mine.should_release(configs[1]) is not None
             assert mine.should_release(configs[2]) is None  # one hand-over per roster
+            assert mine.replicas_alive() == 3
+            assert mine.over_share() == (
+                "this replica holds 4 of 5 consumers, above its share of 2 among 3 replicas; "
+                "handing over at the next batch boundary"
+            )
+            held.clear()  # the others hold everything: nothing held is within the share
+            assert mine.over_share() is None
         finally:
             mine.stop()
         assert [r.name for r, _ in registry.replicas()] == sorted([peer.name, third.name])
+
+
+def test_a_claim_takes_over_only_from_a_replica_whose_lease_is_no_longer_held(state_url: str) -> None:
+    """`expired_holder`: the hand-over cause `expired` is a lease of a registered replica that no
+    longer holds it (its process gone here: this pid under another token, as after a restart)."""
+    configs = _configs(state_url)
+    mine = Assignment(configs, lambda url: 0, beat_s=1)
+    assert mine.replicas_alive() == 1  # alone before a first roster
+    gone = ReplicaId(mine.me.host, os.getpid(), "90ne0000")
+    live = ReplicaId(mine.me.host, os.getppid(), "11fe0000")
+    not_a_replica = ReplicaId(mine.me.host, os.getpid(), "0run0000")  # a `run` that died: never registered
+    with open_store(state_url) as store:
+        for c in CONSUMERS:
+            store.ensure_consumer(c, "cat", f"db.{c}", Cursor.before_first_snapshot())
+        registry = ReplicaRegistry(store)
+        for replica in (gone, live):
+            registry.heartbeat(replica, group_key(CONSUMERS), 60)
+        store.acquire_lease("c0", gone.name, 60)
+        store.acquire_lease("c1", live.name, 60)
+        store.acquire_lease("c2", not_a_replica.name, 60)
+        mine.start(lambda: None)
+        try:
+            store.acquire_lease("c3", mine.owner, 60)
+            mine.beat()
+            assert mine.expired_holder(configs[0]) == gone.name
+            assert [mine.expired_holder(c) for c in configs[1:]] == [None, None, None, None]
+            assert mine.replicas_alive() == 2  # itself and the live peer: a gone process is not alive
+        finally:
+            mine.stop()

@@ -389,3 +389,22 @@ def test_cursor_condition_and_collapsed_batches(metrics: Metrics, registry: Coll
     assert v("icetail_collapsed_batches_total", LABELS) == 1
     metrics.set_cursor_condition(T, C, None)
     assert [v("icetail_cursor_lost", {**LABELS, "condition": c}) for c in conditions] == [0, 0, 0]
+
+
+def test_replica_series_exist_with_one_replica_and_handovers_count_by_cause(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """A lone serve exports the replica series too (the dashboard and IcetailConsumerUnowned read them):
+    one replica alive, the consumer not owned until held, every cause at zero."""
+    metrics.register_consumer(T, C)
+    v = registry.get_sample_value
+    assert v("icetail_replicas_alive") == 1
+    assert v("icetail_consumer_owned", LABELS) == 0
+    causes = ("joined", "left", "expired", "stopped")
+    assert [v("icetail_handovers_total", {**LABELS, "cause": c}) for c in causes] == [0, 0, 0, 0]
+    metrics.record_handover(T, C, "expired")
+    metrics.record_handover(T, C, "left")
+    metrics.record_handover(T, C, "left")
+    assert [v("icetail_handovers_total", {**LABELS, "cause": c}) for c in causes] == [0, 2, 1, 0]
+    with pytest.raises(ValueError, match="unknown hand-over cause"):
+        metrics.record_handover(T, C, "moved")

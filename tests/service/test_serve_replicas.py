@@ -34,6 +34,7 @@ from tests.support.serve import (
     Warehouse,
     free_port,
     id_name_rows,
+    sample,
     wait_until,
 )
 from tests.support.stores import drop_state, new_state_url, pg_unavailable
@@ -138,6 +139,37 @@ class Cluster:
         return wait_until(probe, timeout=timeout, what=what, interval=0.25)
 
 
+def owned(serve: Serve) -> set[str]:
+    """The consumers whose `icetail_consumer_owned` is 1 on this replica."""
+    return {
+        dict(labels)["consumer"]
+        for (name, labels), value in serve.samples().items()
+        if name == "icetail_consumer_owned" and value == 1
+    }
+
+
+def handovers(serve: Serve, cause: str) -> float:
+    return sum(
+        value
+        for (name, labels), value in serve.samples().items()
+        if name == "icetail_handovers_total" and dict(labels)["cause"] == cause
+    )
+
+
+def assert_seen_from_outside(held: dict[int, list[str]], *replicas: Serve) -> None:
+    """Each replica's metrics name the consumers the store says it holds, and count the live replicas;
+    each is ready (it holds its share and each of its consumers delivers)."""
+    for serve in replicas:
+        wait_until(
+            lambda serve=serve: sample(serve.samples(), "icetail_replicas_alive") == len(replicas),
+            timeout=30,
+            what=f"{serve.name} counting {len(replicas)} replicas",
+            interval=0.2,
+        )
+        assert owned(serve) == set(held.get(serve.pid, [])), serve.name
+        serve.wait_status("/readyz", 200, 30)
+
+
 def assert_no_failed_cycles(*replicas: Serve) -> None:
     for serve in replicas:
         failed = [
@@ -175,6 +207,7 @@ def test_replicas_divide_consumers_take_over_a_frozen_one_and_hand_over_on_sigte
     held = cluster.wait_divided({a.pid: 2, b.pid: 2, c.pid: 2}, CATCH_UP_S, "the second appends delivered")
     assert len(cluster.roster().live) == 3
     assert_no_failed_cycles(a, b, c)
+    assert_seen_from_outside(held, a, b, c)
 
     # a frozen replica cannot renew: its consumers move once its leases expire
     a.signal(signal.SIGSTOP)
@@ -183,6 +216,8 @@ def test_replicas_divide_consumers_take_over_a_frozen_one_and_hand_over_on_sigte
     moved = cluster.wait_divided({b.pid: 3, c.pid: 3}, TTL_S + CATCH_UP_S, "a's consumers taken over")
     taken = time.monotonic() - frozen
     assert set(moved[b.pid] + moved[c.pid]) >= set(held[a.pid])
+    # each of a's consumers was taken over once, from its expired lease, by b or c
+    assert handovers(b, "expired") + handovers(c, "expired") == len(held[a.pid])
     a.kill_group()
     # taken over within the TTL plus a poll (and the beat that sees it), with time to deliver the appends
     assert taken < TTL_S + 2 * INTERVAL_S + 60, taken
@@ -203,10 +238,13 @@ def test_replicas_divide_consumers_take_over_a_frozen_one_and_hand_over_on_sigte
     cluster.wait_divided({c.pid: 6}, CATCH_UP_S, "c delivering every table")
 
     # a replica that joins takes its share; the other hands consumers over at batch boundaries
+    joined_before = handovers(c, "joined")
     d = cluster.start("d")
     cluster.wait_divided({c.pid: 3, d.pid: 3}, STARTUP_S, "c and d holding three each")
+    assert handovers(c, "joined") - joined_before == 3  # released above the new share, for d
     cluster.append_all()
-    cluster.wait_divided({c.pid: 3, d.pid: 3}, CATCH_UP_S, "the last appends delivered")
+    held = cluster.wait_divided({c.pid: 3, d.pid: 3}, CATCH_UP_S, "the last appends delivered")
+    assert_seen_from_outside(held, c, d)
     assert_no_failed_cycles(b, c, d)
     assert_exactly_once(cluster)
 
