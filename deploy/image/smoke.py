@@ -225,12 +225,13 @@ def check_serve(workdir: Path) -> None:
         os.chown(path, UID, UID)
     name = "icetail-smoke-" + uuid.uuid4().hex[:8]
     flags = locked_down(workdir / "serve-state")
-    # the Deployment's own variables (driver heap, spark.local.dir) and emptyDir mounts besides /tmp
+    # the Deployment's own variables (driver heap, spark.local.dir) and emptyDir mounts besides the
+    # two locked_down gives already (/tmp, and /var/lib/icetail: an emptyDir since the replicas' store is PostgreSQL)
     dep = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/deployment.yaml").read_text()) if d)
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     for mount in c["volumeMounts"]:
-        if "emptyDir" in volumes[mount["name"]] and mount["mountPath"] != "/tmp":
+        if "emptyDir" in volumes[mount["name"]] and mount["mountPath"] not in ("/tmp", "/var/lib/icetail"):
             flags += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
     literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert "PYSPARK_SUBMIT_ARGS" in literal, literal
