@@ -1,10 +1,11 @@
 """Sink URLs parsed and normalized without side effects, importing only the standard library and the kernel.
 
-The accepted forms are registry.py's; `KNOWN_PARAMETERS` says, per scheme, which query parameters
-its URL takes (each sink declares its own), so a typo is refused with a did-you-mean instead of
-being ignored or passed on to a driver. `parse_sink_url` also checks that the driver a sink needs
-is installed (kernel/extras.py). `--help`, and every refusal that needs only the arguments, stay
-light: nothing here imports pyarrow, pyiceberg or psycopg.
+The accepted forms are registry.py's. Each URL takes only its own query parameters (an iceberg
+URL `mode`, a postgresql URL those of postgres/url.py and libpq's, the file sinks none), so a typo
+is refused with a did-you-mean instead of being ignored or passed on to a driver. `parse_sink_url`
+also checks that the driver a sink needs is installed (kernel/extras.py). `--help`, and every
+refusal that needs only the arguments, stay light: nothing here imports pyarrow, pyiceberg or
+psycopg.
 """
 
 from __future__ import annotations
@@ -22,15 +23,6 @@ from icetail.sinks.postgres import url as pg_url
 OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
 ICEBERG_PARAMETERS = ("mode",)
 ICEBERG_MODES = ("mirror", "history")
-# the query parameters each scheme's URL takes; a postgresql:// URL also takes libpq's
-KNOWN_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "parquet": (),
-    **{f"parquet+{store}": () for store in OBJECT_STORES},
-    "jsonl": (),
-    "iceberg": ICEBERG_PARAMETERS,
-    "postgresql": pg_url.PARAMETERS,
-    "stdout": (),
-}
 POSTGRES_SCHEMES = pg_url.SCHEMES
 
 ACCEPTED_FORMS = (

@@ -6,8 +6,10 @@ import argparse
 import sys
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.processes import lease_holder_is_dead
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.engine.start_mode import parse_start
+from icetail.sinks.urls import normalize_sink_url
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
@@ -16,15 +18,13 @@ def cmd_reset(args: argparse.Namespace) -> int:
     mode = None if args.to is None else parse_start(args.to, flag="--to")
     if mode is not None and mode.reads_full_snapshot:
         raise ConfigError("--to full is not a position; use earliest, latest, snapshot:ID or timestamp:T")
-    # the store, the catalog and the sinks are loaded once the arguments are checked
-    from icetail.kernel.processes import lease_holder_is_dead
+    sink = None if args.sink is None else normalize_sink_url(args.sink)
+    # the store and the catalog are loaded once the arguments are checked
     from icetail.monitor.cli.status_cmd import cursor_text, existing_store, iso, not_in_store
     from icetail.monitor.engine.catalog import load_table, open_catalog
     from icetail.monitor.engine.startup import initial_cursor
     from icetail.monitor.planning.refs import table_on_branch
-    from icetail.sinks.urls import normalize_sink_url
 
-    sink = None if args.sink is None else normalize_sink_url(args.sink)
     with existing_store(args.state) as store:
         checkpoint = store.load(args.consumer)
         if checkpoint is None:

@@ -66,6 +66,7 @@ CASES = {
     "bad interval": (["serve", *RUN, "--interval", "5x"], 2),
     "missing config": (["serve", "--config", "/nonexistent/icetail.yaml"], 2),
     "reset without a change": (["reset", "--state", "sqlite:///state.db", "--consumer", "c"], 2),
+    "reset to a bad sink": (["reset", "--state", "sqlite:///state.db", "--consumer", "c", "--sink", "nope://x"], 2),
     "reset to full": (["reset", "--state", "sqlite:///state.db", "--consumer", "c", "--to", "full"], 2),
 }
 
