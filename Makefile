@@ -1,4 +1,6 @@
 # icetail developer entry points. `make help` lists them.
+# Editable installs use setuptools' compat mode: a .pth path entry of the checkout, not its import
+# hook (pyproject.toml, [tool.setuptools], says why).
 VENV ?= .venv
 VENV4 ?= .venv-spark4
 PYTHON ?= python3
@@ -28,7 +30,7 @@ help:
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements-dev.txt -e '.[dev]'
+	$(BIN)/pip install -q -c requirements-dev.txt --config-settings editable_mode=compat -e '.[dev]'
 	touch $(STAMP)
 
 # The same pins as .venv except pyspark, which requirements-spark4.txt sets; plus the Spark Connect
@@ -37,7 +39,7 @@ $(STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
 	$(PYTHON) -m venv $(VENV4)
 	$(BIN4)/pip install -q --upgrade pip
 	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
-	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e '.[dev,connect]'
+	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt --config-settings editable_mode=compat -e '.[dev,connect]'
 	touch $(STAMP4)
 
 # The Java reference needs the SQLite JDBC driver; the scrape test needs a real Prometheus.
@@ -51,14 +53,14 @@ system-deps:
 $(DEMO_STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements-dev.txt -e '.[postgres]'
+	$(BIN)/pip install -q -c requirements-dev.txt --config-settings editable_mode=compat -e '.[postgres]'
 	touch $(DEMO_STAMP)
 
 $(DEMO_STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
 	$(PYTHON) -m venv $(VENV4)
 	$(BIN4)/pip install -q --upgrade pip
 	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
-	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt -e '.[postgres]'
+	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt --config-settings editable_mode=compat -e '.[postgres]'
 	touch $(DEMO_STAMP4)
 
 demo: $(DEMO_STAMP)
@@ -89,7 +91,8 @@ test-spark35: $(STAMP) system-deps
 test-spark4: $(STAMP4) system-deps
 	$(BIN4)/pytest -q -m "not java"
 
-# What a user gets: the sdist and the wheel built from a clean tree, the wheel installed alone in a
+# What a user gets: the sdist and the wheel built from a clean tree, the wheel checked to hold every
+# module at its mapped path (reader/x.py as icetail/reader/x.py), the wheel installed alone in a
 # fresh venv with the pyspark pip resolves for users (the Spark 4 line's pins; no checkout on the
 # path), `icetail --version` and `icetail demo` run there.
 wheel-smoke:
@@ -97,6 +100,7 @@ wheel-smoke:
 	$(PYTHON) -m venv .wheel-smoke
 	.wheel-smoke/bin/pip install -q --upgrade pip build
 	.wheel-smoke/bin/python -m build -q --outdir dist . > /dev/null
+	.wheel-smoke/bin/python -m tests.support.layout dist/icetail-*.whl
 	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > .wheel-smoke/constraints.txt
 	.wheel-smoke/bin/pip install -q -c .wheel-smoke/constraints.txt dist/icetail-*.whl
 	.wheel-smoke/bin/python -c "import icetail, pyspark; print('icetail', icetail.__version__, 'on pyspark', pyspark.__version__)"
@@ -104,9 +108,10 @@ wheel-smoke:
 		&& $(CURDIR)/.wheel-smoke/bin/icetail demo > demo.log 2>&1 || { tail -40 demo.log; exit 1; }
 	@echo "wheel smoke test passed: $$(ls dist)"
 
+# mypy runs on a view of the package as installed (.ci/typecheck: it cannot follow package-dir)
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	PYTHON=$(BIN)/python .ci/typecheck
 
 # The container image (deploy/image/README.md). Not part of `make test`: a build takes minutes of
 # CPU. IMAGE, BASE_IMAGE, BUILDER, PULL pass through to deploy/image/build.sh.

@@ -35,24 +35,26 @@ fi
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/icetail-submit.XXXXXX")"
 trap 'rm -rf "$workdir"' EXIT
 
-# icetail.zip: the icetail package (icetail/ with the real files of reader/ monitor/ state/ that
-# its links point at), without bytecode caches.
+# icetail.zip: the icetail package laid out as installed (icetail/, and the repository's reader/,
+# monitor/ and state/ as icetail/reader, ...: pyproject's package-dir), without bytecode caches.
 "${PYTHON:-python3}" - "$root" "$workdir/icetail.zip" <<'PY'
 import os
 import sys
 import zipfile
 
 root, target = sys.argv[1], sys.argv[2]
+homes = {"icetail": "icetail", "icetail/state": "state", "icetail/reader": "reader", "icetail/monitor": "monitor"}
 with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-    for package in ("icetail", "icetail/state", "icetail/reader", "icetail/monitor"):
-        if not os.path.isfile(os.path.join(root, package, "__init__.py")):
-            sys.exit(f"spark-submit.sh: {package}/__init__.py not found under {root}")
-    for dirpath, dirnames, filenames in os.walk(os.path.join(root, "icetail"), followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = os.path.join(dirpath, name)
-                zf.write(path, os.path.relpath(path, root))
+    for package, folder in homes.items():
+        home = os.path.join(root, folder)
+        if not os.path.isfile(os.path.join(home, "__init__.py")):
+            sys.exit(f"spark-submit.sh: {folder}/__init__.py not found under {root}")
+        for dirpath, dirnames, filenames in os.walk(home):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    zf.write(path, os.path.join(package, os.path.relpath(path, home)))
 PY
 
 if [[ "${1:-}" == "run" ]]; then

@@ -19,7 +19,27 @@ use, so a Spark worker importing `icetail.reader` does not pay for the control p
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+
+def _checkout_root(package: str) -> str | None:
+    """The repository root when this package runs from a checkout, else None.
+
+    A checkout keeps icetail.reader, icetail.monitor and icetail.state in the top-level folders
+    reader/, monitor/ and state/; a wheel maps them inside the package (pyproject's package-dir).
+    With the root on the package's path, a plain PYTHONPATH, spark-submit and Spark's Python
+    workers import them from a checkout with no install. Four stat calls; no import.
+    """
+    root = os.path.dirname(package)
+    if os.path.isdir(os.path.join(package, "reader")):
+        return None  # installed (or zipped): the rooms are inside the package
+    checkout = os.path.isfile(os.path.join(root, "pyproject.toml"))
+    return root if checkout and os.path.isfile(os.path.join(root, "reader", "__init__.py")) else None
+
+
+if (_root := _checkout_root(os.path.dirname(__file__))) is not None:
+    __path__.append(_root)
 
 if TYPE_CHECKING:
     __version__: str

@@ -2,12 +2,13 @@
 
 From the script's directory, Python's path search sees the checkout folder (no __init__.py: the
 package is one level down, icetail/icetail/) and keeps it as a namespace package unless some
-later sys.path entry holds a regular `icetail` package. setuptools' default editable install is
-an import hook that runs after that search, so the namespace won and `icetail.read_changes` was
-missing. With the package folder mapped explicitly (pyproject.toml), `pip install -e` writes a
-.pth path entry of the checkout instead, and the regular package wins. (Checked with real
-`pip install -e` runs; pip needs an index for setuptools >= 77, so here the path entry it writes
-is written by the test.)
+later sys.path entry holds a regular `icetail` package. setuptools' editable import hook runs
+after that search, so the namespace won and `icetail.read_changes` was missing. In compat mode
+(the Makefile's `--config-settings editable_mode=compat`) `pip install -e` writes a .pth path
+entry of the checkout's root ("" = "." in pyproject's package-dir) instead of the hook, and the
+regular package wins; the hook is what setuptools installs otherwise, since reader/, monitor/
+and state/ are mapped folders. (Checked with real `pip install -e` runs; pip needs an index for
+setuptools >= 77, so here the path entry it writes is written by the test.)
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ SCRIPT = "import icetail\nprint(icetail.__file__, callable(icetail.read_changes)
 
 
 def test_an_editable_install_is_a_path_entry_of_the_checkout() -> None:
-    """setuptools writes a static .pth only when every package lies under one mapped root."""
+    """In compat mode setuptools writes a .pth of the root package-dir "" names: the checkout."""
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert setuptools["package-dir"] == {"": "."}
+    assert setuptools["package-dir"][""] == "."
+    makefile = (REPO / "Makefile").read_text().splitlines()
+    editable = [line for line in makefile if "pip install" in line and " -e " in line]
+    assert editable, "the Makefile installs icetail editable"
+    assert all("--config-settings editable_mode=compat -e " in line for line in editable), editable
 
 
 def _venv_running(tmp_path: Path, *, checkout_on_path: bool) -> subprocess.CompletedProcess[str]:
