@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.layout import installed_files
+
 ROOT = Path(__file__).resolve().parents[1]
 USER_DOCS = ("README.md", "docs/delivery.md", "docs/semantics.md", "docs/sinks.md", "docs/spark-source.md",
              "docs/storage.md", "docs/reliability.md", "docs/performance.md", "deploy/README.md")  # fmt: skip
@@ -42,11 +44,13 @@ def _public_names() -> set[str]:
 
 PUBLIC = _public_names()
 PRODUCT_BASENAMES = {p.name for part in PRODUCT for p in (ROOT / part).rglob("*.py")}
+INSTALLED = set(installed_files())
 
 
 def _is_module(dotted: str) -> bool:
-    path = ROOT.joinpath(*dotted.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    """A module of the package as installed (reader/x.py is icetail.reader.x: pyproject's package-dir)."""
+    path = dotted.replace(".", "/")
+    return f"{path}.py" in INSTALLED or f"{path}/__init__.py" in INSTALLED
 
 
 def _names_a_product_file(token: str) -> bool:
