@@ -62,7 +62,8 @@ def test_include_defaults_to_every_table_and_names_match_case_sensitively_as_glo
     followed = [n for n in ("orders", "tmp_1", "TMP_1", "x1", "x12", "Orders") if pattern.matches(n)]
     assert followed == ["orders", "TMP_1", "x12", "Orders"]
     cased = only_pattern(build(tmp_path, {**TOP, "tables": [{"namespace": "sales", "include": "orders_[ab]*"}]}))
-    assert [n for n in ("orders_a1", "orders_b", "orders_c", "ORDERS_a") if cased.matches(n)] == ["orders_a1", "orders_b"]
+    names = ("orders_a1", "orders_b", "orders_c", "ORDERS_a")
+    assert [n for n in names if cased.matches(n)] == ["orders_a1", "orders_b"]
 
 
 def test_a_parquet_folder_is_shared_and_each_table_keeps_its_default_consumer(tmp_path: Path) -> None:
