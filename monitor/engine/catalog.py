@@ -50,6 +50,22 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         ) from exc
 
 
+def list_table_names(catalog: Catalog, namespace: str) -> tuple[str, ...]:
+    """The names of the tables of `namespace` (within it, sorted); a namespace that does not exist is
+    a terminal TableNotFoundError, a catalog that fails to answer a transient CatalogUnavailableError."""
+    try:
+        identifiers = catalog.list_tables(namespace)
+    except NoSuchNamespaceError as exc:
+        raise TableNotFoundError(
+            f"namespace {namespace!r} does not exist in catalog {catalog.name!r}; check the tables entry's namespace"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - catalog backends raise their own connection errors
+        raise CatalogUnavailableError(
+            f"catalog {catalog.name!r} failed listing namespace {namespace!r}: {error_text(exc)}"
+        ) from exc
+    return tuple(sorted(identifier[-1] for identifier in identifiers))
+
+
 def _validation_problem(exc: PyIcebergValidationError) -> str:
     """The first problem pydantic found, in one line: `Unsupported field type: 'variant' at schemas.0...`."""
     cause = exc.__cause__

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 from icetail.kernel.errors import ConfigError, IcetailError, message_line
 from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.service.table_patterns import TablePattern
 from icetail.state.replicas import ReplicaId, ReplicaRegistry, Roster, group_key
 from icetail.state.store import SqlCheckpointStore, open_store
 from icetail.state.urls import new_sqlite_file, remove_sqlite_file
@@ -51,14 +52,28 @@ class Assignment:
     `held(state_url)` counts the consumers this replica holds open in that store (Service's jobs).
     """
 
-    def __init__(self, pipelines: Sequence[PipelineConfig], held: Callable[[str], int], *, beat_s: float) -> None:
+    def __init__(
+        self,
+        pipelines: Sequence[PipelineConfig],
+        held: Callable[[str], int],
+        *,
+        beat_s: float,
+        patterns: Sequence[TablePattern] = (),
+    ) -> None:
         self.me = ReplicaId.of_this_process()
         self._held = held
         self._beat_s = beat_s
-        self._ttl_s = max(p.lease_ttl_seconds for p in pipelines)  # a replica's heartbeat outlives its leases
-        self._consumers: dict[str, tuple[str, ...]] = {}
+        templates = [*pipelines, *(p.template for p in patterns)]
+        self._ttl_s = max(p.lease_ttl_seconds for p in templates)  # a replica's heartbeat outlives its leases
+        self._consumers: dict[str, tuple[str, ...]] = {p.state_url: () for p in templates}
         for p in pipelines:
-            self._consumers[p.state_url] = (*self._consumers.get(p.state_url, ()), p.consumer_id)
+            self._consumers[p.state_url] = (*self._consumers[p.state_url], p.consumer_id)
+        # each store's group: the configuration's identity there, its consumers and its patterns (the
+        # tables a pattern matches change, the group must not: replicas see a new table at different polls)
+        self._groups = {
+            url: group_key([*consumers, *(p.key for p in patterns if p.template.state_url == url)])
+            for url, consumers in self._consumers.items()
+        }
         self._lock = threading.Lock()
         self._stores: dict[str, SqlCheckpointStore] = {}
         self._created: dict[str, str] = {}  # SQLite files this replica's registration created, by store URL
@@ -67,6 +82,13 @@ class Assignment:
         self._released = dict.fromkeys(self._consumers, False)  # since the last roster: wait for the next
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def add(self, config: PipelineConfig) -> None:
+        """Share one more consumer (a table a pattern found) from the next claim on."""
+        with self._lock:
+            known = self._consumers[config.state_url]
+            if config.consumer_id not in known:
+                self._consumers[config.state_url] = (*known, config.consumer_id)
 
     @property
     def owner(self) -> str:
@@ -96,8 +118,8 @@ class Assignment:
                     if created is not None:
                         self._created[url] = created
                 registry = ReplicaRegistry(self._stores[url])
-                registry.heartbeat(self.me, group_key(consumers), self._ttl_s)
-                roster = registry.roster(self.me, group_key(consumers), consumers)
+                registry.heartbeat(self.me, self._groups[url], self._ttl_s)
+                roster = registry.roster(self.me, self._groups[url], consumers)
             except ConfigError:
                 if first:
                     raise
@@ -143,7 +165,7 @@ class Assignment:
         url = config.state_url
         try:
             registry = ReplicaRegistry(self._stores[url])
-            roster = registry.roster(self.me, group_key(self._consumers[url]), self._consumers[url])
+            roster = registry.roster(self.me, self._groups[url], self._consumers[url])
         except (KeyError, IcetailError):
             return None
         with self._lock:

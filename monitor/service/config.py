@@ -1,7 +1,8 @@
 """`icetail serve` configuration: config file < ICETAIL_* environment < command-line flags.
 
 The config file uses the flag names (dashes or underscores) as keys; a `tables:` list gives
-several table/consumer pairs, each inheriting the top-level keys.
+several table/consumer pairs, each inheriting the top-level keys, or namespace patterns whose
+tables are found at each poll (table_patterns.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from icetail.kernel.errors import ConfigError, message_line
 from icetail.kernel.extras import CONNECT, require
 from icetail.kernel.settings import FORMATS, VERIFY_MODES
 from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.service.table_patterns import TablePattern, build_pattern, pattern_parts
 from icetail.sinks.urls import parse_sink_url
 from icetail.state.urls import parse_store_url
 
@@ -85,6 +87,8 @@ DURATION_FORMS = "like 5s, 500ms, 2m or 1h"
 @dataclass(frozen=True)
 class ServiceConfig:
     pipelines: tuple[PipelineConfig, ...]
+    # `tables:` entries naming tables by pattern: their tables are found at each poll (followed.py)
+    patterns: tuple[TablePattern, ...] = ()
     interval_seconds: float = 5.0
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 9464
@@ -102,7 +106,14 @@ class ServiceConfig:
         """Scheduler threads: every table's cycle can start when it is due, up to the bound."""
         if self.concurrent_tables is not None:
             return self.concurrent_tables
+        if self.patterns:  # tables come as they are created: threads start on demand, up to the bound
+            return MAX_DEFAULT_CONCURRENT_TABLES
         return max(1, min(len(self.pipelines), MAX_DEFAULT_CONCURRENT_TABLES))
+
+    @property
+    def templates(self) -> tuple[PipelineConfig, ...]:
+        """Every entry's settings: the plain entries and each pattern's (its stores, its lease TTL)."""
+        return (*self.pipelines, *(p.template for p in self.patterns))
 
 
 def parse_duration(text: str | float | int) -> float:
@@ -241,10 +252,12 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         raise ConfigError("config key 'tables' must be a list of mappings")
     pipelines = []
     top = {k: v for k, v in layered.items() if k in PIPELINE_KEYS}
+    patterns = []
     for i, entry in enumerate(tables):
         if not isinstance(entry, dict):
             raise ConfigError(f"tables[{i}] must be a mapping")
         where = f"{config_path}: tables[{i}]" if config_path else f"tables[{i}]"
+        pattern_keys, entry = pattern_parts(entry)
         own = {}
         for key, value in _normalize(entry, where).items():
             if key not in PIPELINE_KEYS:
@@ -254,6 +267,11 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         base = {PIPELINE_KEYS[k]: v for k, v in merged.items() if k != "keep_carry_over"}
         if "keep_carry_over" in merged:
             base["carry_over_removal"] = not merged["keep_carry_over"]
+        if pattern_keys and "table" in own:
+            raise ConfigError(f"{where}: an entry names one table or a namespace pattern, not both; drop table")
+        if pattern_keys:
+            patterns.append(_pattern(args, pattern_keys, merged, base, where))
+            continue
         pipeline = config_from_args(args, base)
         # URLs are checked before anything starts (metrics server, Spark, a first cycle), as `run` does
         parse_store_url(pipeline.state_url)
@@ -262,6 +280,9 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     consumers = [p.consumer_id for p in pipelines]
     if len(set(consumers)) != len(consumers):
         raise ConfigError(f"two tables share a consumer id ({consumers}); give each a distinct consumer")
+    keys = [p.key for p in patterns]
+    if len(set(keys)) != len(keys):
+        raise ConfigError("two tables entries name the same pattern; merge them or give each its own consumer")
     port = layered.get("metrics_port", 9464)
     if not 0 <= port <= 65535:
         raise ConfigError(f"metrics_port must be between 0 and 65535, got {port}")
@@ -279,6 +300,7 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         raise ConfigError(f"concurrent_tables must be >= 1, got {concurrent}; leave it out for one per table")
     return ServiceConfig(
         pipelines=tuple(pipelines),
+        patterns=tuple(patterns),
         interval_seconds=interval,
         metrics_host=str(layered.get("metrics_host", "0.0.0.0")),
         metrics_port=port,
@@ -290,9 +312,26 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     )
 
 
+def _pattern(
+    args: argparse.Namespace, keys: Mapping[str, Any], merged: Mapping[str, Any], base: dict[str, Any], where: str
+) -> TablePattern:
+    """A `tables:` entry naming tables by pattern (table_patterns.py); flags override it as a plain entry."""
+    if args.table:
+        raise ConfigError(f"--table names one table and {where} a namespace pattern; drop one of them")
+    templates = {"sink": args.sink or merged.get("sink"), "consumer": args.consumer or merged.get("consumer")}
+    bare = argparse.Namespace(**{**vars(args), "sink": None, "consumer": None})
+    return build_pattern(keys, templates, lambda sample: config_from_args(bare, {**base, **sample}), where)
+
+
 def run_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> PipelineConfig:
     """`icetail run`'s one pipeline, read by the same loader as `serve` (service keys are checked too)."""
-    pipelines = build_service_config(args, environ).pipelines
+    config = build_service_config(args, environ)
+    pipelines = config.pipelines
+    if config.patterns:
+        raise ConfigError(
+            f"`icetail run` follows one table, but the configuration names tables by pattern "
+            f"(namespace {config.patterns[0].namespace!r}); use `icetail serve` for a pattern"
+        )
     if len(pipelines) != 1:
         consumers = ", ".join(p.consumer_id for p in pipelines)
         raise ConfigError(

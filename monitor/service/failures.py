@@ -120,7 +120,7 @@ class Failures:
             except Exception:  # noqa: BLE001
                 log.warning("could not close the pipeline after a failure", exc_info=True)
             job.pipeline = None
-        alone = len(self._jobs) == 1
+        alone = len(self._jobs) == 1 and not self._config.patterns  # a pattern may find more tables
         if isinstance(exc, SparkSessionLostError):  # every consumer shares the dead session: restart
             return Ending(f"{config.consumer_id}: {job.last_error}")
         if waiting:
@@ -149,10 +149,10 @@ class Failures:
             )
         job.next_attempt_at = time.monotonic() + MAX_BACKOFF_SECONDS
         record_stop(config, job.last_error)  # again after a retry that failed: the latest reason
-        if all(j.stopped for j in self._jobs.values()):
+        jobs = list(self._jobs.items())
+        if all(j.stopped for _, j in jobs):
             return Ending(
-                "every consumer stopped: "
-                + "; ".join(f"{consumer}: {j.last_error}" for consumer, j in self._jobs.items())
+                "every consumer stopped: " + "; ".join(f"{consumer}: {j.last_error}" for consumer, j in jobs)
             )
         return None
 

@@ -47,25 +47,28 @@ class ReplicaJobs:
     assignment: Assignment
     metrics: Metrics
     _jobs: dict[str, JobState]
+    _pipelines: dict[str, PipelineConfig]
 
     def _watch_replicas(self) -> None:
-        """`icetail_replicas_alive` and `icetail_consumer_owned`, read at each scrape: the last roster
-        and whether this replica holds the consumer open (1) or not (0: elsewhere, or nobody)."""
+        """`icetail_replicas_alive`, read at each scrape from the last roster."""
         self.metrics.replicas_alive.set_function(lambda: float(self.assignment.replicas_alive()))
-        for p in self.config.pipelines:
-            job = self._jobs[p.consumer_id]
-            owned = self.metrics.consumer_owned.labels(p.table, p.consumer_id)
-            owned.set_function(_holds(job))
+
+    def _watch_consumer(self, config: PipelineConfig) -> None:
+        """`icetail_consumer_owned`, read at each scrape: whether this replica holds the consumer open (1)
+        or not (0: elsewhere, or nobody)."""
+        owned = self.metrics.consumer_owned.labels(config.table, config.consumer_id)
+        owned.set_function(_holds(self._jobs[config.consumer_id]))
 
     def _new_pipeline(self, config: PipelineConfig) -> Pipeline:
         raise NotImplementedError
 
     def _held(self, state_url: str) -> int:
-        return sum(1 for p in self.config.pipelines if p.state_url == state_url and self._jobs[p.consumer_id].pipeline)
+        pipelines = list(self._pipelines.values())
+        return sum(1 for p in pipelines if p.state_url == state_url and self._jobs[p.consumer_id].pipeline)
 
     def _keep_leases(self) -> None:
         """Renew the held consumers' leases between (and during) their cycles; a lost one is found by its cycle."""
-        for consumer, job in self._jobs.items():
+        for consumer, job in list(self._jobs.items()):
             pipeline = job.pipeline
             try:
                 if pipeline is not None:
@@ -118,7 +121,7 @@ class ReplicaJobs:
 
     def _release_all(self) -> None:
         """On the way out: close every held consumer, releasing its lease for the others to claim at once."""
-        for config in self.config.pipelines:
+        for config in list(self._pipelines.values()):
             job = self._jobs[config.consumer_id]
             if job.pipeline is None:
                 continue

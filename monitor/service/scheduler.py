@@ -23,13 +23,14 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from icetail.kernel.errors import ConfigError, IcetailError, StateBusyError
+from icetail.kernel.errors import ConfigError, IcetailError, StateBusyError, TerminalError, message_line
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.monitor.engine.verify import SnapshotCheck
 from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.failures import Failures
+from icetail.monitor.service.followed import CatalogLister, FollowedTables, Lister
 from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.lag import update_lag
 from icetail.monitor.service.metrics import BatchReport, Metrics
@@ -37,6 +38,8 @@ from icetail.monitor.service.replica_jobs import JobState, ReplicaJobs
 from icetail.reader.spark.session import scheduler_pool
 
 log = logging.getLogger("icetail.serve")
+
+FOLLOW_PATTERNS_JOB = "icetail-follow-patterns"  # the job that lists the patterns' namespaces each interval
 
 
 def build_scheduler(threads: int) -> BackgroundScheduler:
@@ -82,7 +85,14 @@ def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
 class Service(ReplicaJobs):
     """Runs every configured pipeline on a schedule until stopped."""
 
-    def __init__(self, config: ServiceConfig, *, registry: CollectorRegistry | None = None, spark: Any = None) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        registry: CollectorRegistry | None = None,
+        spark: Any = None,
+        lister: Lister | None = None,
+    ) -> None:
         self.config = config
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics.create(self.registry)
@@ -92,14 +102,17 @@ class Service(ReplicaJobs):
         self._stop = threading.Event()
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
-        self._jobs = {p.consumer_id: JobState() for p in config.pipelines}
+        self._jobs: dict[str, JobState] = {}
+        self._pipelines: dict[str, PipelineConfig] = {}  # every consumer followed, by id: grows as patterns find tables
         self._failures = Failures(config, self.metrics, self._jobs)
         self._scheduler = build_scheduler(config.scheduler_threads)
-        for p in config.pipelines:
-            self.metrics.register_consumer(p.table, p.consumer_id)
-        ttl = min(p.lease_ttl_seconds for p in config.pipelines)
-        self.assignment = Assignment(config.pipelines, self._held, beat_s=beat_seconds(config.interval_seconds, ttl))
+        self._followed = FollowedTables(config.pipelines, config.patterns, lister or CatalogLister())
+        ttl = min(p.lease_ttl_seconds for p in config.templates)
+        beat_s = beat_seconds(config.interval_seconds, ttl)
+        self.assignment = Assignment(config.pipelines, self._held, beat_s=beat_s, patterns=config.patterns)
         self._watch_replicas()
+        for p in config.pipelines:
+            self._follow(p)
 
     # health ----------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -112,7 +125,7 @@ class Service(ReplicaJobs):
         others hold everything is ready), and is not ready while it holds more than its fair share.
         """
         stopped, failing, starting = [], [], []
-        for consumer, job in self._jobs.items():
+        for consumer, job in list(self._jobs.items()):
             failures = f"{job.consecutive_failures} consecutive failures: {job.last_error}"
             if job.elsewhere:
                 continue  # another replica's to deliver
@@ -136,6 +149,8 @@ class Service(ReplicaJobs):
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+        if self.config.patterns:  # a namespace that does not exist, a catalog not configured: exit 2 now
+            self._follow_patterns(at_start=True)
         self.assignment.start(self._keep_leases)  # a store that refuses this replica: exit 2, before anything starts
         host, wanted = self.config.metrics_host, self.config.metrics_port
         try:
@@ -155,17 +170,21 @@ class Service(ReplicaJobs):
             # the JVM and the Python workers start while the first ticks open stores and plan;
             # a pipeline waits for the session only when its first batch reads. Several tables
             # share the cores fairly: each table's jobs go to a pool of its own (`_tick`)
-            conf = spark_scheduler_conf(self.config.spark_scheduler_mode, len(self._jobs))
+            tables = max(2, len(self._jobs)) if self.config.patterns else len(self._jobs)  # a pattern: several
+            conf = spark_scheduler_conf(self.config.spark_scheduler_mode, tables)
             self._spark = self._own_session = BackgroundSession("icetail-serve", conf)
-        starts = staggered_starts(len(self.config.pipelines), self.config.interval_seconds)
-        for pipeline_config, first_run in zip(self.config.pipelines, starts, strict=True):
+        pipelines = list(self._pipelines.values())
+        starts = staggered_starts(len(pipelines), self.config.interval_seconds)
+        for pipeline_config, first_run in zip(pipelines, starts, strict=True):
+            self._schedule(pipeline_config, first_run)
+        if self.config.patterns:
             self._scheduler.add_job(
-                self._tick,
+                self._follow_patterns,
                 "interval",
-                args=[pipeline_config],
                 seconds=self.config.interval_seconds,
-                id=pipeline_config.consumer_id,
-                next_run_time=first_run,
+                id=FOLLOW_PATTERNS_JOB,
+                next_run_time=datetime.datetime.now(datetime.timezone.utc)
+                + datetime.timedelta(seconds=self.config.interval_seconds),
             )
         self._scheduler.start()
         try:
@@ -183,6 +202,44 @@ class Service(ReplicaJobs):
 
     def stop(self) -> None:
         self._stop.set()
+
+    # the followed tables ---------------------------------------------------------------
+    def _follow(self, config: PipelineConfig) -> None:
+        """Count `config`'s consumer among this service's: its job state, metrics and share."""
+        self._jobs[config.consumer_id] = JobState()
+        self.metrics.register_consumer(config.table, config.consumer_id)
+        self._watch_consumer(config)
+        self.assignment.add(config)
+        self._pipelines[config.consumer_id] = config
+
+    def _schedule(self, config: PipelineConfig, first_run: datetime.datetime) -> None:
+        self._scheduler.add_job(
+            self._tick,
+            "interval",
+            args=[config],
+            seconds=self.config.interval_seconds,
+            id=config.consumer_id,
+            next_run_time=first_run,
+        )
+
+    def _follow_patterns(self, *, at_start: bool = False) -> None:
+        """List each pattern's namespace and follow the tables new since the last poll, from now on.
+        At the start a terminal error (a namespace or catalog that does not exist) ends the run (exit 2);
+        later one is logged and the namespace listed again at the next poll, as a transient one is."""
+        listing = self._followed.poll()
+        for error in listing.errors:
+            if at_start and isinstance(error, TerminalError):
+                raise error
+            log.error(
+                "namespace not listed",
+                extra={"error": message_line(error), "terminal": isinstance(error, TerminalError)},
+            )
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for config in listing.new:
+            log.info("table followed", extra={"consumer": config.consumer_id, "table": config.table})
+            self._follow(config)
+            if not at_start:
+                self._schedule(config, now)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         log.info("stop requested", extra={"signal": signal.Signals(signum).name})

@@ -228,9 +228,9 @@ def test_configmap_holds_icetail_and_pyiceberg_config(objects: dict[tuple[str, s
     assert config["metrics_host"] == "0.0.0.0"
     assert config["tables"], "at least one table/consumer pair"
     for entry in config["tables"]:
-        assert {"table", "consumer", "sink"} <= set(entry)
-        assert "." in entry["table"]
-    pairs = [(e["table"], e["consumer"]) for e in config["tables"]]
+        assert {"consumer", "sink"} <= set(entry) and len({"table", "namespace"} & set(entry)) == 1
+        assert "." in entry.get("table", "") or "{table}" in entry["consumer"]  # a pattern's: one consumer per table
+    pairs = [(e.get("table") or e["namespace"], e["consumer"]) for e in config["tables"]]
     assert len(pairs) == len(set(pairs))
 
 
@@ -246,8 +246,8 @@ def test_configmap_passes_the_loader_of_run_and_serve(
     path.write_text(objects[("ConfigMap", "icetail-config")]["data"]["icetail.yaml"])
     environ = dict(objects[("Secret", "icetail-state-postgres")]["stringData"])  # ICETAIL_STATE, as envFrom sets it
     config = build_service_config(cli.build_parser().parse_args(["serve", "--config", str(path)]), environ=environ)
-    assert config.pipelines and config.metrics_port == METRICS_PORT
-    for pipeline in config.pipelines:
+    assert config.pipelines and config.patterns and config.metrics_port == METRICS_PORT
+    for pipeline in (*config.pipelines, config.patterns[0].pipeline("orders_eu")):
         assert normalize_sink_url(pipeline.sink_url)
 
 
