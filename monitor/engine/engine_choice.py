@@ -139,7 +139,7 @@ def choose_engine(engine: str, read_bytes: int | None, max_bytes: int, *, spark_
         return EngineChoice(SPARK, "SPARK_REMOTE names a Spark Connect server")
     if read_bytes is None:
         return EngineChoice(SPARK, "the snapshot summaries do not tell the range's size")
-    if read_bytes <= max_bytes:
+    if max_bytes and read_bytes <= max_bytes:  # 0: never in process
         return EngineChoice(LOCAL, f"reads {_size(read_bytes)}, at most --local-max-bytes {_size(max_bytes)}")
     return EngineChoice(SPARK, f"reads {_size(read_bytes)}, more than --local-max-bytes {_size(max_bytes)}")
 
