@@ -53,10 +53,6 @@ class EngineChoice:
     engine: str
     reason: str
 
-    @property
-    def local(self) -> bool:
-        return self.engine == LOCAL
-
     def read(
         self, session: Callable[[], Any], context: ReadContext, requests: Sequence[SplitRequest], chunk_rows: int | None
     ) -> Iterator[Chunk]:
@@ -72,20 +68,25 @@ class EngineChoice:
             return 0
         return DEFAULT_RECONCILE_PARTITION_BYTES if given is None else given
 
+    @property
+    def local(self) -> bool:
+        return self.engine == LOCAL
+
 
 def local_max_bytes(given: int | None, environ: Mapping[str, str] | None = None) -> int:
     """`given`, else ICETAIL_LOCAL_MAX_BYTES, else the default; a ConfigError for a bad value."""
     if given is None:
-        text = (os.environ if environ is None else environ).get(LOCAL_MAX_BYTES_ENV)
-        if text is None or not text.strip():
-            return DEFAULT_LOCAL_MAX_BYTES
-        try:
-            given = int(text)
-        except ValueError:
-            raise ConfigError(f"{LOCAL_MAX_BYTES_ENV}={text!r} is not a number of bytes") from None
+        text = (os.environ if environ is None else environ).get(LOCAL_MAX_BYTES_ENV, "").strip()
+        given = _env_bytes(text) if text else DEFAULT_LOCAL_MAX_BYTES
     if given < 0:
         raise ConfigError(f"local max bytes must be >= 0, got {given}")
     return given
+
+
+def _env_bytes(text: str) -> int:
+    if not text.lstrip("-").isdigit():
+        raise ConfigError(f"{LOCAL_MAX_BYTES_ENV}={text!r} is not a number of bytes")
+    return int(text)
 
 
 def planned_bytes(splits: Iterable[ChangeSplit]) -> int:
