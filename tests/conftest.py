@@ -7,7 +7,8 @@
   registered in Spark under a unique name plus pyiceberg's `SqlCatalog` on the same file, in
   tmp_path, with namespace `ns` created. See `catalog.env()` for the PYICEBERG_* variables.
 
-Tests that use `catalog` get the `java` marker automatically.
+Tests that use `catalog` get the `java` marker automatically. ICETAIL_LOCAL_MAX_BYTES is 0 unless
+set: `engine="auto"` reads on Spark, and a test that wants the in-process engine asks for it.
 
 Tests marked `once` (long process-level tests: SIGKILL crash loops, services, object stores,
 whose behaviour does not depend on the Spark line) run on one line only: `make test` runs both
@@ -23,6 +24,7 @@ runs both lines).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +33,9 @@ import pytest
 from tests.support.javaref import JAVA_REFERENCE_RUNS, JavaCatalog, build_spark_session, new_catalog
 
 _JAVA_FIXTURES = {"catalog"}
+# `engine="auto"` would read every small test table in process: the suite keeps testing the Spark
+# path unless a test asks for an engine (tests/support/engines.py runs both, differential tests)
+os.environ.setdefault("ICETAIL_LOCAL_MAX_BYTES", "0")
 
 
 @pytest.fixture(scope="session")

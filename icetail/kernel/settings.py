@@ -27,6 +27,11 @@ DEFAULT_MANIFEST_CACHE_ENTRIES = 250_000  # decoded manifest entries kept across
 # two renewals before its lease can expire; the minimum keeps a renewal's round trip well inside.
 DEFAULT_LEASE_TTL_SECONDS = 30.0
 MIN_LEASE_TTL_SECONDS = 3.0
+# `--engine` of `changes` and `plan`, `engine=` of the Python API: where a range's splits are read.
+# auto: in this process when the plan reads at most the local-max bytes, else on Spark
+ENGINES = ("auto", "spark", "local")
+DEFAULT_LOCAL_MAX_BYTES = 64 * 1024 * 1024  # measured in bench/RESULTS.md R51 (docs/performance.md)
+LOCAL_MAX_BYTES_ENV = "ICETAIL_LOCAL_MAX_BYTES"  # the default of `--local-max-bytes` and `local_max_bytes=`
 HISTORY_LIMIT = 100  # finished batches kept per consumer in the store; older ones are trimmed on write
 
 ISO_EXAMPLE = "2026-01-31T12:00:00Z"

@@ -20,6 +20,14 @@ from icetail.monitor.engine.api import (
     output_schema,
 )
 from icetail.monitor.engine.columns import project, projected_schema
+from icetail.monitor.engine.engine_choice import (
+    LOCAL,
+    SPARK,
+    choose_engine,
+    local_max_bytes,
+    planned_bytes,
+    summary_bytes,
+)
 from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.monitor.engine.ranges import plan_resolved, resolve_range
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
@@ -39,24 +47,35 @@ def write_changes(args: argparse.Namespace, bounds: RangeBounds, table: Table) -
     checked_row_filter(args.row_filter, output_schema(table, selected.schema_id), args.table)
     _output_schema(args, table, selected.schema_id)  # --columns names columns of the range's schema
     if not selected.has_changes:
-        return _write_changes(args, table, plan_resolved(selected, row_filter=args.row_filter), None)
-    session = BackgroundSession()  # the JVM and the Python workers start while we plan
+        return _write_changes(args, table, plan_resolved(selected, row_filter=args.row_filter), None, LOCAL)
+    max_bytes = local_max_bytes(args.local_max_bytes)
+    # the summaries say whether the range may be small: if not, the JVM and the Python workers
+    # start while we plan; if so, planning first, and Spark only if the plan turns out bigger
+    estimate = choose_engine(args.engine, summary_bytes(table, selected.snapshot_ids), max_bytes, spark_given=False)
+    session = None if estimate.local else BackgroundSession()
     try:
         plan = plan_resolved(selected, row_filter=args.row_filter)
-        if not plan.splits:  # snapshots without data files: nothing for Spark to read
-            session.abandon()
-            return _write_changes(args, table, plan, None)
-        spark = session.result()
+        choice = choose_engine(args.engine, planned_bytes(plan.splits), max_bytes, spark_given=False)
+        if choice.local or not plan.splits:  # small, or no data files: nothing for Spark to read
+            if session is not None:
+                session.abandon()
+            session = None
+        else:
+            session = session or BackgroundSession()
+            spark = session.result()
     except BaseException:
-        session.abandon()  # fail now, not after the JVM finished starting
+        if session is not None:
+            session.abandon()  # fail now, not after the JVM finished starting
         raise
+    if session is None:
+        return _write_changes(args, table, plan, None, LOCAL)
     try:
-        return _write_changes(args, table, plan, spark)
+        return _write_changes(args, table, plan, spark, SPARK)
     finally:
         session.close()
 
 
-def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spark: Any) -> int:
+def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spark: Any, engine: str) -> int:
     progress = Progress(len(plan.splits))
     batches = iter_changes(
         table,
@@ -71,6 +90,7 @@ def _write_changes(args: argparse.Namespace, table: Table, plan: ChangePlan, spa
         with_row_lineage=args.with_row_lineage,
         row_filter=args.row_filter,
         reconcile_partition_bytes=args.reconcile_partition_bytes,
+        engine=engine,
     )
     try:
         schema = _output_schema(args, table, plan.schema_id)
@@ -100,7 +120,11 @@ def print_plan(args: argparse.Namespace, bounds: RangeBounds, table: Table) -> i
     selected = resolve_range(table, bounds)
     checked_row_filter(args.row_filter, output_schema(table, selected.schema_id), args.table)
     plan = plan_resolved(selected, row_filter=args.row_filter)
-    print(json.dumps(plan_summary(plan), indent=2) if args.json else format_plan(plan))
+    choice = choose_engine(
+        args.engine, planned_bytes(plan.splits), local_max_bytes(args.local_max_bytes), spark_given=False
+    )
+    if args.json:
+        print(json.dumps({**plan_summary(plan), "engine": {"name": choice.engine, "reason": choice.reason}}, indent=2))
+    else:
+        print(f"{format_plan(plan)}\nengine: {choice.engine} ({choice.reason})")
     return 0
-
-

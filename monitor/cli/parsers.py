@@ -11,7 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from icetail.kernel.settings import DEFAULT_LEASE_TTL_SECONDS, FORMATS, MISSING_CURSOR_POLICIES
+from icetail.kernel.settings import (
+    DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_LOCAL_MAX_BYTES,
+    ENGINES,
+    FORMATS,
+    LOCAL_MAX_BYTES_ENV,
+    MISSING_CURSOR_POLICIES,
+)
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[Any]  # of main.py's SuggestingParser
@@ -120,11 +127,31 @@ def register_changes(subparsers: SubParsers) -> None:
         action="store_true",
         help="v3 tables: add _row_id and _last_updated_sequence_number after the data columns",
     )
+    add_engine_arguments(changes)
     changes.set_defaults(handler="changes_cmd:cmd_changes")
     plan = subparsers.add_parser("plan", help="print the plan (snapshots, tasks, files, splits) without reading rows")
     add_selection_arguments(plan)
+    add_engine_arguments(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(handler="changes_cmd:cmd_plan")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where `changes` reads its range (`plan` says which it would use, and why)."""
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="auto (default): read in this process, with no JVM, when the plan reads at most --local-max-bytes, "
+        "else on Spark; spark or local: always there (the rows are the same)",
+    )
+    parser.add_argument(
+        "--local-max-bytes",
+        type=int,
+        default=None,
+        help=f"--engine auto reads a range of at most this many data and delete file bytes in this process "
+        f"(default: ${LOCAL_MAX_BYTES_ENV}, else {DEFAULT_LOCAL_MAX_BYTES // (1024 * 1024)} MiB; 0: always Spark)",
+    )
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:

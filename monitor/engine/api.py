@@ -21,8 +21,9 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
 from icetail.kernel.secrets import fileio_items
-from icetail.kernel.settings import DEFAULT_RECONCILE_PARTITION_BYTES, MAIN_BRANCH
+from icetail.kernel.settings import MAIN_BRANCH
 from icetail.monitor.engine.columns import project, projected_schema
+from icetail.monitor.engine.engine_choice import engine_for_plan
 from icetail.monitor.engine.partitioned import (
     PartitionedSnapshot,
     net_partitioned,
@@ -49,7 +50,6 @@ from icetail.reader.changes.net_shuffle import NetFoldNotExact, net_outputs
 from icetail.reader.changes.shuffle import ShuffleOutput, shuffled_outputs
 from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.spark.session import is_connect, spark_session
-from icetail.reader.spark.waves import run_splits
 from icetail.reader.split.context import ReadContext
 from icetail.reader.split.metadata_columns import change_schema
 from icetail.reader.split.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
@@ -167,6 +167,8 @@ def iter_changes(
     with_row_lineage: bool = False,
     row_filter: str | None = None,
     reconcile_partition_bytes: int | None = None,
+    engine: str = "auto",
+    local_max_bytes: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Change rows of `plan` in order, as record batches with `change_arrow_schema`.
 
@@ -185,6 +187,7 @@ def iter_changes(
     (monitor/engine/partitioned.py, reader/changes/net_shuffle.py), so the driver never holds it whole;
     0: every snapshot whole, in the driver; None: the default (8 MiB). Spark Connect has no RDDs
     to shuffle with: there every snapshot is reconciled whole.
+    `engine`, `local_max_bytes`: as changes_batch_reader's; `local` reconciles every snapshot whole, here.
     """
     if reconcile_partition_bytes is not None and reconcile_partition_bytes < 0:
         raise ConfigError(f"reconcile partition bytes must be >= 0, got {reconcile_partition_bytes}")
@@ -192,6 +195,7 @@ def iter_changes(
     check_row_lineage(table, with_row_lineage)
     if net and not carry_over_removal:
         raise ConfigError("net changes always cancel carry-over rows; drop --keep-carry-over (carry_over_removal)")
+    choice = engine_for_plan(engine, plan.splits, local_max_bytes, spark_given=spark is not None)
     if not plan.splits:
         return
     context = read_context(
@@ -224,7 +228,7 @@ def iter_changes(
         return sessions[0]
 
     def read(requests: list[SplitRequest]) -> Iterator[Chunk]:
-        chunks = run_splits(session(), context, requests, chunk_rows=chunk_rows)
+        chunks = choice.read(session, context, requests, chunk_rows)
         return chunks if on_chunk is None else observed(chunks, on_chunk)
 
     def partition_rows(outputs: Iterator[ShuffleOutput]) -> Iterator[pa.RecordBatch]:
@@ -241,9 +245,7 @@ def iter_changes(
             if rows is not None:
                 yield from rows.to_batches()
 
-    partition_bytes = (
-        DEFAULT_RECONCILE_PARTITION_BYTES if reconcile_partition_bytes is None else reconcile_partition_bytes
-    )
+    partition_bytes = choice.reconcile_partition_bytes(reconcile_partition_bytes)
     snapshot_of = {s.split_id: s.task.commit.snapshot_id for s in plan.splits}
     strict = mode == VerifyMode.STRICT
     if net:  # the fold holds every row until the range is read: a refused snapshot raises before any row
@@ -409,6 +411,8 @@ def changes_batch_reader(
     row_filter: str | None = None,
     columns: Sequence[str] | None = None,
     reconcile_partition_bytes: int | None = None,
+    engine: str = "auto",
+    local_max_bytes: int | None = None,
 ) -> pa.RecordBatchReader:
     """The changes of a range as a stream of record batches, for ranges too large for memory.
 
@@ -423,9 +427,11 @@ def changes_batch_reader(
     `columns`: only these top-level data columns, in that order, then the changelog columns; the
     rows are the same (as `changes --columns`: carry-overs and updates are found on every column).
     `reconcile_partition_bytes`: a snapshot with updates or carry-overs (or, with `net`, the range)
-    bigger than this (estimated parquet bytes, default 8 MiB) is reconciled by Spark tasks in
-    partitions of about this size,
-    not whole in this process; 0: whole, here (as `changes --reconcile-partition-bytes`).
+    bigger than this (estimated parquet bytes, default 8 MiB) is reconciled by Spark tasks in partitions
+    of about this size, not whole in this process; 0: whole, here (as `changes --reconcile-partition-bytes`).
+    `engine`: `auto` (default) reads in this process, no JVM, when the plan reads at most `local_max_bytes`
+    (None: ICETAIL_LOCAL_MAX_BYTES, else 64 MiB) and no `spark` is given, else on Spark; `spark` or
+    `local` force one (as `changes --engine`). The rows are the same either way.
     """
     plan = plan_range(
         table,
@@ -451,6 +457,8 @@ def changes_batch_reader(
         with_row_lineage=with_row_lineage,
         row_filter=row_filter,
         reconcile_partition_bytes=reconcile_partition_bytes,
+        engine=engine,
+        local_max_bytes=local_max_bytes,
     )
     schema = change_arrow_schema(
         table, plan.schema_id, with_schema_id=with_schema_id, with_row_lineage=with_row_lineage

@@ -57,20 +57,36 @@ def _run_split(
 ) -> Generator[Payload, None, bool]:
     """Yields the split's chunk payloads; returns True after yielding an error (the task stops)."""
     try:
-        for chunk in read_split(
-            context,
-            request.split,
-            start_row_inclusive=request.start_row_inclusive,
-            chunk_rows=chunk_rows,
-            with_row_lineage=request.with_row_lineage,
-        ):
-            if stager is not None and request.stage_as is not None:
-                chunk = _staged(stager, request.stage_as, chunk)
+        for chunk in split_chunks(context, request, chunk_rows, stager):
             yield encode(chunk, handoff)
-    except (IcetailError, OSError, pa.ArrowException) as exc:
+    except TASK_ERRORS as exc:
         yield task_error(exc, request)
         return True
     return False
+
+
+# what a task hands the driver as an IcetailError by class (payloads.task_error); anything else is a bug
+TASK_ERRORS = (IcetailError, OSError, pa.ArrowException)
+
+
+def split_chunks(
+    context: ReadContext, request: SplitRequest, chunk_rows: int | None, stager: ChunkStager | None
+) -> Iterator[Chunk]:
+    """The per-split work of a task: the split read with its deletes applied, staged if asked.
+
+    A Spark task encodes each chunk for the driver; the in-process engine (reader/local.py)
+    runs this same function in the calling process and keeps the chunks as they are.
+    """
+    for chunk in read_split(
+        context,
+        request.split,
+        start_row_inclusive=request.start_row_inclusive,
+        chunk_rows=chunk_rows,
+        with_row_lineage=request.with_row_lineage,
+    ):
+        if stager is not None and request.stage_as is not None:
+            chunk = _staged(stager, request.stage_as, chunk)
+        yield chunk
 
 
 def _staged(stager: ChunkStager, stage_as: SplitSlot, chunk: Chunk) -> Chunk:

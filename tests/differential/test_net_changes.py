@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.support.engines import changes_by_engine, engine_problems
 from tests.support.oracle import (
     DELETE_TYPES,
     INSERT_TYPES,
@@ -172,8 +173,11 @@ def test_net_changes_replay_between_snapshot_states(catalog, format_version, par
     problems = []
     for from_id, to_id in _ranges(ids, random.Random(seed)):
         for keys in ((), ("id",)):
-            out = read_changes(table, from_id, to_id, identifier_columns=list(keys) or None, net=True)
-            problems += net_problems(out, catalog, "t", from_id, to_id, keys)
+            outputs = changes_by_engine(
+                read_changes, table, from_id, to_id, identifier_columns=list(keys) or None, net=True
+            )
+            for engine, out in outputs.items():
+                problems += engine_problems(engine, net_problems(out, catalog, "t", from_id, to_id, keys))
     assert not problems, "\n".join(problems) + "\n" + w.describe()
 
 

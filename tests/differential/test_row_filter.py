@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.engines import changes_by_engine, engine_problems
 from tests.support.oracle import check_changes
 from tests.support.workloads import COW, MIXED, MOR, Workload
 
@@ -46,8 +47,8 @@ def test_filtered_changes_match_java(
     ids = catalog.snapshot_ids("t")
     problems: list[str] = []
     for from_id, to_id in [(None, None), (ids[2], ids[-1]), (ids[4], ids[5])]:
-        out = read_changes(table, from_id, to_id, row_filter=ROW_FILTER)
-        problems += check_changes(out, catalog, "t", from_id, to_id, keep=selected)
+        for engine, out in changes_by_engine(read_changes, table, from_id, to_id, row_filter=ROW_FILTER).items():
+            problems += engine_problems(engine, check_changes(out, catalog, "t", from_id, to_id, keep=selected))
     assert not problems, "\n".join(problems) + "\n" + workload.describe()
     if partitioned:  # whole partitions (p = 0, 2) outside the id range are never read
         assert plan_range(table, row_filter=ROW_FILTER).files_pruned > 0

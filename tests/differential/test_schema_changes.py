@@ -27,6 +27,7 @@ from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.reader.split.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, METADATA_COLUMNS, SCHEMA_ID
 from icetail.sinks.iceberg.evolution import SOURCE_FIELD_IDS
+from tests.support.engines import same_rows
 from tests.support.oracle import assert_changes_match, field_id_of, row_tuples
 from tests.support.workloads import MOR, table_properties
 
@@ -170,3 +171,6 @@ def test_changes_over_a_schema_change_keep_each_rows_schema_id(catalog: Any, spa
     plain = read_changes(catalog.load_table("t"), snapshot_ids[3], spark=spark)
     assert SCHEMA_ID not in plain.column_names
     assert_changes_match(plain, catalog, "t", snapshot_ids[3])
+    # in process: the same rows, in the same order, on both ranges
+    assert same_rows(read_changes(catalog.load_table("t"), with_schema_id=True, engine="local"), out)
+    assert same_rows(read_changes(catalog.load_table("t"), snapshot_ids[3], engine="local"), plain)

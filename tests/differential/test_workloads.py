@@ -2,7 +2,8 @@
 
 For every workload configuration a seeded mix of snapshots is written by Java, then
 `icetail.monitor.engine.api.read_changes` is checked over the whole history and over random sub-ranges
-(`tests/support/oracle.py` states the invariant). More seeds: ICETAIL_DIFF_SEEDS="1,2,3".
+(`tests/support/oracle.py` states the invariant), read by Spark tasks and in process (both engines
+must also agree row for row). More seeds: ICETAIL_DIFF_SEEDS="1,2,3".
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 
 import pytest
 
+from tests.support.engines import changes_by_engine, engine_problems
 from tests.support.oracle import check_changes
 from tests.support.workloads import COW, MIXED, MODES, MOR, Workload
 
@@ -53,11 +55,12 @@ def test_workload_changes_match_java(catalog, format_version, partitioned, mode,
 
     def check(from_id: int | None, to_id: int | None) -> None:
         try:
-            out = read_changes(table, from_id, to_id)
+            outputs = changes_by_engine(read_changes, table, from_id, to_id)
         except Exception as exc:  # report every range, not just the first failure
             problems.append(f"read_changes({from_id}, {to_id}) raised {type(exc).__name__}: {exc}")
             return
-        problems.extend(check_changes(out, catalog, "t", from_id, to_id))
+        for engine, out in outputs.items():
+            problems.extend(engine_problems(engine, check_changes(out, catalog, "t", from_id, to_id)))
 
     check(None, None)
     for from_id, to_id in _sub_ranges(ids, random.Random(config_seed)):
