@@ -83,7 +83,7 @@ class PipelineConfig:
     with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
     with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
     # a snapshot to reconcile with more estimated bytes is reconciled by Spark tasks in partitions of
-    # about this size, a chunk each (monitor/engine/partitioned.py); 0: every snapshot whole, in the driver
+    # about this size, a chunk each (reader/changes/partitions.py); 0: every snapshot whole, in the driver
     reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
     # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
     output_format: str = "changelog"

@@ -24,7 +24,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError, RefNotFoundError
-from icetail.monitor.engine.api import check_row_lineage
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.cursor_tag import check_can_tag, keep_cursor_tag
@@ -43,7 +42,9 @@ from icetail.monitor.engine.opening import (
 from icetail.monitor.engine.outcome import BatchOutcome, batch_outcome
 from icetail.monitor.engine.sessions import PipelineSession
 from icetail.monitor.engine.store_handle import StoreHandle
-from icetail.monitor.engine.verify import SnapshotCheck, parse_verify_mode
+from icetail.monitor.engine.verify import parse_verify_mode
+from icetail.reader.changes.checks import SnapshotCheck
+from icetail.reader.changes.read_setup import check_row_lineage
 from icetail.reader.spark.background import BackgroundSession
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import Sink

@@ -19,13 +19,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from icetail.kernel.errors import BranchDroppedError, RefNotFoundError
-from icetail.monitor.engine.api import (
-    change_arrow_schema,
-    check_row_lineage,
-    output_schema,
-    plan_range,
-    schema_id_of,
-)
+from icetail.monitor.engine.api import plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import (
@@ -40,6 +34,7 @@ from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, 
 from icetail.monitor.planning.lineage import snapshot_as_of, snapshot_or_raise
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
+from icetail.reader.changes.read_setup import change_arrow_schema, check_row_lineage, output_schema, schema_id_of
 from icetail.reader.split.row_filter import checked_row_filter
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
