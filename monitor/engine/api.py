@@ -89,7 +89,7 @@ def iter_changes(
     `verify` (off, warn, strict) checks each snapshot against its summary (reader/changes/checks.py);
     under strict a snapshot is held until checked, so a refused snapshot yields nothing.
     `row_filter` (reader/split/row_filter.py): the changes of the rows it selects; plan with the same
-    filter (`plan_range(..., row_filter=)`) so that files which cannot match are not read. A
+    filter (`plan_range(table, bounds, row_filter=)`) so that files which cannot match are not read. A
     summary counts every row, so a filtered read is not verified (`strict` is refused).
     `reconcile_partition_bytes`: a snapshot to reconcile (or, with `net`, the range) bigger than this
     (estimated parquet bytes) is reconciled by Spark tasks in partitions of about this size
@@ -229,22 +229,13 @@ P = ParamSpec("P")
 log = logging.getLogger("icetail.changes")
 
 
-def plan_range(
-    table: Table,
-    from_snapshot_id_exclusive: int | None = None,
-    to_snapshot_id_inclusive: int | None = None,
-    *,
-    from_timestamp_exclusive: Instant | None = None,
-    from_timestamp_inclusive: Instant | None = None,
-    to_timestamp_inclusive: Instant | None = None,
-    branch: str = MAIN_BRANCH,
-    from_tag: str | None = None,
-    to_tag: str | None = None,
-    row_filter: str | None = None,
-) -> ChangePlan:
-    """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
+WHOLE_HISTORY = RangeBounds()  # before the first snapshot to the head of main
 
-    The range is on the history of `branch` (default `main`): an omitted end is the branch's
+
+def plan_range(table: Table, bounds: RangeBounds = WHOLE_HISTORY, *, row_filter: str | None = None) -> ChangePlan:
+    """The plan of a range given by snapshot ids, tags or commit times (one of them per end; RangeBounds).
+
+    The range is on the history of `bounds.branch` (default `main`): an omitted end is the branch's
     head, and times resolve on its history. `from_timestamp_inclusive` starts with the snapshots
     committed at or after it (Delta's `startingTimestamp`), `from_timestamp_exclusive` after it
     (Iceberg's changelog `start-timestamp`), `to_timestamp_inclusive` ends with those committed at
@@ -252,16 +243,6 @@ def plan_range(
     a from-bound that is not on the to-bound's history is refused (NotAncestorError).
     `row_filter`: leave out the data files that hold no row it selects (reader/split/row_filter.py).
     """
-    bounds = RangeBounds(
-        from_snapshot_id_exclusive=from_snapshot_id_exclusive,
-        to_snapshot_id_inclusive=to_snapshot_id_inclusive,
-        from_timestamp_exclusive=from_timestamp_exclusive,
-        from_timestamp_inclusive=from_timestamp_inclusive,
-        to_timestamp_inclusive=to_timestamp_inclusive,
-        from_tag=from_tag,
-        to_tag=to_tag,
-        branch=branch,
-    )
     resolved = resolve_range(table, bounds)
     # before any manifest is read: a syntax error or an unknown column is one line at once
     checked_row_filter(row_filter, output_schema(table, resolved.schema_id), ".".join(table.name()), "row_filter")
@@ -307,18 +288,17 @@ def changes_batch_reader(
     partitions of about this size,
     not whole in this process; 0: whole, here (as `changes --reconcile-partition-bytes`).
     """
-    plan = plan_range(
-        table,
+    bounds = RangeBounds(
         from_snapshot_id_exclusive,
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
         from_timestamp_inclusive=from_timestamp_inclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
-        branch=branch,
         from_tag=from_tag,
         to_tag=to_tag,
-        row_filter=row_filter,
+        branch=branch,
     )
+    plan = plan_range(table, bounds, row_filter=row_filter)
     batches = iter_changes(
         table,
         plan,
