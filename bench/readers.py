@@ -54,7 +54,7 @@ def _timed_plan(table: Any, from_id: int | None, to_id: int, read: Callable[[Any
 
 def rows_dropped_in_tasks(table: Any, plan: Any, spark: Any) -> int:
     """Run `plan` on Spark with a stager that drops every chunk's rows; the change rows counted."""
-    from icetail.monitor.engine.api import read_context
+    from icetail.reader.changes.read_setup import read_context
     from icetail.reader.spark.payloads import SplitRequest
     from icetail.reader.spark.waves import run_splits
     from icetail.sinks.base import SplitSlot
@@ -70,7 +70,7 @@ def read_splits_inprocess(table: Any, from_id: int | None, to_id: int, *, encode
 
     With `encode`, each chunk also makes the Arrow IPC round trip the Spark path makes.
     """
-    from icetail.monitor.engine.api import read_context
+    from icetail.reader.changes.read_setup import read_context
     from icetail.reader.spark.payloads import decode, encode
     from icetail.reader.split.read import read_split
 
@@ -98,7 +98,7 @@ def _pool_split(context: Any, split: Any) -> list[Any]:
 
 def read_pool(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3): the split reader in a local process pool, in plan order, no Spark."""
-    from icetail.monitor.engine.api import read_context
+    from icetail.reader.changes.read_setup import read_context
     from icetail.reader.spark.payloads import decode
 
     def read(plan: Any) -> int:
@@ -123,7 +123,7 @@ def _thread_split(context: Any, split: Any) -> list[Any]:
 
 def read_threads(table: Any, from_id: int | None, to_id: int, executor: Any) -> Timing:
     """Experiment (P1 option 3, zero-copy): the split reader on a thread pool in the driver, plan order."""
-    from icetail.monitor.engine.api import read_context
+    from icetail.reader.changes.read_setup import read_context
 
     def read(plan: Any) -> int:
         context = read_context(table, plan.schema_id, plan.tasks)

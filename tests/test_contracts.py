@@ -141,3 +141,42 @@ def test_no_tracked_file_holds_merge_conflict_markers() -> None:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         offenders += [f"{name}:{i}" for i, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> "))]
     assert not offenders, f"merge conflict markers in {', '.join(offenders)}"
+
+
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 300
+PRODUCT_FOLDERS = ("icetail", "monitor", "reader", "state")
+
+
+def _product_modules() -> list[pathlib.Path]:
+    """Every product module once (a folder linked into icetail/ is read at its real path)."""
+    found: dict[pathlib.Path, pathlib.Path] = {}
+    for folder in PRODUCT_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found.setdefault(path.resolve(), path.resolve())
+    return sorted(found.values())
+
+
+def test_no_product_module_is_over_500_lines() -> None:
+    """A module that long holds more than one role: split it along its roles (docs/architecture.md)."""
+    modules = _product_modules()
+    assert len(modules) > 100, "the scan found the product's modules"
+    long = {p.relative_to(ROOT): len(p.read_text().splitlines()) for p in modules}
+    offenders = [f"{path}: {lines} lines" for path, lines in long.items() if lines > MAX_MODULE_LINES]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_product_class_is_over_300_lines() -> None:
+    """A class that long does more than one job: give each way of doing it a class of its own."""
+    offenders = []
+    classes = 0
+    for path in _product_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes += 1
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - first + 1
+                if lines > MAX_CLASS_LINES:
+                    offenders.append(f"{path.relative_to(ROOT)}: class {node.name}, {lines} lines")
+    assert classes > 100, "the scan found the product's classes"
+    assert not offenders, "\n".join(offenders)

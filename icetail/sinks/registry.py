@@ -15,13 +15,15 @@ Accepted forms (docs/sinks.md is the user's view):
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 A URL is parsed once, without side effects and without importing any driver (urls.py: the forms,
-the query parameters each kind takes, the extras it needs). Its kind is looked up in SINK_KINDS
-(as pyiceberg looks a catalog type up in AVAILABLE_CATALOGS), and only that sink's module is
-imported to open it. A new kind of sink is a folder of its own and one entry here. What a sink can
-do (stage chunks in Spark tasks, commit or write groups, keep a key, take its own envelopes) is
-what its class implements of the contracts in base.py and keyed/contract.py; the pipeline's way of
-delivering is chosen from that in one place (monitor/engine/delivery/choice.py). The Debezium
-envelope is put around a sink here, the same way for every kind (`formatted`).
+the query parameters each kind takes, the extras it needs), into a `SinkTarget` that travels in the
+consumer's configuration (PipelineConfig.sink_target) to `check_sink_reachable` and `open_sink`.
+Its kind is looked up in SINK_KINDS (as pyiceberg looks a catalog type up in AVAILABLE_CATALOGS),
+and only that sink's module is imported to open it. A new kind of sink is a folder of its own and
+one entry here. What a sink can do (stage chunks in Spark tasks, commit or write groups, keep a
+key, take its own envelopes) is what its class implements of the contracts in base.py and
+keyed/contract.py; the pipeline's way of delivering is chosen from that in one place
+(monitor/engine/delivery/choice.py). The Debezium envelope is put around a sink here, the same way
+for every kind (`formatted`).
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ import pyarrow as pa
 
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import Sink
+from icetail.sinks.postgres.url import MirrorTarget
 from icetail.sinks.urls import SinkTarget, parse_sink_url
 
 __all__ = ["SINK_KINDS", "SinkKind", "check_sink_reachable", "formatted", "kind_of", "open_sink"]
 
-Opener = Callable[[SinkTarget, str, str, "pa.Schema | None"], Sink]  # (target, url, consumer, schema)
+Opener = Callable[[SinkTarget, str, "pa.Schema | None"], Sink]  # (target, consumer, schema)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class SinkKind:
     name: str
     open: Opener
     # reaches the target without changing it, so a refused run creates nothing (None: the URL says all)
-    reach: Callable[[SinkTarget, str], None] | None = None
+    reach: Callable[[SinkTarget], None] | None = None
 
 
 def _path(target: SinkTarget) -> str:
@@ -60,64 +63,69 @@ def _table(target: SinkTarget) -> tuple[str, str]:
     return target.catalog, target.identifier
 
 
-def _open_parquet(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _mirror(target: SinkTarget) -> MirrorTarget:
+    assert target.postgres is not None  # ... and every postgresql sink its connection
+    return target.postgres
+
+
+def _open_parquet(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.files.parquet import ParquetDirSink
 
     return ParquetDirSink(_path(target), consumer=consumer)
 
 
-def _open_object_store(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_object_store(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.files.object_store import ObjectParquetSink
 
     return ObjectParquetSink(target.scheme.removeprefix("parquet+"), _path(target), consumer=consumer)
 
 
-def _open_jsonl(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_jsonl(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.files.jsonl import JsonlFileSink
 
     return JsonlFileSink(_path(target), consumer=consumer)
 
 
-def _open_stdout(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_stdout(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.files.jsonl import StdoutSink
 
     return StdoutSink()
 
 
-def _open_iceberg_changelog(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_iceberg_changelog(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.iceberg.changelog import IcebergTableSink
 
     return IcebergTableSink(*_table(target), consumer=consumer, schema=schema)
 
 
-def _open_iceberg_mirror(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_iceberg_mirror(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 
     return IcebergMirrorSink(*_table(target), consumer=consumer)
 
 
-def _open_iceberg_history(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_iceberg_history(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.iceberg.history.sink import IcebergHistorySink
 
     return IcebergHistorySink(*_table(target), consumer=consumer)
 
 
-def _reach_catalog(target: SinkTarget, url: str) -> None:
+def _reach_catalog(target: SinkTarget) -> None:
     from icetail.catalogs import open_catalog
 
     open_catalog(_table(target)[0])
 
 
-def _open_postgres(target: SinkTarget, url: str, consumer: str, schema: pa.Schema | None) -> Sink:
+def _open_postgres(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
     from icetail.sinks.postgres.mirror import PostgresMirrorSink  # psycopg is imported only when used
 
-    return PostgresMirrorSink(url, consumer=consumer)
+    return PostgresMirrorSink(_mirror(target), consumer=consumer)
 
 
-def _reach_postgres(target: SinkTarget, url: str) -> None:
+def _reach_postgres(target: SinkTarget) -> None:
     from icetail.sinks.postgres.mirror import check_reachable
 
-    check_reachable(url)
+    check_reachable(_mirror(target))
 
 
 SINK_KINDS: dict[str, SinkKind] = {
@@ -142,17 +150,23 @@ def kind_of(target: SinkTarget) -> SinkKind:
 
 
 def open_sink(
-    url: str, *, consumer: str, schema: pa.Schema | None = None, output_format: str = "changelog", table: str = ""
+    url: str | SinkTarget,
+    *,
+    consumer: str,
+    schema: pa.Schema | None = None,
+    output_format: str = "changelog",
+    table: str = "",
 ) -> Sink:
-    """A sink for `url`, for `consumer`; `output_format="debezium"` puts the envelope around it (of rows
-    of `table`, NS.TABLE). ConfigError names the URL and the accepted forms when it cannot be used.
+    """A sink for `url` (or the target it was parsed into), for `consumer`; `output_format="debezium"`
+    puts the envelope around it (of rows of `table`, NS.TABLE). ConfigError names the URL and the
+    accepted forms when it cannot be used.
 
     `schema` (the change rows' schema, optional) lets the iceberg sink create its table at
     open rather than at the first write; the other sinks ignore it.
     """
     check_consumer_id(consumer)  # it becomes part of file and object names
-    target = parse_sink_url(url)
-    return formatted(kind_of(target).open(target, url, consumer, schema), output_format, table)
+    target = parse_sink_url(url) if isinstance(url, str) else url
+    return formatted(kind_of(target).open(target, consumer, schema), output_format, table)
 
 
 def formatted(sink: Sink, output_format: str, table: str) -> Sink:
@@ -164,11 +178,10 @@ def formatted(sink: Sink, output_format: str, table: str) -> Sink:
     return sink if isinstance(sink, EnvelopeSink) else EnvelopeSink(sink, table)
 
 
-def check_sink_reachable(url: str) -> None:
-    """Check `url` and reach the sink without changing it, so a run refuses before it creates anything:
+def check_sink_reachable(target: SinkTarget) -> None:
+    """Reach the sink of a parsed URL without changing it, so a run refuses before it creates anything:
     a PostgreSQL sink's database, role and password (SinkSetupError, or SinkError if it cannot be
     reached), an iceberg sink's catalog. The other sinks are checked by their URL alone."""
-    target = parse_sink_url(url)
     reach = kind_of(target).reach
     if reach is not None:
-        reach(target, url)
+        reach(target)

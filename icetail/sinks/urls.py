@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from icetail.kernel.errors import ConfigError
@@ -51,6 +51,25 @@ class SinkTarget:
     catalog: str | None = None
     identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql the URL without its password
     mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog), "mirror" or "history"
+    # a postgresql sink's connection and tables, parsed once with the rest (its repr shows no password)
+    postgres: pg_url.MirrorTarget | None = field(default=None, compare=False)
+
+    def normalized(self) -> str:
+        """One spelling per sink, as a consumer records it: file paths absolute (relative ones against
+        the working directory), stdout as `stdout:`, the scheme lower case, a postgresql URL without
+        its password. Two URLs naming the same sink normalize equal."""
+        if self.scheme == "stdout":
+            return "stdout:"
+        if self.scheme in ("parquet", "jsonl"):
+            assert self.path is not None
+            return f"{self.scheme}://{os.path.normpath(os.path.abspath(self.path))}"
+        if self.scheme.startswith("parquet+"):
+            return f"{self.scheme}://{self.path}"
+        if self.scheme == "postgresql":
+            assert self.identifier is not None
+            return self.identifier
+        query = f"?mode={self.mode}" if self.mode else ""
+        return f"iceberg://{self.catalog}/{self.identifier}{query}"
 
 
 def remote_scheme(path: str) -> str | None:
@@ -62,10 +81,11 @@ def remote_scheme(path: str) -> str | None:
 def parse_sink_url(url: str) -> SinkTarget:
     """The target `url` names, with no side effect (nothing is created, opened or removed).
 
-    A URL that cannot be used raises ConfigError naming it and the accepted forms. The pipeline
-    checks a URL with this before it touches the state, and opens the sink only once it holds
-    the consumer's lease: opening a sink may clear the consumer's staged leftovers, which belong
-    to whichever run holds the lease.
+    A URL that cannot be used raises ConfigError naming it and the accepted forms. A consumer's
+    URL is parsed once, where its configuration is built (PipelineConfig.sink_target); the pipeline
+    reaches the target before it touches the state, and opens the sink only once it holds the
+    consumer's lease: opening a sink may clear the consumer's staged leftovers, which belong to
+    whichever run holds the lease.
     """
     text = url.strip()
     if text in ("-", "stdout:"):
@@ -85,27 +105,15 @@ def parse_sink_url(url: str) -> SinkTarget:
         catalog, identifier, mode = _iceberg_target(url, rest)
         return SinkTarget(scheme, catalog=catalog, identifier=identifier, mode=mode)
     if scheme in POSTGRES_SCHEMES:  # its messages never show the password
-        return SinkTarget("postgresql", identifier=pg_url.parse_mirror_url(text).identity)
+        mirror = pg_url.parse_mirror_url(text)
+        return SinkTarget("postgresql", identifier=mirror.identity, postgres=mirror)
     raise _bad(url, f"unknown scheme {scheme!r}")
 
 
 def normalize_sink_url(url: str) -> str:
-    """One spelling per sink: file paths absolute (relative ones against the working directory),
-    stdout as `stdout:`, the scheme lower case. Two URLs naming the same sink normalize equal.
+    """`url` as a consumer records its sink (`SinkTarget.normalized`), for a caller that holds only the text.
     ConfigError for a URL `open_sink` would refuse."""
-    target = parse_sink_url(url)
-    if target.scheme == "stdout":
-        return "stdout:"
-    if target.scheme in ("parquet", "jsonl"):
-        assert target.path is not None
-        return f"{target.scheme}://{os.path.normpath(os.path.abspath(target.path))}"
-    if target.scheme.startswith("parquet+"):
-        return f"{target.scheme}://{target.path}"
-    if target.scheme == "postgresql":
-        assert target.identifier is not None
-        return target.identifier
-    query = f"?mode={target.mode}" if target.mode else ""
-    return f"iceberg://{target.catalog}/{target.identifier}{query}"
+    return parse_sink_url(url).normalized()
 
 
 def _iceberg_target(url: str, rest: str) -> tuple[str, str, str | None]:

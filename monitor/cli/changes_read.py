@@ -12,13 +12,7 @@ from pyiceberg.table import Table
 
 from icetail.monitor.cli.output import write_output
 from icetail.monitor.cli.progress import Progress
-from icetail.monitor.engine.api import (
-    change_arrow_schema,
-    check_row_lineage,
-    identifier_names,
-    iter_changes,
-    output_schema,
-)
+from icetail.monitor.engine.api import iter_changes
 from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.engine_choice import (
     LOCAL,
@@ -32,6 +26,7 @@ from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.monitor.engine.ranges import plan_resolved, resolve_range
 from icetail.monitor.planning.plan_report import format_plan, plan_summary
 from icetail.monitor.planning.planner import ChangePlan
+from icetail.reader.changes.read_setup import change_arrow_schema, check_row_lineage, identifier_names, output_schema
 from icetail.reader.spark.background import BackgroundSession
 from icetail.reader.split.row_filter import checked_row_filter, parse_row_filter
 from icetail.sinks.debezium import EnvelopeSource, envelope_batches, envelope_schema

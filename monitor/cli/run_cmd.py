@@ -9,7 +9,6 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.secrets import redact_text
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.config import run_config
-from icetail.sinks.urls import normalize_sink_url
 from icetail.state.urls import SqliteLocation, check_sqlite_folder, parse_store_url, store_place
 
 
@@ -52,4 +51,4 @@ def check_state_folder(config: PipelineConfig) -> None:
 
 def resolved_places(config: PipelineConfig) -> dict[str, str]:
     # no password of a URL is shown (a PostgreSQL state or sink)
-    return {"state": store_place(config.state_url), "sink": redact_text(normalize_sink_url(config.sink_url))}
+    return {"state": store_place(config.state_url), "sink": redact_text(config.sink_target.normalized())}

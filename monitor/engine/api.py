@@ -11,20 +11,24 @@ import inspect
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, ParamSpec
 
 import pyarrow as pa
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
-from icetail.kernel.model import ChangeSplit, ChangeTask, DeleteContent
-from icetail.kernel.secrets import fileio_items
+from icetail.kernel.model import ChangeSplit
 from icetail.kernel.settings import MAIN_BRANCH
 from icetail.monitor.engine.columns import project, projected_schema
 from icetail.monitor.engine.engine_choice import engine_for_plan
-from icetail.monitor.engine.partitioned import (
+from icetail.monitor.engine.range_bounds import Instant, RangeBounds
+from icetail.monitor.engine.ranges import plan_resolved, resolve_range
+from icetail.monitor.engine.verify import VerifyMode, report, verifier_for, verify_mode_with_filter
+from icetail.monitor.planning.planner import ChangePlan
+from icetail.reader.changes.checks import SnapshotCheck
+from icetail.reader.changes.net_rows import NetLineage, net_rows
+from icetail.reader.changes.net_shuffle import NetFoldNotExact, net_outputs
+from icetail.reader.changes.partitions import (
     PartitionedSnapshot,
     net_partitioned,
     net_spec,
@@ -32,67 +36,20 @@ from icetail.monitor.engine.partitioned import (
     partitioned_snapshots,
     segments_in_order,
 )
-from icetail.monitor.engine.range_bounds import Instant, RangeBounds
-from icetail.monitor.engine.ranges import plan_resolved, resolve_range
-from icetail.monitor.engine.release import (
-    Pairing,
-    Release,
-    gathered_snapshots,
-    observed,
-    releases,
-    snapshot_batches,
-    snapshots_needing_reconcile,
+from icetail.reader.changes.read_setup import (
+    change_arrow_schema,
+    check_row_lineage,
+    has_row_lineage,
+    identifier_names,
+    output_schema,
+    read_context,
 )
-from icetail.monitor.engine.verify import SnapshotCheck, VerifyMode, report, verifier_for, verify_mode_with_filter
-from icetail.monitor.planning.planner import ChangePlan
-from icetail.reader.changes.net import fold_range, net_key_columns
-from icetail.reader.changes.net_shuffle import NetFoldNotExact, net_outputs
+from icetail.reader.changes.release import Pairing, Release, gathered_snapshots, observed, releases, snapshot_batches
 from icetail.reader.changes.shuffle import ShuffleOutput, shuffled_outputs
 from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.spark.session import is_connect, spark_session
-from icetail.reader.split.context import ReadContext
-from icetail.reader.split.metadata_columns import change_schema
-from icetail.reader.split.projection import arrow_schema_with_ids, check_readable, key_field, struct_path
 from icetail.reader.split.read import Chunk
 from icetail.reader.split.row_filter import checked_row_filter
-from icetail.reader.split.row_lineage import MIN_FORMAT_VERSION, with_lineage_fields, without_lineage
-
-
-def output_schema(table: Table, schema_id: int | None) -> Schema:
-    """The schema change rows are projected onto (the to-snapshot's), by id; unreadable types refused."""
-    schema = next((s for s in table.metadata.schemas if s.schema_id == schema_id), table.schema())
-    check_readable(schema, ".".join(table.name()))
-    return schema
-
-
-def schema_id_of(table: Table, snapshot_id: int | None) -> int | None:
-    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    if snapshot is None or snapshot.schema_id is None:
-        return table.metadata.current_schema_id
-    return snapshot.schema_id
-
-
-def change_arrow_schema(
-    table: Table, schema_id: int | None, *, with_schema_id: bool = False, with_row_lineage: bool = False
-) -> pa.Schema:
-    """The columns of the change rows: data (field ids as metadata), then `_row_id` and
-    `_last_updated_sequence_number` if asked for, then the changelog columns, `_schema_id` on request."""
-    data = arrow_schema_with_ids(output_schema(table, schema_id))
-    return change_schema(with_lineage_fields(data) if with_row_lineage else data, with_schema_id=with_schema_id)
-
-
-def has_row_lineage(table: Table) -> bool:
-    """v3 and later tables track row lineage: their updates pair by `_row_id` (reader/changes/reconcile.py)."""
-    return table.metadata.format_version >= MIN_FORMAT_VERSION
-
-
-def check_row_lineage(table: Table, with_row_lineage: bool) -> None:
-    """Refuse the lineage output columns on a table that has no row lineage."""
-    if with_row_lineage and not has_row_lineage(table):
-        raise ConfigError(
-            f"--with-row-lineage needs a format-version 3 table, but {'.'.join(table.name())} is format-version "
-            f"{table.metadata.format_version} and has no _row_id; drop the option, or upgrade the table to v3"
-        )
 
 
 def split_requests(
@@ -103,52 +60,6 @@ def split_requests(
         SplitRequest(s, with_row_lineage=with_row_lineage or (lineage_pairing and s.task.commit.snapshot_id in gather))
         for s in splits
     ]
-
-
-def read_context(
-    table: Table,
-    schema_id: int | None,
-    tasks: Iterable[ChangeTask],
-    *,
-    with_schema_id: bool = False,
-    row_filter: str | None = None,
-) -> ReadContext:
-    equality_ids = {
-        i
-        for task in tasks
-        for d in task.deletes_before + task.deletes_after
-        if d.content == DeleteContent.EQUALITY
-        for i in d.equality_field_ids
-    }
-    fields = {}
-    for schema in sorted(table.metadata.schemas, key=lambda s: s.schema_id):
-        for field_id in equality_ids:
-            path = struct_path(schema, field_id)  # refuses keys inside lists and maps
-            if path is not None:  # newest schema wins; a nested key becomes one flat field
-                fields[field_id] = key_field(path)
-    mapping = table.metadata.properties.get("schema.name-mapping.default")
-    return ReadContext(
-        io_properties=fileio_items(table.io.properties.items()),
-        output_schema_json=output_schema(table, schema_id).model_dump_json(),
-        equality_schema_json=Schema(*[fields[i] for i in sorted(fields)]).model_dump_json(),
-        name_mapping_json=mapping,
-        format_version=table.metadata.format_version,
-        with_schema_id=with_schema_id,
-        row_filter=row_filter,
-    )
-
-
-def identifier_names(table: Table, schema_id: int | None, requested: Sequence[str] | None) -> tuple[str, ...]:
-    """`--identifier-columns` if given, else the table's identifier fields (names in the output schema)."""
-    schema = output_schema(table, schema_id)
-    if requested:
-        unknown = [c for c in requested if c not in {f.name for f in schema.fields}]
-        if unknown:
-            raise ConfigError(
-                f"identifier column(s) {', '.join(unknown)} not in the table schema; use top-level column names"
-            )
-        return tuple(requested)
-    return tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
 
 
 def iter_changes(
@@ -177,14 +88,14 @@ def iter_changes(
     `net`: the range's net changes instead (reader/changes/net.py), gathered before the first row is yielded.
     On a v3 table the updates of a snapshot pair by `_row_id` first (docs/semantics.md);
     `with_row_lineage` adds the `_row_id` and `_last_updated_sequence_number` columns.
-    `verify` (off, warn, strict) checks each snapshot against its summary (engine/verify.py);
+    `verify` (off, warn, strict) checks each snapshot against its summary (reader/changes/checks.py);
     under strict a snapshot is held until checked, so a refused snapshot yields nothing.
     `row_filter` (reader/split/row_filter.py): the changes of the rows it selects; plan with the same
-    filter (`plan_range(..., row_filter=)`) so that files which cannot match are not read. A
+    filter (`plan_range(table, bounds, row_filter=)`) so that files which cannot match are not read. A
     summary counts every row, so a filtered read is not verified (`strict` is refused).
     `reconcile_partition_bytes`: a snapshot to reconcile (or, with `net`, the range) bigger than this
     (estimated parquet bytes) is reconciled by Spark tasks in partitions of about this size
-    (monitor/engine/partitioned.py, reader/changes/net_shuffle.py), so the driver never holds it whole;
+    (reader/changes/partitions.py, reader/changes/net_shuffle.py), so the driver never holds it whole;
     0: every snapshot whole, in the driver; None: the default (8 MiB). Spark Connect has no RDDs
     to shuffle with: there every snapshot is reconciled whole.
     `engine`, `local_max_bytes`: as changes_batch_reader's; `local` reconciles every snapshot whole, here.
@@ -311,37 +222,6 @@ def iter_changes(
             yield from release.batches
 
 
-@dataclass(frozen=True)
-class NetLineage:
-    """Row lineage in a net fold: `keyed`, rows are followed by `_row_id` (a v3 table), so every
-    split reads it; `output`, the net rows keep the lineage columns (`--with-row-lineage`)."""
-
-    keyed: bool
-    output: bool
-
-    @property
-    def reads(self) -> bool:
-        return self.keyed or self.output
-
-    def read_schema(self, table: Table, schema_id: int | None, *, with_schema_id: bool) -> pa.Schema:
-        return change_arrow_schema(table, schema_id, with_schema_id=with_schema_id, with_row_lineage=self.reads)
-
-    def output_rows(self, rows: pa.Table) -> pa.Table:
-        return rows if self.output else without_lineage(rows)
-
-
-def net_rows(
-    lineage: NetLineage,
-    schema: pa.Schema,
-    batches: Iterable[tuple[int, pa.RecordBatch]],
-    tasks: Iterable[ChangeTask],
-    identifiers: Sequence[str],
-) -> pa.Table:
-    """The net change rows of a range read with `schema` (reader/changes/net.py), with the columns to output."""
-    net = fold_range(schema, batches, snapshots_needing_reconcile(tasks), row_lineage=lineage.keyed)
-    return lineage.output_rows(net.result(net_key_columns(schema, identifiers)))
-
-
 def checked_filter(table: Table, plan: ChangePlan, row_filter: str | None) -> str | None:
     """`row_filter` checked against the plan's schema (a ConfigError naming the problem)."""
     return checked_row_filter(row_filter, output_schema(table, plan.schema_id), ".".join(table.name()), "row_filter")
@@ -351,22 +231,13 @@ P = ParamSpec("P")
 log = logging.getLogger("icetail.changes")
 
 
-def plan_range(
-    table: Table,
-    from_snapshot_id_exclusive: int | None = None,
-    to_snapshot_id_inclusive: int | None = None,
-    *,
-    from_timestamp_exclusive: Instant | None = None,
-    from_timestamp_inclusive: Instant | None = None,
-    to_timestamp_inclusive: Instant | None = None,
-    branch: str = MAIN_BRANCH,
-    from_tag: str | None = None,
-    to_tag: str | None = None,
-    row_filter: str | None = None,
-) -> ChangePlan:
-    """The plan of a range given by snapshot ids, tags or commit times (one of them per end).
+WHOLE_HISTORY = RangeBounds()  # before the first snapshot to the head of main
 
-    The range is on the history of `branch` (default `main`): an omitted end is the branch's
+
+def plan_range(table: Table, bounds: RangeBounds = WHOLE_HISTORY, *, row_filter: str | None = None) -> ChangePlan:
+    """The plan of a range given by snapshot ids, tags or commit times (one of them per end; RangeBounds).
+
+    The range is on the history of `bounds.branch` (default `main`): an omitted end is the branch's
     head, and times resolve on its history. `from_timestamp_inclusive` starts with the snapshots
     committed at or after it (Delta's `startingTimestamp`), `from_timestamp_exclusive` after it
     (Iceberg's changelog `start-timestamp`), `to_timestamp_inclusive` ends with those committed at
@@ -374,16 +245,6 @@ def plan_range(
     a from-bound that is not on the to-bound's history is refused (NotAncestorError).
     `row_filter`: leave out the data files that hold no row it selects (reader/split/row_filter.py).
     """
-    bounds = RangeBounds(
-        from_snapshot_id_exclusive=from_snapshot_id_exclusive,
-        to_snapshot_id_inclusive=to_snapshot_id_inclusive,
-        from_timestamp_exclusive=from_timestamp_exclusive,
-        from_timestamp_inclusive=from_timestamp_inclusive,
-        to_timestamp_inclusive=to_timestamp_inclusive,
-        from_tag=from_tag,
-        to_tag=to_tag,
-        branch=branch,
-    )
     resolved = resolve_range(table, bounds)
     # before any manifest is read: a syntax error or an unknown column is one line at once
     checked_row_filter(row_filter, output_schema(table, resolved.schema_id), ".".join(table.name()), "row_filter")
@@ -433,18 +294,17 @@ def changes_batch_reader(
     (None: ICETAIL_LOCAL_MAX_BYTES, else 64 MiB) and no `spark` is given, else on Spark; `spark` or
     `local` force one (as `changes --engine`). The rows are the same either way.
     """
-    plan = plan_range(
-        table,
+    bounds = RangeBounds(
         from_snapshot_id_exclusive,
         to_snapshot_id_inclusive,
         from_timestamp_exclusive=from_timestamp_exclusive,
         from_timestamp_inclusive=from_timestamp_inclusive,
         to_timestamp_inclusive=to_timestamp_inclusive,
-        branch=branch,
         from_tag=from_tag,
         to_tag=to_tag,
-        row_filter=row_filter,
+        branch=branch,
     )
+    plan = plan_range(table, bounds, row_filter=row_filter)
     batches = iter_changes(
         table,
         plan,

@@ -7,7 +7,7 @@ costs milliseconds and leaves nothing behind.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.names import check_consumer_id
@@ -24,6 +24,7 @@ from icetail.kernel.settings import (
     verify_mode_name,
 )
 from icetail.monitor.engine.start_mode import parse_start
+from icetail.sinks.urls import SinkTarget, parse_sink_url
 
 MAX_CHUNKS_PER_COMMIT = 100  # every chunk id is named in the sink snapshot's summary: keep it small
 
@@ -83,7 +84,7 @@ class PipelineConfig:
     with_schema_id: bool = False  # add `_schema_id` to every row (the batch's schema id)
     with_row_lineage: bool = False  # v3 tables: deliver `_row_id` and `_last_updated_sequence_number` too
     # a snapshot to reconcile with more estimated bytes is reconciled by Spark tasks in partitions of
-    # about this size, a chunk each (monitor/engine/partitioned.py); 0: every snapshot whole, in the driver
+    # about this size, a chunk each (reader/changes/partitions.py); 0: every snapshot whole, in the driver
     reconcile_partition_bytes: int = DEFAULT_RECONCILE_PARTITION_BYTES
     # `changelog` (icetail's change rows) or `debezium` (one envelope per change, sinks/debezium.py)
     output_format: str = "changelog"
@@ -92,9 +93,15 @@ class PipelineConfig:
     # finished batches kept in the store's history per consumer (older ones are pruned as each batch
     # finishes); recovery needs only the newest (the next batch's ordinals, a replayed finish)
     history_retention: int = HISTORY_LIMIT
+    # sink_url parsed once, here (sinks/urls.py), or why it cannot be: see `sink_target`
+    _sink: SinkTarget | ConfigError = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_format(self.output_format)
+        try:
+            object.__setattr__(self, "_sink", parse_sink_url(self.sink_url))
+        except ConfigError as exc:  # refused when the sink is needed: a Pipeline given its sink needs no URL
+            object.__setattr__(self, "_sink", exc)
         if self.history_retention < 1:
             kept = self.history_retention
             raise ConfigError(f"history_retention must be >= 1 (finished batches kept per consumer), got {kept}")
@@ -122,6 +129,14 @@ class PipelineConfig:
         if "." not in self.table:
             raise ConfigError(f"--table {self.table!r} must be written as NAMESPACE.TABLE")
         check_consumer_id(self.consumer_id, derived_from=None if self.consumer else "--catalog and --table")
+
+    @property
+    def sink_target(self) -> SinkTarget:
+        """What `sink_url` names, as parsed when this configuration was built; ConfigError naming the
+        URL and the accepted forms when it cannot be used."""
+        if isinstance(self._sink, ConfigError):
+            raise self._sink.with_traceback(None)
+        return self._sink
 
     @property
     def group_policy(self) -> GroupPolicy:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
-from icetail.monitor.engine.api import has_row_lineage, identifier_names
+from icetail.reader.changes.read_setup import has_row_lineage, identifier_names
 from icetail.reader.split.row_lineage import ROW_ID
 
 

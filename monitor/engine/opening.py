@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import BranchDroppedError, ConfigError
-from icetail.monitor.engine.api import change_arrow_schema
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.hints import reset_command
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
+from icetail.reader.changes.read_setup import change_arrow_schema
 from icetail.sinks.base import Sink
 from icetail.sinks.keyed.contract import KeyedSink
 from icetail.state.checkpoint import Checkpoint

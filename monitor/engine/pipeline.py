@@ -24,7 +24,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError, RefNotFoundError
-from icetail.monitor.engine.api import check_row_lineage
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.cursor_tag import check_can_tag, keep_cursor_tag
@@ -43,7 +42,9 @@ from icetail.monitor.engine.opening import (
 from icetail.monitor.engine.outcome import BatchOutcome, batch_outcome
 from icetail.monitor.engine.sessions import PipelineSession
 from icetail.monitor.engine.store_handle import StoreHandle
-from icetail.monitor.engine.verify import SnapshotCheck, parse_verify_mode
+from icetail.monitor.engine.verify import parse_verify_mode
+from icetail.reader.changes.checks import SnapshotCheck
+from icetail.reader.changes.read_setup import check_row_lineage
 from icetail.reader.spark.background import BackgroundSession
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import Sink
@@ -131,7 +132,7 @@ class Pipeline:
         if self._sink is None:
             # a bad sink URL, a sink database that refuses us, a missing catalog or table fail here,
             # before the store is opened (and created)
-            check_sink_reachable(self.config.sink_url)
+            check_sink_reachable(self.config.sink_target)
         if self._stores.opened is None:
             self.table_as_is()
         if self.config.protect_cursor:
@@ -229,10 +230,8 @@ class Pipeline:
     @property
     def sink_identity(self) -> str:
         """The sink as recorded per consumer: the normalized URL (as given, for an injected sink)."""
-        from icetail.sinks.urls import normalize_sink_url
-
         try:
-            return normalize_sink_url(self.config.sink_url)
+            return self.config.sink_target.normalized()
         except ConfigError:
             if self._sink is None:
                 raise
@@ -241,7 +240,7 @@ class Pipeline:
     @property
     def sink(self) -> Sink:
         if self._sink is None:
-            self._sink = open_sink(self.config.sink_url, consumer=self.consumer)
+            self._sink = open_sink(self.config.sink_target, consumer=self.consumer)
         # the envelope (--format debezium) goes around an injected sink too, once
         self._sink = formatted(self._sink, self.config.output_format, self.config.table)
         return self._sink

@@ -1,27 +1,27 @@
-"""Every snapshot checks itself: icetail's raw DELETE/INSERT counts against the snapshot's summary.
+"""Every snapshot checks itself: which snapshots of a plan can be checked, and what a mismatch does.
 
-`SnapshotVerifier` adds up the rows of each snapshot as its chunks are read (before carry-over
-removal, as the summary counts them) and, once every split of a snapshot has been read in full,
-evaluates the rules of `monitor/planning/summary_rules.py`. `--verify` decides what a mismatch
-does: `off` checks nothing, `warn` (the default) logs it and counts it in the metrics, `strict`
-also refuses to deliver the snapshot (SnapshotCheckError; docs/delivery.md).
+The check itself (counting a snapshot's raw DELETE/INSERT rows as its chunks are read and
+comparing them with the rules of monitor/planning/summary_rules.py) is change semantics:
+reader/changes/checks.py. Here: which snapshots of a plan or batch a summary can prove
+(`rules_of_plan`), and `--verify`'s policy: `off` checks nothing, `warn` (the default) logs a
+mismatch and counts it in the metrics, `strict` also refuses to deliver the snapshot
+(SnapshotCheckError; docs/delivery.md).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence, Set
 from enum import Enum
 
 from pyiceberg.table.metadata import TableMetadata
 
 from icetail.kernel.errors import TerminalError
-from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType
+from icetail.kernel.model import ChangeSplit, ChangeTask
 from icetail.kernel.settings import verify_mode_for_read, verify_mode_name
-from icetail.monitor.planning.summary_rules import Expectation, expectations
-from icetail.reader.split.read import Chunk
+from icetail.monitor.planning.summary_rules import expectations
+from icetail.reader.changes.checks import Mismatch, SnapshotCheck, SnapshotRules, SnapshotVerifier
 
 log = logging.getLogger("icetail.verify")
 
@@ -40,31 +40,6 @@ class SnapshotCheckError(TerminalError, stage="read"):
     """A snapshot's changes disagree with its summary under `--verify strict`: nothing of it is delivered."""
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    snapshot_id: int
-    rule: str
-    expected: int
-    found: int
-
-    def describe(self) -> str:
-        return (
-            f"snapshot {self.snapshot_id} fails summary rule {self.rule}: "
-            f"its summary says {self.expected}, icetail's changes give {self.found}"
-        )
-
-
-@dataclass(frozen=True)
-class SnapshotCheck:
-    """The rules evaluated for one snapshot and those that failed (both empty: nothing provable)."""
-
-    snapshot_id: int
-    deletes: int
-    inserts: int
-    rules: tuple[str, ...]
-    mismatches: tuple[Mismatch, ...]
-
-
 def verify_mode_with_filter(verify: str, row_filter: str | None, flag: str = "verify") -> VerifyMode:
     """The verify mode to read with: a filtered read cannot be checked against whole-snapshot summaries."""
     return VerifyMode(verify_mode_for_read(verify, row_filter, flag))
@@ -77,22 +52,6 @@ def strict_error(mismatch: Mismatch, setting: str = "--verify") -> SnapshotCheck
         "checkpoint did not move: check the table (a writer that filled its summary wrong, or an icetail bug to "
         f"report), then rerun with {setting} warn to deliver it as read (docs/semantics.md)"
     )
-
-
-@dataclass(frozen=True)
-class SnapshotRules:
-    """The rules of one snapshot, found on the driver and evaluated where its rows are read (a Spark task)."""
-
-    snapshot_id: int
-    rules: tuple[Expectation, ...]
-
-    def check(self, deletes: int, inserts: int) -> SnapshotCheck:
-        mismatches = tuple(
-            Mismatch(self.snapshot_id, rule.rule, rule.expected, rule.found(deletes, inserts))
-            for rule in self.rules
-            if rule.found(deletes, inserts) != rule.expected
-        )
-        return SnapshotCheck(self.snapshot_id, deletes, inserts, tuple(r.rule for r in self.rules), mismatches)
 
 
 def rules_of_plan(
@@ -124,47 +83,6 @@ def rules_of_plan(
         for s, t in tasks.items()
         if whole[s] and _follows(metadata, s, reached)
     }
-
-
-class SnapshotVerifier:
-    """Counts each checked snapshot's raw changes from its chunks; checks it when its last split is read.
-
-    The same counting runs in the driver (the pipeline, the Python API) and in a Spark task (the
-    data source), which is why it takes rules found beforehand rather than the table's metadata.
-    """
-
-    def __init__(self, rules: Iterable[SnapshotRules], splits: Iterable[ChangeSplit]) -> None:
-        self._rules = {r.snapshot_id: r for r in rules}
-        self._snapshot_of: dict[str, int] = {}
-        self._pending: dict[int, set[str]] = defaultdict(set)
-        for split in splits:
-            snapshot_id = split.task.commit.snapshot_id
-            if snapshot_id in self._rules:
-                self._snapshot_of[split.split_id] = snapshot_id
-                self._pending[snapshot_id].add(split.split_id)
-        self._counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-
-    def proves(self, snapshot_id: int) -> bool:
-        """Whether some rule will check the snapshot (under strict its rows are worth holding until then)."""
-        rules = self._rules.get(snapshot_id)
-        return rules is not None and bool(rules.rules)
-
-    def add(self, chunk: Chunk) -> SnapshotCheck | None:
-        """Count the chunk; the snapshot's check once its last split is done (None before, or if unchecked)."""
-        snapshot_id = self._snapshot_of.get(chunk.split_id)
-        if snapshot_id is None or not self._pending[snapshot_id]:
-            return None
-        counts = self._counts[snapshot_id]
-        for change_type, count in chunk.change_counts:
-            if change_type == ChangeType.DELETE.value:
-                counts[0] += count
-            elif change_type == ChangeType.INSERT.value:
-                counts[1] += count
-        if chunk.done:
-            self._pending[snapshot_id].discard(chunk.split_id)
-        if self._pending[snapshot_id]:
-            return None
-        return self._rules[snapshot_id].check(counts[0], counts[1])
 
 
 def verifier_for(

@@ -19,7 +19,6 @@ from icetail.kernel.extras import CONNECT, require
 from icetail.kernel.settings import FORMATS, VERIFY_MODES
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.table_patterns import TablePattern, build_pattern, pattern_parts
-from icetail.sinks.urls import parse_sink_url
 from icetail.state.urls import parse_store_url
 
 PIPELINE_KEYS = {
@@ -275,7 +274,7 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         pipeline = config_from_args(args, base)
         # URLs are checked before anything starts (metrics server, Spark, a first cycle), as `run` does
         parse_store_url(pipeline.state_url)
-        parse_sink_url(pipeline.sink_url)
+        _ = pipeline.sink_target  # parsed as the configuration was built: refused here if unusable
         pipelines.append(pipeline)
     consumers = [p.consumer_id for p in pipelines]
     if len(set(consumers)) != len(consumers):

@@ -26,7 +26,6 @@ from prometheus_client import CollectorRegistry
 from icetail.kernel.errors import ConfigError, IcetailError, StateBusyError, TerminalError, message_line
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
-from icetail.monitor.engine.verify import SnapshotCheck
 from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
 from icetail.monitor.service.failures import Failures
@@ -35,6 +34,7 @@ from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.lag import update_lag
 from icetail.monitor.service.metrics import BatchReport, Metrics
 from icetail.monitor.service.replica_jobs import JobState, ReplicaJobs
+from icetail.reader.changes.checks import SnapshotCheck
 from icetail.reader.spark.session import scheduler_pool
 
 log = logging.getLogger("icetail.serve")

@@ -94,12 +94,14 @@ def test_net_by_row_id_matches_java_reads_of_the_range_ends(catalog, mode) -> No
 @pytest.mark.java
 def test_data_source_net_partition_keeps_lineage_as_the_api(catalog) -> None:
     from icetail.monitor.engine.api import plan_range, read_changes
+    from icetail.monitor.engine.range_bounds import RangeBounds
     from icetail.monitor.engine.spark_source.partitions import plan_partitions, read_partition
 
     ids = _build(catalog, MOR)
     table = catalog.load_table("t")
     for with_lineage in (True, False):
-        (spec,) = plan_partitions(table, plan_range(table, ids[0], ids[-1]), net=True, with_row_lineage=with_lineage)
+        plan = plan_range(table, RangeBounds(ids[0], ids[-1]))
+        (spec,) = plan_partitions(table, plan, net=True, with_row_lineage=with_lineage)
         rows = pa.Table.from_batches(list(read_partition(spec)))
         expected = read_changes(table, ids[0], ids[-1], net=True, with_row_lineage=with_lineage)
         assert rows.equals(expected.cast(rows.schema))

@@ -124,9 +124,10 @@ def test_a_delete_of_few_rows_reads_dictionary_text_as_indices_and_matches_java(
     whole = _read(catalog, parent, s2)
     assert whole.num_rows == 300
     from icetail.monitor.engine.api import iter_changes, plan_range
+    from icetail.monitor.engine.range_bounds import RangeBounds
 
     table = catalog.load_table("t")
-    chunked = pa.Table.from_batches(iter_changes(table, plan_range(table, parent, s2), chunk_rows=700))
+    chunked = pa.Table.from_batches(iter_changes(table, plan_range(table, RangeBounds(parent, s2)), chunk_rows=700))
     assert chunked.sort_by("id").equals(whole.sort_by("id"))
 
 

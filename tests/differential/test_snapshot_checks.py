@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from icetail.monitor.engine.verify import SnapshotCheck
+from icetail.reader.changes.checks import SnapshotCheck
 from tests.support.oracle import assert_changes_match
 from tests.support.workloads import COW, MIXED, MOR, Workload, table_properties
 
@@ -38,8 +38,9 @@ def _run(
     """The whole history read (under strict by default); the checks by snapshot id and the output."""
     import pyarrow as pa
 
-    from icetail.monitor.engine.api import change_arrow_schema, iter_changes
+    from icetail.monitor.engine.api import iter_changes
     from icetail.monitor.planning.planner import Planner
+    from icetail.reader.changes.read_setup import change_arrow_schema
 
     table = catalog.load_table(ident)
     plan = Planner(table).plan(None, None)

@@ -21,8 +21,9 @@ import icetail
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
-from icetail.monitor.engine.verify import SnapshotCheck, SnapshotCheckError
+from icetail.monitor.engine.verify import SnapshotCheckError
 from icetail.monitor.service.metrics import Metrics
+from icetail.reader.changes.checks import SnapshotCheck
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
 from tests.support.sinks import SinkSpec, make_sink, read_parquet_sink
 from tests.support.summaries import doctor_summary

@@ -157,6 +157,9 @@ def test_two_tables_inherit_top_level_keys_and_override_them(tmp_path: Path) -> 
     assert (b.chunk_rows, b.carry_over_removal, b.identifier_columns) == (10, False, ("id", "region"))
     assert (b.start, b.max_snapshots_per_batch, b.on_missing_cursor) == ("snapshot:42", 3, "latest")
     assert a.state_url == b.state_url == content["state"]
+    # each table's sink URL travels parsed, as the configuration was built
+    assert (a.sink_target.scheme, a.sink_target.path) == ("parquet", "/out/a")
+    assert (b.sink_target.catalog, b.sink_target.identifier, b.sink_target.mode) == ("prod", "db.b_changes", None)
 
 
 def test_two_tables_with_the_same_consumer_are_refused(tmp_path: Path) -> None:

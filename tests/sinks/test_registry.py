@@ -121,3 +121,4 @@ def test_the_debezium_envelope_is_put_around_any_sink_once(tmp_path: Path) -> No
     assert isinstance(enveloped, EnvelopeSink)
     assert formatted(enveloped, "debezium", "ns.t") is enveloped  # never twice
     assert formatted(plain, "changelog", "ns.t") is plain
+

@@ -19,7 +19,8 @@ import icetail
 from icetail.monitor.cli.main import main as cli_main
 from icetail.monitor.engine.api import plan_range
 from icetail.monitor.engine.spark_source.partitions import VERIFY_SETTING, plan_partitions, read_partition
-from icetail.monitor.engine.verify import Mismatch, SnapshotCheckError, VerifyMode, rules_of_plan, strict_error
+from icetail.monitor.engine.verify import SnapshotCheckError, VerifyMode, rules_of_plan, strict_error
+from icetail.reader.changes.checks import Mismatch
 from tests.spark4.support import load_df, row_counter
 from tests.spark4.test_stream_source import run_available_now, sink_rows
 from tests.support.source_table import SCHEMA, SourceTable, new_source_table

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icetail.monitor.cli.main import main as cli_main
-from icetail.monitor.engine.api import read_context
+from icetail.reader.changes.read_setup import read_context
 from tests.storage.test_s3_reading import _apply, _ordered, _rows
 from tests.support.catalogs import catalogs_in_process
 from tests.support.processes import child_env, icetail_lines, run_icetail

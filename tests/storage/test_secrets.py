@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from icetail.kernel.secrets import REDACTED, redact_value, redacted_items
-from icetail.monitor.engine.api import read_context
+from icetail.reader.changes.read_setup import read_context
 from icetail.sinks.iceberg.changelog import IcebergStager
 from tests.support.processes import child_env, icetail_lines, run_icetail
 from tests.support.s3 import SECRET_ACCESS_KEY, MotoServer, S3Catalog

@@ -38,8 +38,9 @@ class PostgresMirrorSink:
 
     exactly_once = True
 
-    def __init__(self, url: str, *, consumer: str) -> None:
-        self.target: MirrorTarget = parse_mirror_url(url)
+    def __init__(self, target: MirrorTarget | str, *, consumer: str) -> None:
+        """`target`: the sink URL as parsed (registry.py), or its text."""
+        self.target: MirrorTarget = parse_mirror_url(target) if isinstance(target, str) else target
         self.history = self.target.mode == "history"
         self.consumer = consumer
         self.duplicates = 0  # inserts of a key the source already held, since open (docs/sinks.md)
@@ -225,9 +226,9 @@ def connect(target: MirrorTarget) -> Any:
     return conn
 
 
-def check_reachable(url: str) -> None:
+def check_reachable(target: MirrorTarget) -> None:
     """Connect to the sink's database and leave: a run checks this before it creates its checkpoint store."""
-    connect(parse_mirror_url(url)).close()
+    connect(target).close()
 
 
 def _setup_error(target: MirrorTarget, exc: BaseException) -> SinkSetupError:

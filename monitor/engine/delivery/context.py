@@ -19,12 +19,13 @@ from pyiceberg.table import Table
 
 from icetail.kernel import seams
 from icetail.kernel.model import ChangeSplit
-from icetail.monitor.engine.api import identifier_names, schema_id_of
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
 from icetail.monitor.engine.partitioned import PartitionDelivery
-from icetail.monitor.engine.release import observed
-from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier, VerifyMode, report, verifier_for
+from icetail.monitor.engine.verify import VerifyMode, report, verifier_for
+from icetail.reader.changes.checks import SnapshotCheck, SnapshotVerifier
+from icetail.reader.changes.read_setup import identifier_names, schema_id_of
+from icetail.reader.changes.release import observed
 from icetail.reader.split.metadata_columns import CHANGE_TYPE
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import Sink

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from icetail.monitor.engine.api import net_rows, read_context
 from icetail.monitor.engine.delivery.base import Delivery
 from icetail.monitor.engine.delivery.context import BatchToDeliver, DeliveryContext, Tally
 from icetail.monitor.engine.delivery.partitioned_net import PartitionedNetDelivery, net_lineage
-from icetail.monitor.engine.release import releases, snapshot_batches
+from icetail.reader.changes.net_rows import net_rows
 from icetail.reader.changes.net_shuffle import NetFoldNotExact
+from icetail.reader.changes.read_setup import read_context
+from icetail.reader.changes.release import releases, snapshot_batches
 from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.spark.waves import run_splits
 from icetail.reader.split.read import Chunk

@@ -3,7 +3,7 @@
 Its splits are read in plan order from their committed offsets. A chunk leaves as soon as it is
 read, through the sink's writes (chunks.py); a gathered snapshot (carry-over removal, update
 pairing) leaves whole, reconciled, as chunks anchored at its first split (snapshots.py), each in
-its place among the others (monitor/engine/release.py says when read chunks may leave).
+its place among the others (reader/changes/release.py says when read chunks may leave).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import cast
 
 from icetail.kernel.model import ChangeSplit
-from icetail.monitor.engine.api import change_arrow_schema, has_row_lineage, read_context
 from icetail.monitor.engine.delivery.base import Delivery
 from icetail.monitor.engine.delivery.chunks import EachChunk
 from icetail.monitor.engine.delivery.context import BatchToDeliver, DeliveryContext, Tally
 from icetail.monitor.engine.delivery.snapshots import SnapshotPartitions, WholeSnapshot
-from icetail.monitor.engine.partitioned import PartitionedSnapshot, partitioned_snapshots, segments_in_order
-from icetail.monitor.engine.release import Pairing, Release, gathered_snapshots, releases
 from icetail.monitor.engine.verify import VerifyMode
+from icetail.reader.changes.partitions import PartitionedSnapshot, partitioned_snapshots, segments_in_order
+from icetail.reader.changes.read_setup import change_arrow_schema, has_row_lineage, read_context
+from icetail.reader.changes.release import Pairing, Release, gathered_snapshots, releases
 from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.spark.waves import run_splits
 from icetail.sinks.base import ChunkStager, SplitSlot, StagingSink

@@ -5,10 +5,12 @@ snapshot are (monitor/engine/partitioned.py): a crash resumes at the first parti
 
 from __future__ import annotations
 
-from icetail.monitor.engine.api import NetLineage, has_row_lineage, read_context
 from icetail.monitor.engine.delivery.base import Delivery
 from icetail.monitor.engine.delivery.context import BatchToDeliver, DeliveryContext, Tally
-from icetail.monitor.engine.partitioned import PartitionedSnapshot, deliver_partitioned, net_partitioned, net_spec
+from icetail.monitor.engine.partitioned import deliver_partitioned
+from icetail.reader.changes.net_rows import NetLineage
+from icetail.reader.changes.partitions import PartitionedSnapshot, net_partitioned, net_spec
+from icetail.reader.changes.read_setup import has_row_lineage, read_context
 
 
 class PartitionedNetDelivery(Delivery):

@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from icetail.kernel.model import ChangeSplit
 from icetail.monitor.engine.delivery.context import DeliveryContext, Tally
-from icetail.monitor.engine.partitioned import PartitionedSnapshot, deliver_partitioned, partition_spec
-from icetail.monitor.engine.release import Release
-from icetail.monitor.engine.verify import SnapshotVerifier
+from icetail.monitor.engine.partitioned import deliver_partitioned
+from icetail.reader.changes.checks import SnapshotVerifier
+from icetail.reader.changes.partitions import PartitionedSnapshot, partition_spec
+from icetail.reader.changes.release import Release
 from icetail.reader.split.context import ReadContext
 from icetail.sinks.base import ChunkStager, SplitSlot
 from icetail.state.checkpoint import ChunkCommit, InflightBatch, SplitProgress

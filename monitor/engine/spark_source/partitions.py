@@ -7,7 +7,7 @@ and inserts rows) is one partition, reconciled there as a whole by `reconcile_sn
 `icetail changes` does; the splits of other snapshots are packed into partitions by bytes.
 
 With `verify` on, a snapshot some summary rule applies to is never cut across partitions either:
-the task that reads it counts its raw DELETE/INSERT rows and checks them (engine/verify.py).
+the task that reads it counts its raw DELETE/INSERT rows and checks them (reader/changes/checks.py).
 """
 
 from __future__ import annotations
@@ -20,17 +20,12 @@ from pyiceberg.table import Table
 
 from icetail.kernel.errors import DataFileError, IcetailError
 from icetail.kernel.model import ChangeSplit
-from icetail.monitor.engine.api import NetLineage, has_row_lineage, identifier_names, net_rows, read_context
-from icetail.monitor.engine.release import Pairing, gathered_snapshots, releases, snapshot_batches
-from icetail.monitor.engine.verify import (
-    SnapshotCheck,
-    SnapshotRules,
-    SnapshotVerifier,
-    VerifyMode,
-    report,
-    rules_of_plan,
-)
+from icetail.monitor.engine.verify import VerifyMode, report, rules_of_plan
 from icetail.monitor.planning.planner import ChangePlan
+from icetail.reader.changes.checks import SnapshotCheck, SnapshotRules, SnapshotVerifier
+from icetail.reader.changes.net_rows import NetLineage, net_rows
+from icetail.reader.changes.read_setup import has_row_lineage, identifier_names, read_context
+from icetail.reader.changes.release import Pairing, gathered_snapshots, releases, snapshot_batches
 from icetail.reader.split.context import ReadContext
 from icetail.reader.split.metadata_columns import change_schema
 from icetail.reader.split.read import Chunk, read_split
@@ -166,7 +161,7 @@ def plan_partitions(
 def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     """The change rows of one partition (runs in a Spark task); no empty batches.
 
-    The rows leave in the units of engine/release.py: under verify strict the rows of a checked
+    The rows leave in the units of reader/changes/release.py: under verify strict the rows of a checked
     snapshot are held until its check passed, so a refused snapshot yields nothing (the task
     fails with the SnapshotCheckError, the query with it).
     """

@@ -19,14 +19,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from icetail.kernel.errors import BranchDroppedError, RefNotFoundError
-from icetail.monitor.engine.api import (
-    change_arrow_schema,
-    check_row_lineage,
-    output_schema,
-    plan_range,
-    schema_id_of,
-)
+from icetail.monitor.engine.api import plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
+from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import (
     BatchOptions,
@@ -40,6 +35,7 @@ from icetail.monitor.engine.spark_source.partitions import ChangePartitionSpec, 
 from icetail.monitor.planning.lineage import snapshot_as_of, snapshot_or_raise
 from icetail.monitor.planning.planner import ChangePlan, Planner
 from icetail.monitor.planning.refs import table_on_branch, tag_snapshot
+from icetail.reader.changes.read_setup import change_arrow_schema, check_row_lineage, output_schema, schema_id_of
 from icetail.reader.split.row_filter import checked_row_filter
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
@@ -176,16 +172,15 @@ class ChangesBatchReader(DataSourceReader):
         if options.from_snapshot_id_inclusive is not None:  # Spark's startingVersion: starts with its changes
             starting = snapshot_or_raise(table.metadata, options.from_snapshot_id_inclusive, "startingVersion")
             from_exclusive = starting.parent_snapshot_id  # None for the first: before everything
-        plan = plan_range(
-            table,
+        bounds = RangeBounds(
             from_exclusive,
             self._to_snapshot,
             from_timestamp_inclusive=options.from_timestamp_inclusive_ms,
             from_timestamp_exclusive=options.from_timestamp_exclusive_ms,
             branch=options.source.branch,
             from_tag=options.from_tag,
-            row_filter=options.source.row_filter,
         )
+        plan = plan_range(table, bounds, row_filter=options.source.row_filter)
         return _partitions(
             table,
             plan,

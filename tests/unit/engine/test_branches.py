@@ -24,6 +24,7 @@ from icetail.monitor.cli.main import main
 from icetail.monitor.engine.api import plan_range, read_changes
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.pipeline import Pipeline
+from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.monitor.engine.start_mode import parse_start
 from icetail.sinks.files.parquet import ParquetDirSink
 from tests.support.compare import row_multiset
@@ -83,11 +84,11 @@ def test_read_changes_on_a_branch_and_between_tags(small_table: SmallTable, spar
     assert replay(since, scan(table, start)) == scan(table, head)
     upto = read_changes(table, from_tag="start", to_tag="audited", spark=spark)
     assert replay(upto, scan(table, start)) == scan(table, refs["audited"].snapshot_id)
-    plan = plan_range(table, branch="audit", from_tag="start", to_tag="audited")
+    plan = plan_range(table, RangeBounds(branch="audit", from_tag="start", to_tag="audited"))
     assert (plan.branch, plan.from_tag, plan.to_tag) == ("audit", "start", "audited")
     # a time on the branch resolves on its history: the newest branch snapshot at or before it
     at = table.snapshot_by_id(refs["audited"].snapshot_id).timestamp_ms
-    assert plan_range(table, to_timestamp_inclusive=at, branch="audit").to_snapshot_id_inclusive == refs[
+    assert plan_range(table, RangeBounds(to_timestamp_inclusive=at, branch="audit")).to_snapshot_id_inclusive == refs[
         "audited"
     ].snapshot_id
 
@@ -96,18 +97,18 @@ def test_bad_refs_are_one_line_naming_the_refs(small_table: SmallTable) -> None:
     table = make_branch(small_table)
     refs = re.escape("refs: main (branch), audit (branch), audited (tag), start (tag)")
     with pytest.raises(RefNotFoundError, match=rf"no branch 'nope'; {refs}; check --branch"):
-        plan_range(table, branch="nope")
+        plan_range(table, RangeBounds(branch="nope"))
     with pytest.raises(RefNotFoundError, match=rf"from_tag 'nope': table ns.t has no such tag; {refs}"):
-        plan_range(table, from_tag="nope")
+        plan_range(table, RangeBounds(from_tag="nope"))
     with pytest.raises(RefNotFoundError, match="'audited' of table ns.t is a tag, not a branch"):
-        plan_range(table, branch="audited")
+        plan_range(table, RangeBounds(branch="audited"))
     with pytest.raises(RefNotFoundError, match="to_tag 'audit': 'audit' of table ns.t is a branch, not a tag"):
-        plan_range(table, to_tag="audit")
+        plan_range(table, RangeBounds(to_tag="audit"))
     with pytest.raises(ConfigError, match=r"start of the range is given twice \(a snapshot id and a tag\)"):
-        plan_range(table, from_snapshot_id_exclusive=1, from_tag="start")
+        plan_range(table, RangeBounds(from_snapshot_id_exclusive=1, from_tag="start"))
     # a to-tag that is not on the from-tag's history: the existing not-ancestor error
     with pytest.raises(NotAncestorError, match="is not an ancestor"):
-        plan_range(table, from_tag="audited", to_tag="start")
+        plan_range(table, RangeBounds(from_tag="audited", to_tag="start"))
     assert parse_start("tag:audited").tag == "audited"
     with pytest.raises(ConfigError, match="name the tag"):
         parse_start("tag:")

@@ -17,6 +17,7 @@ import pytest
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.api import plan_range
+from icetail.monitor.engine.range_bounds import RangeBounds
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.processes import child_env, icetail_lines, run_icetail
 
@@ -119,11 +120,11 @@ def test_python_api_time_bounds(timed: tuple[LocalCatalog, list[int], list[int]]
     table = cat.load("ns.t")
 
     def commits(**bounds: object) -> list[int]:
-        return [c.snapshot_id for c in plan_range(table, **bounds).commits]  # type: ignore[arg-type]
+        return [c.snapshot_id for c in plan_range(table, RangeBounds(**bounds)).commits]  # type: ignore[arg-type]
 
     instant = datetime.datetime.fromtimestamp(at[1] / 1000, tz=datetime.timezone.utc)
     assert commits(from_timestamp_inclusive=at[1]) == commits(from_timestamp_inclusive=instant) == ids[1:]
     assert commits(from_timestamp_exclusive=at[1]) == ids[2:]  # Iceberg's start-timestamp
     assert commits(to_timestamp_inclusive=instant) == ids[:2]
     with pytest.raises(ConfigError, match=r"start of the range is given twice \(a snapshot id and a timestamp\)"):
-        plan_range(table, ids[0], from_timestamp_inclusive=at[1])
+        plan_range(table, RangeBounds(ids[0], from_timestamp_inclusive=at[1]))

@@ -17,8 +17,8 @@ import pytest
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType, CommitInfo, DataFileRef, FileChangeKind
 from icetail.kernel.processes import host_tag
-from icetail.monitor.engine.api import read_context
 from icetail.monitor.planning.planner import Planner
+from icetail.reader.changes.read_setup import read_context
 from icetail.reader.spark.handoff import HANDOFF_PREFIX, _publish, remove_orphaned_handoffs
 from icetail.reader.spark.payloads import SplitRequest, decode, encode
 from icetail.reader.spark.waves import DEFAULT_WAVE_BYTES, _stream_task, group_for_tasks, run_splits

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from pyiceberg.schema import Schema
 
 from icetail.kernel.model import DeleteContent, DeleteFileRef
-from icetail.monitor.engine.api import read_context
+from icetail.reader.changes.read_setup import read_context
 from icetail.reader.split.fileio import file_io_for
 from icetail.reader.split.projection import key_field
 from icetail.reader.split.read import _delete_state

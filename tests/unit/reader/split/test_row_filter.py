@@ -14,6 +14,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from icetail.kernel.errors import ConfigError
 from icetail.monitor.engine.api import plan_range, read_changes
+from icetail.monitor.engine.range_bounds import RangeBounds
 from icetail.reader.split.row_filter import parse_row_filter
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.java_launches import counting_java
@@ -71,10 +72,10 @@ def test_an_update_across_the_filter_is_a_delete_or_an_insert(spark: Any, region
 def test_files_that_cannot_match_are_not_planned(regions: tuple[LocalCatalog, Any]) -> None:
     _, table = regions
     appends = table.metadata.snapshots[:3]
-    plan = plan_range(table, None, appends[-1].snapshot_id, row_filter="id >= 10 and id < 20")
+    plan = plan_range(table, RangeBounds(None, appends[-1].snapshot_id), row_filter="id >= 10 and id < 20")
     assert plan.files_pruned == 2  # the files of ids 1..3 and 20..21, by their column bounds
     assert [t.commit.snapshot_id for t in plan.tasks] == [appends[1].snapshot_id]
-    assert plan_range(table, None, appends[-1].snapshot_id).files_pruned == 0
+    assert plan_range(table, RangeBounds(None, appends[-1].snapshot_id)).files_pruned == 0
 
 
 def test_bad_filters_are_one_line_before_anything_is_read(regions: tuple[LocalCatalog, Any]) -> None:

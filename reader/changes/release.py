@@ -3,9 +3,10 @@
 The Python API, the pipeline and a Spark task of the data source all read a plan's chunks in
 plan order and hand them on in the same units:
 - a snapshot that can yield both DELETE and INSERT rows (`gathered_snapshots`) is held whole and
-  leaves as one unit, to be reconciled (reader/changes/reconcile.py pairs updates, drops carry-over);
+  leaves as one unit, to be reconciled (reconcile.py pairs updates, drops carry-over);
 - under `--verify strict` a snapshot some summary rule proves is held until its check passed,
-  then leaves as read; a failed check raises before any of its rows left (engine/verify.py);
+  then leaves as read; a failed check raises before any of its rows left (checks.py counts, the
+  caller's `on_check` decides);
 - every other chunk leaves as soon as it is read.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from icetail.kernel.model import ChangeTask, FileChangeKind
-from icetail.monitor.engine.verify import SnapshotCheck, SnapshotVerifier
+from icetail.reader.changes.checks import SnapshotCheck, SnapshotVerifier
 from icetail.reader.changes.reconcile import reconcile_snapshot
 from icetail.reader.split.read import Chunk
 from icetail.reader.split.row_lineage import without_lineage
@@ -112,7 +113,7 @@ def observed(chunks: Iterable[Chunk], on_chunk: Callable[[Chunk], None]) -> Iter
 
 
 def snapshot_batches(released: Iterable[Release]) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """The rows of released chunks with their commit snapshot, as a net fold takes them (reader/changes/net.py)."""
+    """The rows of released chunks with their commit snapshot, as a net fold takes them (net.py)."""
     for release in released:
         for batch in release.batches:
             yield release.snapshot_id, batch

@@ -1,5 +1,5 @@
 """The hold-and-release order shared by the Python API, the pipeline and the data source tasks
-(monitor/engine/release.py), on hand-made chunks: no JVM, no table."""
+(reader/changes/release.py), on hand-made chunks: no JVM, no table."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType, CommitInfo, DataFileRef, FileChangeKind
-from icetail.monitor.engine.release import Release, releases, snapshot_batches
-from icetail.monitor.engine.verify import SnapshotCheck, SnapshotRules, SnapshotVerifier
 from icetail.monitor.planning.summary_rules import Expectation
+from icetail.reader.changes.checks import SnapshotCheck, SnapshotRules, SnapshotVerifier
+from icetail.reader.changes.release import Release, releases, snapshot_batches
 from icetail.reader.split.read import Chunk
 
 # split id -> snapshot: A (1) has two splits, B (2) one, C (3) two
