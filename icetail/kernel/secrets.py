@@ -8,6 +8,7 @@ a traceback or a task description that shows one never shows a secret.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -70,6 +71,14 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
         if len(value) >= _MIN_ECHOED_SECRET and value != REDACTED:
             text = text.replace(value, REDACTED)
     return text
+
+
+def redacted_repr(value: object) -> str:
+    """A dataclass's repr with passwords masked (as `redact_text`): configurations holding URLs
+    reach logs, tracebacks and debuggers through their repr."""
+    shown = (f for f in dataclasses.fields(value) if f.repr)  # type: ignore[arg-type]
+    fields = ", ".join(f"{f.name}={getattr(value, f.name)!r}" for f in shown)
+    return redact_text(f"{type(value).__name__}({fields})")
 
 
 def _uri_password(match: re.Match[str]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.names import check_consumer_id
+from icetail.kernel.secrets import redacted_repr
 from icetail.kernel.settings import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_MANIFEST_CACHE_ENTRIES,
@@ -95,6 +96,9 @@ class PipelineConfig:
     history_retention: int = HISTORY_LIMIT
     # sink_url parsed once, here (sinks/urls.py), or why it cannot be: see `sink_target`
     _sink: SinkTarget | ConfigError = field(init=False, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # URLs in it may hold a password
 
     def __post_init__(self) -> None:
         check_format(self.output_format)

@@ -16,6 +16,7 @@ from typing import Any
 
 from icetail.kernel.errors import ConfigError, message_line
 from icetail.kernel.extras import CONNECT, require
+from icetail.kernel.secrets import redacted_repr
 from icetail.kernel.settings import FORMATS, VERIFY_MODES
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.table_patterns import TablePattern, build_pattern, pattern_parts
@@ -99,6 +100,9 @@ class ServiceConfig:
     # Spark's scheduler mode on the session `serve` builds: "fair" (a pool per table) or "fifo";
     # None: FAIR with several tables, Spark's default (FIFO) with one
     spark_scheduler_mode: str | None = None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # URLs in it may hold a password
 
     @property
     def scheduler_threads(self) -> int:

@@ -19,7 +19,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from icetail.kernel.errors import ConfigError
-from icetail.kernel.secrets import redact_text
+from icetail.kernel.secrets import redact_text, redacted_repr
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.sinks.urls import parse_sink_url
 
@@ -46,6 +46,9 @@ class TablePattern:
     sink_template: str
     consumer_template: str | None  # None: each table's default id, CATALOG.NAMESPACE.TABLE
     template: PipelineConfig  # the settings, checked with the table SAMPLE_TABLE
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # URLs in it may hold a password
 
     @property
     def catalog(self) -> str:

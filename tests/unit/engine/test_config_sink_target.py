@@ -44,3 +44,20 @@ def test_a_postgresql_target_carries_its_connection_without_showing_its_password
     assert target.postgres is not None and (target.postgres.schema, target.postgres.table) == ("public", "orders")
     assert "s3cret" in target.postgres.conninfo and target.normalized() == target.postgres.identity
     assert "s3cret" not in repr(target) and "s3cret" not in target.normalized()
+
+
+def test_a_configs_repr_shows_no_password() -> None:
+    """A configuration reaches logs and tracebacks through its repr: the passwords of its store and
+    sink URLs are masked there, the rest stays readable."""
+    from icetail.monitor.service.config import ServiceConfig
+
+    config = PipelineConfig(
+        catalog="c",
+        table="ns.t",
+        state_url="postgresql://icetail:s3cret-store@db:5432/state",
+        sink_url="postgresql://writer:s3cret-sink@db:5432/dw?table=public.orders",
+    )
+    shown = repr(ServiceConfig(pipelines=(config,)))
+    assert "s3cret" not in shown and "s3cret" not in repr(config)
+    assert "postgresql://writer:***@db:5432/dw?table=public.orders" in shown
+    assert "table='ns.t'" in repr(config) and repr(config).startswith("PipelineConfig(catalog='c'")
