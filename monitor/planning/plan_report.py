@@ -76,7 +76,8 @@ def format_plan(plan: ChangePlan) -> str:
     bounds = f"({start}, {_bound(plan.to_snapshot_id_inclusive, plan.to_tag)}]"
     lines = [
         f"table {summary['table']} branch {plan.branch}: changes in {bounds} projected onto schema {plan.schema_id}",
-        "  scan: monitor plans splits -> Spark runs one task per split (merge-on-read) -> ordered chunks"
+        "  scan: monitor plans splits -> each split read with its deletes applied (merge-on-read; Spark tasks"
+        " or in process: see engine) -> ordered chunks"
         " -> carry-over removal / update pairing per snapshot -> output",
     ]
     for snap in summary["snapshots"]:
