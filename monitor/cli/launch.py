@@ -26,8 +26,14 @@ class Terminated(KeyboardInterrupt):
     """
 
 
+# set by the handler: a Terminated that a library swallowed (a bare `except:` around an optional
+# import, say) still ends the command as stopped, once it returns
+_received: list[int] = []
+
+
 def on_sigterm(signum: int, _frame: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the unwinding short
+    _received.append(signum)
     raise Terminated(signal.Signals(signum).name)
 
 
@@ -45,6 +51,8 @@ def entry() -> None:
         from icetail.monitor.cli import main
 
         code = main.run_command()
+        if _received and code == 0:  # the stop was swallowed on its way up: the run went on to its end
+            code = stopped()
     except Terminated:
         code = stopped()
     finally:

@@ -52,7 +52,12 @@ def prepared() -> ModuleType:
         with contextlib.suppress(OSError, AttributeError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)  # Linux only; not permanent
-        return pyspark_worker(sock, authenticated)
+        try:
+            return pyspark_worker(sock, authenticated)
+        except (BrokenPipeError, ConnectionResetError):
+            # the JVM hung up mid-task (its job was cancelled, or the driver is stopping): the JVM
+            # side reports that; a worker traceback would only add noise to a stopped command's stderr
+            return 1
 
     daemon.worker = _worker
     daemon._icetail_prepared = True  # type: ignore[attr-defined]

@@ -45,6 +45,9 @@ def child_env(
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         PYTHONUNBUFFERED="1",
+        # as in tests/conftest.py: a child's `changes` reads on Spark unless its test asks for the
+        # in-process engine (tests/unit/cli/test_local_engine_cli.py drops this to get `auto`)
+        ICETAIL_LOCAL_MAX_BYTES="0",
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
     )
     env.update(extra or {})
