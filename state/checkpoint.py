@@ -37,16 +37,11 @@ class Cursor:
 class NewConsumer:
     """What a consumer is created with: the table it follows, where it starts, its sink and branch."""
 
-    consumer: str
     catalog: str
     table: str
     initial_cursor: Cursor
     sink: str | None = None
     branch: str = "main"
-
-    def __post_init__(self) -> None:
-        if not self.consumer:
-            raise ValueError("consumer id must not be empty")
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,9 @@ class CheckpointStore(Protocol):
 
         ConfigError if the consumer exists but follows another catalog or table.
         """
-        return self.create_or_load(NewConsumer(consumer, catalog, table, initial_cursor, sink, branch))
+        return self.create_or_load(consumer, NewConsumer(catalog, table, initial_cursor, sink, branch))
 
-    def create_or_load(self, new: NewConsumer) -> Checkpoint:
+    def create_or_load(self, consumer: str, new: NewConsumer) -> Checkpoint:
         """`ensure_consumer` of a value: the consumer's checkpoint, created as `new` says if missing."""
         ...
 

@@ -22,8 +22,9 @@ class SqlConsumerWrites(SqlReads):
     On SqlReads: create_or_load answers with the checkpoint it leaves (`load`).
     """
 
-    def create_or_load(self, new: NewConsumer) -> Checkpoint:
-        consumer = new.consumer
+    def create_or_load(self, consumer: str, new: NewConsumer) -> Checkpoint:
+        if not consumer:
+            raise ValueError("consumer id must not be empty")
         now = self._backend.now_ms_sql
 
         def work(tx: Tx) -> None:
