@@ -34,6 +34,17 @@ class Cursor:
 
 
 @dataclass(frozen=True)
+class NewConsumer:
+    """What a consumer is created with: the table it follows, where it starts, its sink and branch."""
+
+    catalog: str
+    table: str
+    initial_cursor: Cursor
+    sink: str | None = None
+    branch: str = "main"
+
+
+@dataclass(frozen=True)
 class Lease:
     """Who may write a consumer's state, until when (store clock)."""
 

@@ -1,4 +1,4 @@
-"""Fencing by the lease (rule 4 of state/store.py): which writer may change a consumer.
+"""Fencing by the lease (rule 4 of state/contract.py): which writer may change a consumer.
 
 A write that names an `owner` is refused unless that owner holds the consumer's lease; a write
 without an owner (an operator action) is refused while anyone's lease is live. The checks read

@@ -1,6 +1,6 @@
 """Writes that move a consumer's progress: a batch from begin to finish or abandon, and the cursor.
 
-Rules 1 to 3 of state/store.py are kept here, each inside one write transaction: a batch is
+Rules 1 to 3 of state/contract.py are kept here, each inside one write transaction: a batch is
 written ahead only if the cursor is where it was planned from (CAS); chunk commits never move a
 split backwards and an exact replay is a no-op; `finish_batch` advances the cursor, clears the
 batch and appends to the history at once. Every write is fenced by the lease (rule 4).
@@ -9,6 +9,7 @@ batch and appends to the history at once. Every write is fenced by the lease (ru
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from icetail.kernel.errors import StateConflictError
 from icetail.state.backend import Tx
@@ -27,7 +28,7 @@ from icetail.state.sql_rows import (
 
 
 class SqlBatchWrites(SqlStoreCore):
-    """begin_batch, commit_chunk(s), finish_batch, abandon_batch and reset_cursor."""
+    """begin_batch, commit_chunks (commit_chunk: the contract's), finish_batch, abandon_batch and reset_cursor."""
 
     def begin_batch(self, consumer: str, batch: InflightBatch, *, owner: str | None = None) -> None:
         encoded = [encode_split(s) for s in batch.splits]  # outside the transaction: it can be slow
@@ -76,42 +77,13 @@ class SqlBatchWrites(SqlStoreCore):
         self._write(work)
 
     def _same_batch(self, tx: Tx, consumer: str, header: BatchHeader, batch: InflightBatch) -> bool:
-        if (
-            header.batch_id,
-            header.from_snapshot_exclusive,
-            header.to_snapshot_inclusive,
-            header.to_timestamp_ms,
-            header.split_count,
-            header.shape,
-        ) != (
-            batch.batch_id,
-            batch.from_snapshot_exclusive,
-            batch.to_snapshot_inclusive,
-            batch.to_timestamp_ms,
-            len(batch.splits),
-            batch.shape,
-        ):
+        if header.split_count != len(batch.splits) or header.batch() != replace(batch, splits=()):
             return False
         rows = tx.query(
             "SELECT split_id FROM icetail_inflight_splits WHERE consumer = ? AND batch_id = ? ORDER BY ordinal",
             (consumer, header.batch_id),
         )
         return tuple(r[0] for r in rows) == batch.split_ids
-
-    def commit_chunk(
-        self,
-        consumer: str,
-        batch_id: str,
-        split_id: str,
-        next_row_exclusive: int,
-        rows_in_chunk: int,
-        done: bool,
-        sink_token: str | None = None,
-        *,
-        owner: str | None = None,
-    ) -> None:
-        commit = ChunkCommit(split_id, next_row_exclusive, rows_in_chunk, done, sink_token)
-        self.commit_chunks(consumer, batch_id, (commit,), owner=owner)
 
     def commit_chunks(
         self, consumer: str, batch_id: str, commits: Sequence[ChunkCommit], *, owner: str | None = None

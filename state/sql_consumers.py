@@ -10,27 +10,19 @@ from collections.abc import Callable
 
 from icetail.kernel.errors import ConfigError, ConsumerNotFoundError
 from icetail.state.backend import Tx
-from icetail.state.checkpoint import Checkpoint, Cursor
+from icetail.state.checkpoint import Checkpoint, NewConsumer
 from icetail.state.fencing import check_holder, check_writer
 from icetail.state.sql_reads import SqlReads
 from icetail.state.sql_rows import ConsumerRow
 
 
 class SqlConsumerWrites(SqlReads):
-    """ensure_consumer, record_sink, forget_unstarted, change_sink and change_branch.
+    """create_or_load (ensure_consumer), record_sink, forget_unstarted, change_sink and change_branch.
 
-    On SqlReads: ensure_consumer answers with the checkpoint it leaves (`load`).
+    On SqlReads: create_or_load answers with the checkpoint it leaves (`load`).
     """
 
-    def ensure_consumer(
-        self,
-        consumer: str,
-        catalog: str,
-        table: str,
-        initial_cursor: Cursor,
-        sink: str | None = None,
-        branch: str = "main",
-    ) -> Checkpoint:
+    def create_or_load(self, consumer: str, new: NewConsumer) -> Checkpoint:
         if not consumer:
             raise ValueError("consumer id must not be empty")
         now = self._backend.now_ms_sql
@@ -41,13 +33,21 @@ class SqlConsumerWrites(SqlReads):
                 "cursor_timestamp_ms, generation, lease_owner, lease_expires_at_ms, created_at_ms, updated_at_ms, "
                 f"sink_url, branch) VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, {now}, {now}, ?, ?) "
                 "ON CONFLICT (consumer) DO NOTHING",
-                (consumer, catalog, table, initial_cursor.snapshot_id, initial_cursor.timestamp_ms, sink, branch),
+                (
+                    consumer,
+                    new.catalog,
+                    new.table,
+                    new.initial_cursor.snapshot_id,
+                    new.initial_cursor.timestamp_ms,
+                    new.sink,
+                    new.branch,
+                ),
             )
             row = self._require(tx, consumer, lock=False)
-            if (row.catalog, row.table) != (catalog, table):
+            if (row.catalog, row.table) != (new.catalog, new.table):
                 raise ConfigError(
                     f"consumer {consumer!r} follows {row.catalog}.{row.table} in checkpoint store "
-                    f"{self._backend.display}, not {catalog}.{table}; use another consumer id"
+                    f"{self._backend.display}, not {new.catalog}.{new.table}; use another consumer id"
                 )
 
         self._write(work)

@@ -1,6 +1,6 @@
 """Taking, renewing and giving up a consumer's lease, on the database clock.
 
-The lease is what fences every other write (rule 4 of state/store.py, state/fencing.py); its
+The lease is what fences every other write (rule 4 of state/contract.py, state/fencing.py); its
 expiry is computed by the database, so no two hosts' clocks are ever compared.
 """
 

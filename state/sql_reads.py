@@ -15,7 +15,6 @@ from icetail.state.checkpoint import (
     Cursor,
     HistoryEntry,
     Inflight,
-    InflightBatch,
     Lease,
     SplitProgress,
 )
@@ -73,15 +72,7 @@ class SqlReads(SqlStoreCore):
             )
             for sid, _, nxt, n, done, tok, parts, parts_key in rows
         )
-        batch = InflightBatch(
-            batch_id=header.batch_id,
-            from_snapshot_exclusive=header.from_snapshot_exclusive,
-            to_snapshot_inclusive=header.to_snapshot_inclusive,
-            to_timestamp_ms=header.to_timestamp_ms,
-            splits=splits,
-            shape=header.shape,
-        )
-        return Inflight(batch=batch, created_at_ms=header.created_at_ms, progress=progress)
+        return Inflight(batch=header.batch(splits), created_at_ms=header.created_at_ms, progress=progress)
 
     def history(self, consumer: str, limit: int = HISTORY_LIMIT) -> tuple[HistoryEntry, ...]:
         if limit < 0:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from icetail.state.checkpoint import BatchShape, Cursor, HistoryEntry, Lease, StoppedConsumer
+from icetail.kernel.model import ChangeSplit
+from icetail.state.checkpoint import BatchShape, Cursor, HistoryEntry, InflightBatch, Lease, StoppedConsumer
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,17 @@ class BatchHeader:
     split_count: int
     created_at_ms: int
     shape: BatchShape
+
+    def batch(self, splits: tuple[ChangeSplit, ...] = ()) -> InflightBatch:
+        """The stored batch with `splits` (without them: its header, to compare with another batch)."""
+        return InflightBatch(
+            self.batch_id,
+            self.from_snapshot_exclusive,
+            self.to_snapshot_inclusive,
+            self.to_timestamp_ms,
+            splits,
+            self.shape,
+        )
 
 
 CONSUMER_COLUMNS = (

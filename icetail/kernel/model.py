@@ -42,7 +42,9 @@ class DeleteContent(str, Enum):
 
 
 @dataclass(frozen=True)
-class DataFileRef:
+class ContentFileRef:
+    """What a data file and a delete file both are, as a manifest entry lists them."""
+
     path: str
     file_format: str
     record_count: int
@@ -50,6 +52,10 @@ class DataFileRef:
     spec_id: int
     partition: str  # canonical text of the partition tuple, only compared for equality
     data_sequence_number: int
+
+
+@dataclass(frozen=True)
+class DataFileRef(ContentFileRef):
     split_offsets: tuple[int, ...] | None = None
     # v3 row lineage: `_row_id` of the file's row 0 (explicit or inherited from its manifest, per the
     # spec's First Row ID Inheritance); None when the file has no lineage (v1/v2, written before v3)
@@ -57,15 +63,8 @@ class DataFileRef:
 
 
 @dataclass(frozen=True)
-class DeleteFileRef:
-    path: str
-    file_format: str
-    content: DeleteContent
-    record_count: int
-    file_size_in_bytes: int
-    spec_id: int
-    partition: str
-    data_sequence_number: int
+class DeleteFileRef(ContentFileRef):
+    content: DeleteContent  # after the shared fields: build it by keyword
     equality_field_ids: tuple[int, ...] = ()
     referenced_data_file: str | None = None
     content_offset: int | None = None  # deletion vectors: blob offset inside the Puffin file

@@ -34,20 +34,18 @@ class FileEntry:
 
 def file_ref(data_file: DataFile, data_sequence_number: int, first_row_id: int | None) -> DataFileRef | DeleteFileRef:
     fmt = str(data_file.file_format.value if hasattr(data_file.file_format, "value") else data_file.file_format)
-    partition = partition_text(data_file.partition)
+    shared = (  # the fields of ContentFileRef, in its order
+        data_file.file_path,
+        fmt,
+        data_file.record_count,
+        data_file.file_size_in_bytes,
+        data_file.spec_id,
+        partition_text(data_file.partition),
+        data_sequence_number,
+    )
     if data_file.content == DataFileContent.DATA:
-        offsets = data_file.split_offsets
-        return DataFileRef(
-            path=data_file.file_path,
-            file_format=fmt,
-            record_count=data_file.record_count,
-            file_size_in_bytes=data_file.file_size_in_bytes,
-            spec_id=data_file.spec_id,
-            partition=partition,
-            data_sequence_number=data_sequence_number,
-            split_offsets=tuple(sorted(offsets)) if offsets else None,
-            first_row_id=first_row_id,
-        )
+        offsets = tuple(sorted(data_file.split_offsets)) if data_file.split_offsets else None
+        return DataFileRef(*shared, split_offsets=offsets, first_row_id=first_row_id)
     if data_file.content == DataFileContent.EQUALITY_DELETES:
         content = DeleteContent.EQUALITY
     elif fmt.upper() == "PUFFIN":
@@ -55,14 +53,8 @@ def file_ref(data_file: DataFile, data_sequence_number: int, first_row_id: int |
     else:
         content = DeleteContent.POSITION
     return DeleteFileRef(
-        path=data_file.file_path,
-        file_format=fmt,
+        *shared,
         content=content,
-        record_count=data_file.record_count,
-        file_size_in_bytes=data_file.file_size_in_bytes,
-        spec_id=data_file.spec_id,
-        partition=partition,
-        data_sequence_number=data_sequence_number,
         equality_field_ids=tuple(data_file.equality_ids or ()),
         referenced_data_file=optional_data_file_field(data_file, "referenced_data_file"),
         content_offset=optional_data_file_field(data_file, "content_offset"),

@@ -195,6 +195,17 @@ def _coerce_all(values: Mapping[str, Any], where: Callable[[str], str]) -> dict[
     return {k: _coerce(k, v, where(k)) for k, v in values.items()}
 
 
+def _unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why the config file cannot be read, and what to name instead."""
+    if isinstance(exc, FileNotFoundError):
+        return "does not exist"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory; name a YAML file"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"is not UTF-8 text (byte {exc.start} cannot be decoded); name a YAML file saved as UTF-8"
+    return f"cannot be read: {exc.strerror or exc}"
+
+
 def load_file(path: str | None) -> dict[str, Any]:
     """The config file's keys, normalized and coerced (a `tables:` entry is coerced later)."""
     if not path:
@@ -202,16 +213,8 @@ def load_file(path: str | None) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as stream:
             text = stream.read()
-    except FileNotFoundError as exc:
-        raise ConfigError(f"--config {path} does not exist") from exc
-    except IsADirectoryError as exc:
-        raise ConfigError(f"--config {path} is a directory; name a YAML file") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"--config {path} is not UTF-8 text (byte {exc.start} cannot be decoded); name a YAML file saved as UTF-8"
-        ) from exc
-    except OSError as exc:
-        raise ConfigError(f"--config {path} cannot be read: {exc.strerror or exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config {path} {_unreadable(exc)}") from exc
     import yaml  # only for a config file that exists: flags alone need no YAML parser
 
     try:

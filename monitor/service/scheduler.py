@@ -17,6 +17,7 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import fields
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -60,26 +61,12 @@ def spark_scheduler_conf(mode: str | None, tables: int) -> dict[str, str] | None
 
 
 def batch_report(config: PipelineConfig, outcome: BatchOutcome) -> BatchReport:
-    """The metrics' view of a batch; an interrupted batch counts its chunks but no snapshots yet."""
-    return BatchReport(
-        table=config.table,
-        consumer=config.consumer_id,
-        from_snapshot_exclusive=outcome.from_snapshot_exclusive,
-        to_snapshot_inclusive=outcome.to_snapshot_inclusive,
-        snapshots=outcome.snapshots if outcome.completed else 0,
-        rows_by_change_type=outcome.rows_by_change_type,
-        data_files=outcome.data_files,
-        bytes_read=outcome.bytes_read,
-        row_groups=outcome.row_groups,
-        delete_files=outcome.delete_files,
-        deleted_rows=outcome.deleted_rows,
-        splits=outcome.splits if outcome.completed else 0,
-        chunks=outcome.chunks,
-        planning_seconds=outcome.planning_seconds,
-        batch_seconds=outcome.batch_seconds,
-        collapsed=outcome.collapsed,
-        sink_duplicate_keys=outcome.sink_duplicate_keys,
-    )
+    """The metrics' view of a batch: every field of BatchReport but the table and consumer is the
+    outcome's field of that name; an interrupted batch counts its chunks but no snapshots or splits yet."""
+    same = {f.name: getattr(outcome, f.name) for f in fields(BatchReport) if f.name not in ("table", "consumer")}
+    if not outcome.completed:
+        same.update(snapshots=0, splits=0)
+    return BatchReport(table=config.table, consumer=config.consumer_id, **same)
 
 
 class Service(ReplicaJobs):

@@ -18,7 +18,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError
-from icetail.sinks.iceberg.mirror.files import AffectedKeys, FileChange, matches, rewrite_in_driver
+from icetail.sinks.iceberg.mirror.files import AffectedKeys, FileChange, GroupFiles, matches, rewrite_in_driver
 from icetail.sinks.iceberg.mirror.sink import IcebergMirrorSink
 from icetail.sinks.iceberg.mirror.tasks import (
     DEFAULT_TASK_BYTES,
@@ -180,9 +180,10 @@ def test_another_transform_runs_alike_in_tasks_and_in_the_driver(sql_catalog: Sq
     files = list(table.scan().plan_files())
     keys = pa.table({"id": pa.array([101, 102, 707, 5_555], pa.int64())})
     affected = AffectedKeys(("id",), keys, pa.array([False, False, False, True]))
+    group = GroupFiles(table.metadata, table.io, files, affected, MarkAffected("closed"))
     done = {
-        "driver": rewrite_in_driver(table.metadata, table.io, files, affected, MarkAffected("closed")),
-        "tasks": rewrite_in_tasks(spark, table.metadata, table.io, files, affected, MarkAffected("closed")),
+        "driver": rewrite_in_driver(group),
+        "tasks": rewrite_in_tasks(spark, group),
     }
     assert done["driver"][1] == 0 and done["tasks"][1] == 4
     for outcomes, _ in done.values():

@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.sinks.base import ChunkKey
-from icetail.sinks.postgres.history import version_changes
+from icetail.sinks.keyed.history_versions import version_changes
 from icetail.sinks.registry import open_sink
 from tests.support.pg_mirror import mirror_url, query
 

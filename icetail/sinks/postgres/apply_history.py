@@ -12,16 +12,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from icetail.sinks.keyed.history_versions import (
-    CLOSE,
-    CLOSE_FRESH,
-    VALID_FROM,
-    VALID_FROM_SNAPSHOT_ID,
-    VALID_TO,
-    VALID_TO_SNAPSHOT_ID,
-    VERSION,
-    VersionChanges,
-)
+from icetail.sinks.keyed import history_versions as versions
 from icetail.sinks.postgres.apply import OP, STAGE, Applied, stage
 from icetail.sinks.postgres.types import Column
 
@@ -29,7 +20,7 @@ from icetail.sinks.postgres.types import Column
 def apply_history(
     conn: Connection[Any],
     target: sql.Identifier,
-    changes: VersionChanges,
+    changes: versions.VersionChanges,
     columns: Sequence[Column],
     key: Sequence[str],
 ) -> Applied:
@@ -38,27 +29,27 @@ def apply_history(
     stage(conn, target, columns, changes.rows, changes.ops)
     op = sql.Identifier(OP)
     matches = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in key)
-    from_id, to_id = sql.Identifier(VALID_FROM_SNAPSHOT_ID), sql.Identifier(VALID_TO_SNAPSHOT_ID)
+    from_id, to_id = sql.Identifier(versions.VALID_FROM_SNAPSHOT_ID), sql.Identifier(versions.VALID_TO_SNAPSHOT_ID)
+    from_time, to_time = sql.Identifier(versions.VALID_FROM), sql.Identifier(versions.VALID_TO)
+    closing = (versions.CLOSE, versions.CLOSE_FRESH)
     replaced = conn.execute(
         sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} IN (%s, %s) AND {} AND t.{} = s.{}").format(
             target, STAGE, op, matches, from_id, from_id
         ),
-        (CLOSE, CLOSE_FRESH),
+        closing,
     ).rowcount
     closed = conn.execute(
         sql.SQL(
             "WITH closed AS (UPDATE {} AS t SET {} = s.{}, {} = s.{} FROM {} AS s "
             "WHERE s.{} IN (%s, %s) AND {} AND t.{} IS NULL RETURNING s.{} AS op) "
             "SELECT count(*), count(*) FILTER (WHERE op = %s) FROM closed"
-        ).format(
-            target, to_id, from_id, sql.Identifier(VALID_TO), sql.Identifier(VALID_FROM), STAGE, op, matches, to_id, op
-        ),
-        (CLOSE, CLOSE_FRESH, CLOSE_FRESH),
+        ).format(target, to_id, from_id, to_time, from_time, STAGE, op, matches, to_id, op),
+        (*closing, versions.CLOSE_FRESH),
     ).fetchone()
     assert closed is not None
     names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
     added = conn.execute(
         sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} = %s").format(target, names, names, STAGE, op),
-        (VERSION,),
+        (versions.VERSION,),
     ).rowcount
     return Applied(int(closed[0]), added, changes.duplicates + replaced + int(closed[1]))

@@ -1,20 +1,9 @@
-"""A PostgreSQL history table's validity columns; the version logic itself is shared with the
-Iceberg mirror (../history_versions.py) and re-exported here."""
+"""A PostgreSQL history table's validity columns, in PostgreSQL types; the version logic itself is
+shared with the Iceberg history (keyed/history_versions.py)."""
 
 from __future__ import annotations
 
-from icetail.sinks.keyed.history_versions import (
-    CLOSE,
-    CLOSE_FRESH,
-    VALID_FROM,
-    VALID_FROM_SNAPSHOT_ID,
-    VALID_TO,
-    VALID_TO_SNAPSHOT_ID,
-    VERSION,
-    VersionChanges,
-    history_key,
-    version_changes,
-)
+from icetail.sinks.keyed.history_versions import VALID_FROM, VALID_FROM_SNAPSHOT_ID, VALID_TO, VALID_TO_SNAPSHOT_ID
 from icetail.sinks.postgres.types import Column
 
 TIMESTAMPTZ = "timestamp with time zone"
@@ -24,17 +13,3 @@ HISTORY_COLUMNS = (
     Column(VALID_FROM, TIMESTAMPTZ, None),
     Column(VALID_TO, TIMESTAMPTZ, None),
 )
-
-__all__ = [
-    "CLOSE",
-    "CLOSE_FRESH",
-    "HISTORY_COLUMNS",
-    "VALID_FROM",
-    "VALID_FROM_SNAPSHOT_ID",
-    "VALID_TO",
-    "VALID_TO_SNAPSHOT_ID",
-    "VERSION",
-    "VersionChanges",
-    "history_key",
-    "version_changes",
-]

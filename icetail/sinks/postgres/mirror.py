@@ -20,10 +20,11 @@ from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, Sin
 from icetail.kernel.pg_setup import SETUP_FIX, is_setup_problem
 from icetail.kernel.secrets import redact_text
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.keyed.history_versions import history_key, version_changes
 from icetail.sinks.keyed.merge import local_merge
 from icetail.sinks.postgres.apply import Applied, apply_group, apply_mirror, ensure_ledger
 from icetail.sinks.postgres.apply_history import apply_history
-from icetail.sinks.postgres.history import HISTORY_COLUMNS, history_key, version_changes
+from icetail.sinks.postgres.history import HISTORY_COLUMNS
 from icetail.sinks.postgres.schema import Existing, changes, qualified, read_existing, schema_exists
 from icetail.sinks.postgres.types import Column, data_columns, field_id
 from icetail.sinks.postgres.url import MirrorTarget, parse_mirror_url

@@ -52,6 +52,7 @@ from pyiceberg.table import Table, Transaction
 from icetail.sinks.iceberg.mirror.files import (
     AffectedKeys,
     FileTransform,
+    GroupFiles,
     RewriteFiles,
     drop_affected,
     rewrite_in_driver,
@@ -196,7 +197,8 @@ def group_rewrite(
     """The files `predicate` leaves, rewritten by `rewrite` with `transform`, and `appended` written:
     a group's commit, prepared (the mirror's upserts or the history's new versions)."""
     files = [] if isinstance(predicate, AlwaysFalse) else list(table.scan(row_filter=predicate).plan_files())
-    outcomes, spark_tasks = rewrite(table.metadata, table.io, files, affected, transform) if files else ([], 0)
+    group = GroupFiles(table.metadata, table.io, files, affected, transform)
+    outcomes, spark_tasks = rewrite(group) if files else ([], 0)
     written = _dataframe_to_data_files(table.metadata, appended, table.io, uuid.uuid4()) if appended.num_rows else ()
     return GroupRewrite(
         predicate,

@@ -105,21 +105,25 @@ def rewrite_file(
     return FileRewrite(task.file, new, change.affected, change.duplicates)
 
 
+@dataclass(frozen=True)
+class GroupFiles:
+    """The files a group rewrites (their scan tasks, in order) and how: the target's metadata and
+    io, the keys the group affects, the transform of each file's rows."""
+
+    metadata: TableMetadata
+    io: FileIO
+    tasks: Sequence[FileScanTask]
+    affected: AffectedKeys
+    transform: FileTransform
+
+
 # the files' outcomes in `tasks` order, and the Spark tasks that made them (0: the driver did)
-RewriteFiles = Callable[
-    [TableMetadata, FileIO, Sequence[FileScanTask], AffectedKeys, FileTransform], tuple[list[FileRewrite], int]
-]
+RewriteFiles = Callable[[GroupFiles], tuple[list[FileRewrite], int]]
 
 
-def rewrite_in_driver(
-    metadata: TableMetadata,
-    io: FileIO,
-    tasks: Sequence[FileScanTask],
-    affected: AffectedKeys,
-    transform: FileTransform,
-) -> tuple[list[FileRewrite], int]:
+def rewrite_in_driver(group: GroupFiles) -> tuple[list[FileRewrite], int]:
     """Each file in turn, in this process (a group that reads few small files: no Spark job to pay)."""
-    return [rewrite_file(metadata, io, task, affected, transform) for task in tasks], 0
+    return [rewrite_file(group.metadata, group.io, task, group.affected, group.transform) for task in group.tasks], 0
 
 
 def matches(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> np.ndarray:

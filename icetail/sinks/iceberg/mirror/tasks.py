@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import load_file_io
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
@@ -48,6 +48,7 @@ from icetail.sinks.iceberg.mirror.files import (
     AffectedKeys,
     FileRewrite,
     FileTransform,
+    GroupFiles,
     RewriteFiles,
     rewrite_file,
     rewrite_in_driver,
@@ -85,16 +86,14 @@ def in_tasks(files: Sequence[FileScanTask], threshold: int) -> bool:
 def choose_rewrite(session: SessionProvider | None) -> RewriteFiles:
     """The rewrite of a group's files: in Spark tasks when the rule says so and there is a session."""
 
-    def rewrite(
-        metadata: TableMetadata,
-        io: FileIO,
-        files: Sequence[FileScanTask],
-        affected: AffectedKeys,
-        transform: FileTransform,
-    ) -> tuple[list[FileRewrite], int]:
-        if session is None or not in_tasks(files, task_bytes(metadata.properties)) or not _can_map_in_arrow():
-            return rewrite_in_driver(metadata, io, files, affected, transform)
-        return rewrite_in_tasks(session(), metadata, io, files, affected, transform)
+    def rewrite(group: GroupFiles) -> tuple[list[FileRewrite], int]:
+        if (
+            session is None
+            or not in_tasks(group.tasks, task_bytes(group.metadata.properties))
+            or not _can_map_in_arrow()
+        ):
+            return rewrite_in_driver(group)
+        return rewrite_in_tasks(session(), group)
 
     return rewrite
 
@@ -111,15 +110,9 @@ def _can_map_in_arrow() -> bool:
     return False
 
 
-def rewrite_in_tasks(
-    spark: Any,
-    metadata: TableMetadata,
-    io: FileIO,
-    files: Sequence[FileScanTask],
-    affected: AffectedKeys,
-    transform: FileTransform,
-) -> tuple[list[FileRewrite], int]:
-    """`rewrite_file` of every file in one Spark job; the outcomes in `files` order, the tasks used."""
+def rewrite_in_tasks(spark: Any, group: GroupFiles) -> tuple[list[FileRewrite], int]:
+    """`rewrite_file` of every file in one Spark job; the outcomes in `group.tasks` order, the tasks used."""
+    metadata, io, files, affected = group.metadata, group.io, group.tasks, group.affected
     groups = balanced_groups([t.file.file_size_in_bytes for t in files], TASKS_PER_CORE * _parallelism(spark))
     job = _RewriteJob(
         layout(metadata),
@@ -129,7 +122,7 @@ def rewrite_in_tasks(
         tuple(tuple(g) for g in groups),
         affected.key,
         affected.to_ipc(),
-        transform,
+        group.transform,
     )
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -22,7 +22,7 @@ def _equality_delete(tmp_path: Path, name: str, ids: list[int]) -> DeleteFileRef
     field = pa.field("id", pa.int64(), metadata={b"PARQUET:field_id": b"1"})
     pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}, schema=pa.schema([field])), path)
     return DeleteFileRef(
-        f"file://{path}", "PARQUET", DeleteContent.EQUALITY, len(ids), path.stat().st_size, 0, "()", 9, (1,)
+        f"file://{path}", "PARQUET", len(ids), path.stat().st_size, 0, "()", 9, DeleteContent.EQUALITY, (1,)
     )
 
 
