@@ -20,8 +20,8 @@ from icetail.monitor.engine.api import read_changes
 from icetail.monitor.planning.lineage import HistoryExpiredError
 from icetail.state.checkpoint import Cursor
 from icetail.state.store import open_store
-from tests.pipeline import test_run_cli
-from tests.pipeline.test_run_cli import (
+from tests.pipeline import run_cli_support
+from tests.pipeline.run_cli_support import (
     Env,
     assert_one_line_error,
     dump_state,
@@ -32,9 +32,9 @@ from tests.pipeline.test_run_cli import (
 from tests.support.processes import run_icetail
 from tests.support.sinks import read_parquet_sink
 
-# the fixtures of test_run_cli: one catalog with the shared table, icetail run in this process
-env = test_run_cli.env
-in_process = test_run_cli.in_process
+# the fixtures of run_cli_support: one catalog with the shared table, icetail run in this process
+env = run_cli_support.env
+in_process = run_cli_support.in_process
 
 
 def _pasted(line: str, command: str) -> list[str]:
@@ -149,7 +149,6 @@ def test_sink_and_branch_hints_name_the_store_and_work_when_pasted(
     branch = run_icetail([*run_args(state, tmp_path / "b", "hint"), "--branch", "audit"], env.child)
     line = assert_one_line_error(branch, 2, "follows branch 'main'")
     assert _pasted(line, "reset")[:3] == ["reset", "--state", state]
-
 
 
 def test_a_first_run_whose_sink_cannot_open_records_nothing(

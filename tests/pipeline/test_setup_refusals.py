@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline import test_run_cli
-from tests.pipeline.test_run_cli import SHARED, Env, assert_one_line_error
+from tests.pipeline import run_cli_support
+from tests.pipeline.run_cli_support import SHARED, Env, assert_one_line_error
 from tests.support.processes import REPO_ROOT, run_icetail
 from tests.support.stores import PG_URL, pg_unavailable
 
 pytestmark = pytest.mark.once  # line-independent processes (tests/conftest.py: ONCE_ON_SPARK35)
 
-env = test_run_cli.env  # one catalog holding the five-snapshot table ns.shared
+env = run_cli_support.env  # one catalog holding the five-snapshot table ns.shared
 
 HOST = PG_URL.removeprefix("postgresql://").split("@", 1)[1].split("/", 1)[0]  # 127.0.0.1:5432
 CLOSED = "postgresql://postgres@127.0.0.1:1/test"  # nothing listens on port 1
@@ -57,7 +57,7 @@ def _run(
     env: Env, tmp_path: Path, sink: str, *extra: str, state: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     state = state or f"sqlite:///{tmp_path / 'state.db'}"
-    args = ["run", "--catalog", test_run_cli.CATALOG, "--table", SHARED, "--state", state, "--sink", sink, *extra]
+    args = ["run", "--catalog", run_cli_support.CATALOG, "--table", SHARED, "--state", state, "--sink", sink, *extra]
     return run_icetail(args, env.child, cwd=tmp_path, timeout=120)
 
 
@@ -131,7 +131,7 @@ def _without_psycopg(env: Env, tmp_path: Path, *args: str) -> subprocess.Complet
 def test_a_mirror_without_psycopg_names_the_extra_and_creates_nothing(env: Env, tmp_path: Path) -> None:
     """Issue 33.1: `unexpected error: ModuleNotFoundError`, exit 1, after the state file was created."""
     state = f"sqlite:///{tmp_path / 'state.db'}"
-    args = ["run", "--catalog", test_run_cli.CATALOG, "--table", SHARED, "--state", state]
+    args = ["run", "--catalog", run_cli_support.CATALOG, "--table", SHARED, "--state", state]
     refused = _without_psycopg(env, tmp_path, *args, "--sink", f"{PG_URL}?table=s.t", "--identifier-columns", "id")
     assert_one_line_error(refused, 2, "needs psycopg, which is not installed; pip install 'icetail[postgres]'")
     _nothing_created(tmp_path)
@@ -160,7 +160,7 @@ def test_spark_connect_without_its_client_is_named_before_anything_is_created(en
         pytest.skip("the connect extra is installed here")
     remote_env = {**env.child, "SPARK_REMOTE": "sc://127.0.0.1:1"}
     state = f"sqlite:///{tmp_path / 'state.db'}"
-    args = ["run", "--catalog", test_run_cli.CATALOG, "--table", SHARED, "--state", state]
+    args = ["run", "--catalog", run_cli_support.CATALOG, "--table", SHARED, "--state", state]
     refused = run_icetail([*args, "--sink", f"jsonl://{tmp_path}/o.jsonl"], remote_env, cwd=tmp_path, timeout=120)
     assert_one_line_error(refused, 2, "SPARK_REMOTE=sc://127.0.0.1:1", "pip install 'icetail[connect]'")
     _nothing_created(tmp_path)

@@ -19,7 +19,7 @@ from icetail.kernel import seams
 HOLD_POLL_SECONDS = 0.05  # how soon a removed hold file is noticed; no outcome depends on it
 # while the file it names exists, every committed chunk (group, partition) is followed by a wait
 # until a stop request or the file's removal, so a test can act on a batch that is certainly in
-# progress (tests/service/test_serve_process.py, tests/pipeline/test_run_cli.py)
+# progress (tests/service/test_serve_process.py, tests/pipeline/test_cli_leases.py)
 HOLD_AFTER_CHUNK_ENV = "ICETAIL_TEST_HOLD_AFTER_CHUNK"
 # while the file it names exists, a BackgroundSession's start waits before it asks for the JVM,
 # so a test can stop a run whose session is provably still starting instead of racing the JVM's start
