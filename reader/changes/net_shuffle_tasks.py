@@ -12,14 +12,12 @@ the same rows for the same output.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icetail.kernel.errors import IcetailError
 from icetail.reader.changes.net import (
     ROW_KEY,
     NetChanges,
@@ -30,28 +28,29 @@ from icetail.reader.changes.net import (
 )
 from icetail.reader.changes.reconcile import HIDDEN_PREFIX, cancelled_rows, lineage_pairs
 from icetail.reader.changes.shuffle_tasks import (
+    ERROR_KIND,
+    META_KIND,
     ORDER_COLUMN,
-    READ_CHUNK_ROWS,
     change_counts,
     ipc_bytes,
     partitioned_rows,
+    read_in_plan_order,
     release_memory,
-    with_order,
     with_order_fields,
 )
 from icetail.reader.changes.stable_hash import hashable_columns
-from icetail.reader.spark.payloads import SplitRequest, task_error
+from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.split.context import ReadContext
 from icetail.reader.split.equality import row_codes
 from icetail.reader.split.metadata_columns import CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID
-from icetail.reader.split.read import read_split
 from icetail.reader.split.row_lineage import ROW_ID, without_lineage
 
 if TYPE_CHECKING:
     from icetail.reader.changes.net_shuffle import NetShuffleSpec
     from icetail.reader.changes.shuffle import ShuffleOutput
 
-_META, _ERROR, _FLAG, _PROBE, _PAIRS = "meta", "error", "flag", "probe", "pairs:D"
+_META, _ERROR = META_KIND, ERROR_KIND  # records of the read (read_in_plan_order)
+_FLAG, _PROBE, _PAIRS = "flag", "probe", "pairs:D"
 _NEXT = {"A": "rows:B", "B": "rows:C", "C": "rows:D"}
 TAG = HIDDEN_PREFIX + "net_pair"  # stage C's input: 0 a single change, 1 a changed lineage pair, 2 an unchanged one
 _SINGLE, _CHANGED, _UNCHANGED = 0, 1, 2
@@ -63,27 +62,14 @@ def net_read_task(
     context: ReadContext, spec: NetShuffleSpec, part: Iterable[list[tuple[int, SplitRequest]]]
 ) -> Iterator[_Record]:
     """Read the task's splits; rows go to their first stage's partitions, metadata to `first_output`."""
-    for task in part:
-        for split_index, request in task:
-            seq = 0
-            try:
-                for chunk in read_split(
-                    context,
-                    request.split,
-                    chunk_rows=min(spec.chunk_rows or READ_CHUNK_ROWS, READ_CHUNK_ROWS),
-                    with_row_lineage=request.with_row_lineage,
-                ):
-                    key = (0, split_index, chunk.row_start_inclusive)
-                    yield spec.first_output, (key, _META, replace(chunk, batch=None))
-                    if chunk.batch is None or not chunk.batch.num_rows:
-                        continue
-                    rows = with_order(pa.Table.from_batches([chunk.batch]), split_index, seq)
-                    seq += rows.num_rows
-                    yield from routed(spec, rows, key)
-            except (IcetailError, OSError, pa.ArrowException) as exc:
-                yield spec.first_output, ((0, split_index, -1), _ERROR, task_error(exc, request))
-                return
-    release_memory()
+    yield from read_in_plan_order(
+        context,
+        part,
+        spec.chunk_rows,
+        spec.first_output,
+        lambda split, row: (0, split, row),
+        lambda rows, key: routed(spec, rows, key),
+    )
 
 
 def routed(spec: NetShuffleSpec, rows: pa.Table, key: tuple[int, int, int]) -> Iterator[_Record]:

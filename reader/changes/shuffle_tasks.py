@@ -7,9 +7,9 @@ column, so every partition is reconciled in plan order whatever order the shuffl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,7 @@ _IPC = pa.ipc.IpcWriteOptions(compression="lz4")  # rows cross the shuffle once,
 # ones), and nothing here is committed per chunk, so the cut changes neither rows nor their order.
 READ_CHUNK_ROWS = 131_072
 _Record = tuple[int, tuple[tuple[int, int], str, Any]]  # (partition, (sort key, kind, payload))
+K = TypeVar("K")  # a read record's sort key: (split, row) here, (stage, split, row) in the net fold
 
 
 def read_task(
@@ -47,7 +48,27 @@ def read_task(
     """Read the task's splits; each chunk's rows go to their phase-1 partitions, its metadata to
     the partition that carries it on (phase 1's 0 with lineage, else `first_output`)."""
     columns = _phase1_columns(spec)
+
+    def route(rows: pa.Table, key: tuple[int, int]) -> Iterator[_Record]:
+        for target, piece in _partitioned(rows, columns, spec.partitions):
+            if spec.lineage_pairing or target >= spec.first_output:
+                yield target, (key, _ROWS, _ipc(piece))
+
     meta_to = 0 if spec.lineage_pairing else spec.first_output
+    yield from read_in_plan_order(context, part, spec.chunk_rows, meta_to, lambda split, row: (split, row), route)
+
+
+def read_in_plan_order(
+    context: ReadContext,
+    part: Iterable[list[tuple[int, SplitRequest]]],
+    chunk_rows: int | None,
+    meta_to: int,
+    key_of: Callable[[int, int], K],
+    route: Callable[[pa.Table, K], Iterator[tuple[int, tuple[K, str, Any]]]],
+) -> Iterator[tuple[int, tuple[K, str, Any]]]:
+    """A read task of a shuffle (this one's or the net fold's): each chunk's metadata to `meta_to`
+    under `key_of(split index, first row)`, its change rows with their place in the plan to `route`.
+    A read error (or one `route` raises) is one error record to `meta_to` and ends the task."""
     for task in part:
         for split_index, request in task:
             seq = 0  # change rows of the split before this chunk's
@@ -55,20 +76,18 @@ def read_task(
                 for chunk in read_split(
                     context,
                     request.split,
-                    chunk_rows=min(spec.chunk_rows or READ_CHUNK_ROWS, READ_CHUNK_ROWS),
+                    chunk_rows=min(chunk_rows or READ_CHUNK_ROWS, READ_CHUNK_ROWS),
                     with_row_lineage=request.with_row_lineage,
                 ):
-                    key = (split_index, chunk.row_start_inclusive)
+                    key = key_of(split_index, chunk.row_start_inclusive)
                     yield meta_to, (key, _META, replace(chunk, batch=None))
                     if chunk.batch is None or not chunk.batch.num_rows:
                         continue
                     rows = _with_order(pa.Table.from_batches([chunk.batch]), split_index, seq)
                     seq += rows.num_rows
-                    for target, piece in _partitioned(rows, columns, spec.partitions):
-                        if spec.lineage_pairing or target >= spec.first_output:
-                            yield target, (key, _ROWS, _ipc(piece))
+                    yield from route(rows, key)
             except (IcetailError, OSError, pa.ArrowException) as exc:
-                yield meta_to, ((split_index, -1), _ERROR, task_error(exc, request))
+                yield meta_to, (key_of(split_index, -1), _ERROR, task_error(exc, request))
                 return
     _release_memory()
 
@@ -199,3 +218,4 @@ partitioned_rows = _partitioned
 ipc_bytes = _ipc
 change_counts = _counts
 release_memory = _release_memory
+META_KIND, ERROR_KIND = _META, _ERROR  # the kinds of read_in_plan_order's metadata and error records
