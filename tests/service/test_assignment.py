@@ -116,3 +116,45 @@ def test_a_claim_takes_over_only_from_a_replica_whose_lease_is_no_longer_held(st
             assert mine.replicas_alive() == 2  # itself and the live peer: a gone process is not alive
         finally:
             mine.stop()
+
+
+def test_replicas_of_a_pattern_stay_one_group_while_they_see_its_tables_at_different_polls(
+    state_url: str, tmp_path: Path
+) -> None:
+    """A table created under a pattern is found by each replica at its own next poll: until then one
+    replica holds a consumer more than the other. Their registry group is the configuration's (its
+    plain consumers and its patterns), not the tables found so far, so they keep counting each other
+    as one group, and their fair shares, across that window."""
+    import yaml
+
+    from icetail.monitor.cli.main import build_parser
+    from icetail.monitor.service.config import build_service_config
+
+    path = tmp_path / "icetail.yaml"
+    entry = {"namespace": "sales", "include": "orders_*", "sink": f"parquet://{tmp_path}/out"}
+    path.write_text(yaml.safe_dump({"catalog": "cat", "state": state_url, "tables": [entry]}))
+    config = build_service_config(build_parser().parse_args(["serve", "--config", str(path)]), environ={})
+    (pattern,) = config.patterns
+    ahead = Assignment((), lambda url: 0, beat_s=1, patterns=[pattern])
+    behind = Assignment((), lambda url: 0, beat_s=1, patterns=[pattern])
+    # two live replicas of this host (one process here: a replica whose pid is this process's own
+    # but whose token is not counts as an older run of it, gone)
+    ahead.me = ReplicaId(ahead.me.host, os.getppid(), "a7ead000")
+    behind.me = ReplicaId(ahead.me.host, os.getppid(), "b3h1nd00")
+    ahead.add(pattern.pipeline("orders_eu"))  # found by one replica's poll, not yet by the other's
+    with open_store(state_url) as store:
+        store.ensure_consumer(
+            pattern.pipeline("orders_eu").consumer_id, "cat", "sales.orders_eu", Cursor.before_first_snapshot()
+        )
+    try:
+        behind.beat(first=True)
+        ahead.beat(first=True)
+        assert ahead.replicas_alive() == 2
+        behind.beat()
+        assert behind.replicas_alive() == 2
+        ahead.add(pattern.pipeline("orders_us"))  # more tables found: still the same group
+        ahead.beat()
+        assert ahead.replicas_alive() == 2
+    finally:
+        for replica in (ahead, behind):
+            replica.stop()
