@@ -19,6 +19,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from icetail.kernel.errors import ConfigError
+from icetail.kernel.names import CONSUMER_ID_FORM, is_consumer_id
 from icetail.kernel.secrets import redact_text, redacted_repr
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.sinks.urls import parse_sink_url
@@ -65,7 +66,13 @@ class TablePattern:
         return fnmatchcase(name, self.include) and not any(fnmatchcase(name, e) for e in self.exclude)
 
     def pipeline(self, name: str) -> PipelineConfig:
-        """The table `name`'s own settings; ConfigError if its name makes no valid consumer id."""
+        """The table `name`'s own settings; ConfigError if its name makes no valid consumer id, or is
+        not one plain name (it fills the sink's path: `..` or a separator would write elsewhere)."""
+        if not is_consumer_id(name):
+            raise ConfigError(
+                f"table {self.namespace}.{name!r} is not followed by a pattern: its name fills the sink and "
+                f"consumer templates and must be {CONSUMER_ID_FORM}; follow it with its own table entry"
+            )
         consumer = None if self.consumer_template is None else fill(self.consumer_template, self.namespace, name)
         return dataclasses.replace(
             self.template,

@@ -154,3 +154,24 @@ def test_each_poll_follows_the_tables_created_since_and_reports_a_namespace_that
         gone = followed.poll()
         assert gone.new == () and len(gone.errors) == 1 and isinstance(gone.errors[0], TableNotFoundError)
         assert "namespace 'sales' does not exist in catalog 'pat'" in str(gone.errors[0])
+
+
+def test_a_table_whose_name_would_leave_the_sinks_folder_is_not_followed(tmp_path: Path) -> None:
+    """A catalog may hold tables named `..` or `x/../y` (pyiceberg's SQL catalog takes them): such a
+    name fills the sink template's path, so a pattern does not follow it (one log line, not an error
+    of the poll) and follows the tables with plain names."""
+    cat = new_catalog(tmp_path / "src", "pat")
+    catalog = cat.catalog()
+    catalog.create_namespace("sales")
+    for name in ("..", "x/../y", "a b", "orders_ok"):
+        catalog.create_table(("sales", name), ROWS.schema)
+    sink = f"parquet://{tmp_path}/out/{{table}}/"
+    config = build(tmp_path, {**TOP, "catalog": "pat", "sink": sink, "tables": [{"namespace": "sales"}]})
+    (pattern,) = config.patterns
+    for hostile in ("..", "x/../y", "a b", "."):
+        with pytest.raises(ConfigError, match="is not followed by a pattern"):
+            pattern.pipeline(hostile)
+    with catalogs_in_process(cat):
+        listing = FollowedTables(config.pipelines, config.patterns, CatalogLister()).poll()
+    assert ([p.table for p in listing.new], listing.errors) == (["sales.orders_ok"], ())
+    assert listing.new[0].sink_url == f"parquet://{tmp_path}/out/orders_ok/"
