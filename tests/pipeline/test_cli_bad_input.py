@@ -32,6 +32,7 @@ from tests.support.sinks import read_parquet_sink
 
 env = run_cli_support.env
 in_process = run_cli_support.in_process
+seeded_state = run_cli_support.seeded_state  # base_state copies it
 base_state = run_cli_support.base_state
 
 

@@ -35,6 +35,7 @@ from tests.support.processes import icetail_command, icetail_lines, run_icetail
 from tests.support.sinks import read_parquet_sink
 
 env = run_cli_support.env
+seeded_state = run_cli_support.seeded_state  # base_state copies it
 base_state = run_cli_support.base_state
 
 

@@ -34,6 +34,7 @@ from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailab
 
 env = run_cli_support.env
 in_process = run_cli_support.in_process
+seeded_state = run_cli_support.seeded_state  # base_state copies it
 base_state = run_cli_support.base_state
 
 
