@@ -122,8 +122,7 @@ class Bench:
                 lease = checkpoint.lease
                 live = lease is not None and lease.expires_at_ms > checkpoint.as_of_ms
                 owner = lease.owner.split(":")[1] if live and lease is not None else None
-                done = checkpoint.cursor.snapshot_id if checkpoint.inflight is None else None
-                out[table] = (done, owner)
+                out[table] = (checkpoint.cursor.snapshot_id, owner)  # the last snapshot delivered whole
         return out
 
     def caught_up(self) -> dict[str, list[str]] | None:
@@ -243,7 +242,8 @@ def run(bench: Bench) -> None:
         serve.signal(signal.SIGTERM)
         code = serve.wait(120)
         bench.replicas.remove(serve)
-        bench.start(f"{serve.name}+")
+        fresh = bench.start(f"{serve.name}+")
+        fresh.wait_status("/readyz", 200, 600)  # as a RollingUpdate waits for the new pod's readiness
         print(f"rolled {serve.name} (exit {code}) at {time.monotonic() - rolled:.0f}s")
     wait_for(bench.caught_up, 600, "every table caught up after the rolling restart")
     stop.set()
