@@ -21,6 +21,7 @@ from icetail.kernel.errors import (
     StateUnavailableError,
     message_line,
 )
+from icetail.kernel.pg_session import client_bounds, server_bounds_sql
 from icetail.kernel.pg_setup import SETUP_FIX, is_setup_problem
 from icetail.state.urls import PostgresLocation
 
@@ -31,9 +32,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CONNECT_TIMEOUT_S = 10
 DEFAULT_LOCK_TIMEOUT_MS = 10_000  # a writer stuck behind a dead session fails (transiently) instead of hanging
-# a call cut off by the network fails within about half a minute instead of the OS's 15 minutes (unacknowledged
-# data) or two hours (an idle keepalive); the lease deadline keeps the sink safe meanwhile (lease_clock.py)
-TCP_BOUNDS = {"keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": 30_000}
+# a store transaction is a few statements in a row: idle longer inside one, its client is gone (pg_session.py);
+# the server then ends it and frees the consumer's row for the replica taking the consumer over
+IDLE_IN_TRANSACTION_MS = 5_000
 _MIGRATION_LOCK_KEY = 0x1CE7A11  # first half of the advisory lock key; the second is the schema
 
 
@@ -107,7 +108,7 @@ class PostgresBackend:
         extra: dict[str, Any] = {}
         if "connect_timeout" not in self._location.conninfo:
             extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
-        extra |= {name: value for name, value in TCP_BOUNDS.items() if name not in self._location.conninfo}
+        extra |= client_bounds(self._location.conninfo)  # the lease deadline keeps the sink safe meanwhile
         try:
             conn = psycopg.connect(self._location.conninfo, autocommit=True, **extra)
         except psycopg.OperationalError as exc:
@@ -124,6 +125,7 @@ class PostgresBackend:
                 # The name matched a lower-case identifier pattern in urls.py, so quoting it is safe.
                 conn.execute(f'SET search_path TO "{self._location.schema}"')
             conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
+            conn.execute(*server_bounds_sql(IDLE_IN_TRANSACTION_MS))
         except psycopg.Error as exc:
             conn.close()
             raise self.translate(exc) from exc

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, SinkSetupError, message_line
+from icetail.kernel.pg_session import client_bounds, server_bounds_sql
 from icetail.kernel.pg_setup import SETUP_FIX, is_setup_problem
 from icetail.kernel.secrets import redact_text
 from icetail.sinks.base import ChunkKey
@@ -31,6 +32,9 @@ from icetail.sinks.postgres.url import MirrorTarget, parse_mirror_url
 
 log = logging.getLogger("icetail.sinks.postgres")
 CONNECT_TIMEOUT_S = 10
+# a group's transaction merges and encodes rows between its statements (seconds for a big group); idle
+# a minute inside one, its client is gone: the server ends it and frees the target's rows (pg_session.py)
+IDLE_IN_TRANSACTION_MS = 60_000
 
 
 class PostgresMirrorSink:
@@ -208,7 +212,11 @@ def connect(target: MirrorTarget) -> Any:
 
     try:
         conn = psycopg.connect(
-            target.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="icetail"
+            target.conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name="icetail",
+            **client_bounds(target.conninfo),
         )
     except psycopg.ProgrammingError as exc:  # a parameter this libpq does not know
         raise ConfigError(f"sink URL {target.identity!r} is not usable: {redact_text(message_line(exc))}") from None
@@ -221,6 +229,7 @@ def connect(target: MirrorTarget) -> Any:
         ) from None
     try:
         conn.execute("SELECT set_config('lock_timeout', %s, false)", (target.lock_timeout,))
+        conn.execute(*server_bounds_sql(IDLE_IN_TRANSACTION_MS))
     except psycopg.Error as exc:
         conn.close()
         raise SinkError(f"sink {target.identity} failed: {redact_text(message_line(exc))}; retry") from None
