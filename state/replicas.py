@@ -25,6 +25,14 @@ from icetail.state.store import SqlCheckpointStore
 
 # a replica gone this long (no heartbeat, never left: SIGKILL) is forgotten by the next one to beat
 FORGET_AFTER_MS = 24 * 3600 * 1000
+# appended to its group's key while a replica cannot deliver yet (its Spark session starts): it is a
+# registered replica (its leases are a replica's) that no share counts, as if of another configuration
+STARTING_SUFFIX = "~starting"
+
+
+def starting_key(group: str) -> str:
+    """The key a replica of `group` registers under while it cannot deliver yet."""
+    return group + STARTING_SUFFIX
 
 _REPLICA_COLUMNS = "replica, group_key, host, pid, started_at_ms, heartbeat_at_ms, expires_at_ms"
 
@@ -58,6 +66,11 @@ class Replica:
     started_at_ms: int
     heartbeat_at_ms: int
     expires_at_ms: int
+
+    @property
+    def starting(self) -> bool:
+        """Registered while its Spark session starts: counted in no group's shares yet."""
+        return self.group.endswith(STARTING_SUFFIX)
 
     def is_live(self, now_ms: int, me: str = "") -> bool:
         """Its heartbeat has not expired, and (on this host) its process still runs; `me` is this process's."""

@@ -196,7 +196,11 @@ def live_replicas(store: CheckpointStore) -> list[str]:
 
     if not isinstance(store, SqlCheckpointStore):
         return []
-    return [replica.name for replica, live in ReplicaRegistry(store).replicas() if live]
+    return [
+        replica.name + (" (starting)" if replica.starting else "")
+        for replica, live in ReplicaRegistry(store).replicas()
+        if live
+    ]
 
 
 def _stop_text(report: dict[str, Any]) -> str:

@@ -7,7 +7,12 @@ consumers this replica holds, so an idle consumer keeps its lease between cycles
 
 A consumer's cycle asks `claim` before it opens the consumer: a consumer whose lease another live
 process holds is skipped (not a failure), and a replica claims free or expired consumers only up
-to its fair share, ceil(consumers / live replicas). After a cycle that committed its batches, a
+to its fair share, ceil(consumers / live replicas). A replica registers (is counted in the others'
+shares) only once it can deliver, its Spark session started: one that joins while its JVM starts
+would otherwise be handed consumers it cannot read for tens of seconds (a rolling restart's lag).
+Until then it registers as starting (a replica, whose leases are a replica's, in no share) and
+claims nothing while other replicas live; alone, it claims at once, its first cycles opening stores
+and planning while the JVM starts. After a cycle that committed its batches, a
 replica above its share whose peers have room `release`s that consumer: a hand-over at a batch
 boundary, never by racing a lease mid-write. The claim itself is the store's `acquire_lease`, one
 transaction that locks the consumer's row: two replicas claiming one consumer cannot both win. The
@@ -25,7 +30,7 @@ from contextlib import contextmanager
 from icetail.kernel.errors import ConfigError, IcetailError, message_line
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.table_patterns import TablePattern
-from icetail.state.replicas import ReplicaId, ReplicaRegistry, Roster, group_key
+from icetail.state.replicas import ReplicaId, ReplicaRegistry, Roster, group_key, starting_key
 from icetail.state.store import SqlCheckpointStore, open_store
 from icetail.state.urls import new_sqlite_file, remove_sqlite_file
 
@@ -59,9 +64,12 @@ class Assignment:
         *,
         beat_s: float,
         patterns: Sequence[TablePattern] = (),
+        deliverable: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`deliverable()`: whether this replica can deliver now (its Spark session started)."""
         self.me = ReplicaId.of_this_process()
         self._held = held
+        self._deliverable = deliverable
         self._beat_s = beat_s
         templates = [*pipelines, *(p.template for p in patterns)]
         self._ttl_s = max(p.lease_ttl_seconds for p in templates)  # a replica's heartbeat outlives its leases
@@ -108,8 +116,9 @@ class Assignment:
             self.beat()
 
     def beat(self, *, first: bool = False) -> None:
-        """Renew this replica's heartbeat in each store and read its roster; a store that fails keeps
-        its last roster (its consumers' own cycles report the store), except a refusal of this replica."""
+        """Renew this replica's heartbeat in each store (as starting while it cannot deliver yet) and
+        read its roster; a store that fails keeps its last roster (its consumers' own cycles report the
+        store), except a refusal of this replica."""
         for url, consumers in self._consumers.items():
             try:
                 if url not in self._stores:
@@ -118,7 +127,8 @@ class Assignment:
                     if created is not None:
                         self._created[url] = created
                 registry = ReplicaRegistry(self._stores[url])
-                registry.heartbeat(self.me, self._groups[url], self._ttl_s)
+                group = self._groups[url]
+                registry.heartbeat(self.me, group if self._deliverable() else starting_key(group), self._ttl_s)
                 roster = registry.roster(self.me, self._groups[url], consumers)
             except ConfigError:
                 if first:
@@ -178,6 +188,9 @@ class Assignment:
             roster = self._rosters.get(config.state_url)
         return roster is not None and owner in roster.registered
 
+    def _others_live(self, roster: Roster) -> bool:
+        return any(r.name != self.owner for r in roster.live)
+
     def _live(self, roster: Roster) -> int:
         return len(roster.live) + (0 if any(r.name == self.owner for r in roster.live) else 1)
 
@@ -225,6 +238,8 @@ class Assignment:
             holder = roster.holder(config.consumer_id) if roster is not None else None
             if holder is not None and holder != self.owner:
                 reason = f"leased to {holder}"
+            elif roster is not None and not self._deliverable() and self._others_live(roster):
+                reason = "this replica's Spark session is starting; the live replicas deliver meanwhile"
             elif roster is not None and self._held(url) + self._claiming[url] >= self._share(url, roster):
                 reason = f"this replica holds its share ({self._share(url, roster)}) of {len(self._consumers[url])}"
             if reason is None:

@@ -96,7 +96,9 @@ class Service(ReplicaJobs):
         self._followed = FollowedTables(config.pipelines, config.patterns, lister or CatalogLister())
         ttl = min(p.lease_ttl_seconds for p in config.templates)
         beat_s = beat_seconds(config.interval_seconds, ttl)
-        self.assignment = Assignment(config.pipelines, self._held, beat_s=beat_s, patterns=config.patterns)
+        self.assignment = Assignment(
+            config.pipelines, self._held, beat_s=beat_s, patterns=config.patterns, deliverable=self._can_deliver
+        )
         self._watch_replicas()
         for p in config.pipelines:
             self._follow(p)
@@ -109,9 +111,13 @@ class Service(ReplicaJobs):
         first failed cycle until its next successful one (a retrying consumer makes no progress).
         The reason names every consumer that is not ready, stopped ones first. One replica of several
         answers for the consumers it holds or is claiming only (a replica holding nothing because the
-        others hold everything is ready), and is not ready while it holds more than its fair share.
+        others hold everything is ready), and is not ready while it holds more than its fair share or
+        while its Spark session starts (a rolling update must not stop an old replica for a new one that
+        cannot deliver yet).
         """
         stopped, failing, starting = [], [], []
+        if not self._can_deliver():
+            starting.append("the Spark session is starting")
         for consumer, job in list(self._jobs.items()):
             failures = f"{job.consecutive_failures} consecutive failures: {job.last_error}"
             if job.elsewhere:
@@ -189,6 +195,11 @@ class Service(ReplicaJobs):
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _can_deliver(self) -> bool:
+        """Whether this process's Spark session is up and warm (a replica registers only then)."""
+        session = self._spark
+        return session is not None and not getattr(session, "warming_up", False)
 
     # the followed tables ---------------------------------------------------------------
     def _follow(self, config: PipelineConfig) -> None:

@@ -44,6 +44,7 @@ class BackgroundSession:
         self._closing = False
         self._warming: Any = None  # the SparkContext while its warm-up job runs
         self._group = f"icetail-warmup-{uuid.uuid4().hex[:8]}"
+        self._settled = threading.Event()  # the start and the warm-up are over, however they ended
         self._children_before = frozenset(child_processes())  # a JVM running already is never abandon()'s
         self._thread = threading.Thread(
             target=self._start, args=(app_name, conf), name="icetail-session-start", daemon=True
@@ -57,6 +58,11 @@ class BackgroundSession:
     def starting(self) -> bool:
         """The JVM start has not finished (neither succeeded nor failed) yet."""
         return not self._future.done()
+
+    @property
+    def warming_up(self) -> bool:
+        """The JVM still starts, or its Python workers' warm-up job still runs: a job now would wait."""
+        return not self._settled.is_set()
 
     def close(self) -> None:
         """Wait for the start to finish, cancel the warm-up job if it runs and wait for it too.
@@ -94,6 +100,12 @@ class BackgroundSession:
             self.close()
 
     def _start(self, app_name: str, conf: Mapping[str, str] | None) -> None:
+        try:
+            self._start_and_warm(app_name, conf)
+        finally:
+            self._settled.set()
+
+    def _start_and_warm(self, app_name: str, conf: Mapping[str, str] | None) -> None:
         try:
             from pyspark import SparkContext
 

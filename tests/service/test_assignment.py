@@ -158,3 +158,39 @@ def test_replicas_of_a_pattern_stay_one_group_while_they_see_its_tables_at_diffe
     finally:
         for replica in (ahead, behind):
             replica.stop()
+
+
+def test_a_replica_whose_spark_session_starts_is_not_counted_and_claims_nothing_while_others_deliver(
+    state_url: str,
+) -> None:
+    """A joining replica is counted in the shares once it can deliver: counted earlier, the others would
+    hand it consumers it cannot read while its JVM starts (a rolling restart's lag). Alone, it claims at
+    once. Meanwhile it is a registered replica (a lease of its is a replica's, not a foreign run's)."""
+    configs = _configs(state_url)
+    can_deliver = False
+    mine = Assignment(configs, lambda url: 0, beat_s=1, deliverable=lambda: can_deliver)
+    peer = ReplicaId(mine.me.host, os.getppid(), "9ee79ee7")  # a live process of this host
+    with open_store(state_url) as store:
+        for c in CONSUMERS:
+            store.ensure_consumer(c, "cat", f"db.{c}", Cursor.before_first_snapshot())
+        registry = ReplicaRegistry(store)
+        mine.start(lambda: None)
+        try:
+            ((registered, _),) = registry.replicas()  # registered as starting: a replica, counted by no share
+            assert (registered.name, registered.starting) == (mine.owner, True)
+            with mine.claim(configs[0]) as refused:
+                assert refused is None  # alone: its first cycles plan while the JVM starts
+            registry.heartbeat(peer, group_key(CONSUMERS), 60)
+            mine.beat()
+            assert ReplicaRegistry(store).roster(peer, group_key(CONSUMERS), CONSUMERS).live[0].name == peer.name
+            assert len(ReplicaRegistry(store).roster(peer, group_key(CONSUMERS), CONSUMERS).live) == 1
+            with mine.claim(configs[0]) as refused:
+                assert refused is not None and "Spark session is starting" in refused
+            can_deliver = True
+            mine.beat()
+            assert {r.name: r.starting for r, _ in registry.replicas()} == {mine.owner: False, peer.name: False}
+            assert mine.replicas_alive() == 2
+            with mine.claim(configs[0]) as refused:
+                assert refused is None
+        finally:
+            mine.stop()

@@ -135,6 +135,7 @@ deadline = time.monotonic() + 60
 while not child_processes() and time.monotonic() < deadline:  # the launcher is running
     time.sleep(0.02)
 launched = sorted(child_processes())
+warming_before = session.warming_up  # a JVM still starting: a job now would wait
 started = time.monotonic()
 session.abandon()
 seconds = round(time.monotonic() - started, 3)
@@ -143,7 +144,7 @@ try:
     ended = "started"
 except Exception as exc:
     ended = type(exc).__name__
-print(len(launched), seconds, ended, sorted(child_processes()))
+print(len(launched), seconds, ended, warming_before, session.warming_up, sorted(child_processes()))
 """
 
 
@@ -154,8 +155,9 @@ def test_abandon_stops_a_jvm_that_is_still_starting(java: CountingJava, tmp_path
         [sys.executable, "-c", ABANDON_SCRIPT], env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    launched, seconds, ended, left = done.stdout.split(maxsplit=3)
+    launched, seconds, ended, warming_before, warming_after, left = done.stdout.split(maxsplit=5)
     assert int(launched) >= 1 and ended != "started" and left.strip() == "[]", done.stdout
+    assert (warming_before, warming_after) == ("True", "False"), done.stdout  # settled however the start ended
     assert float(seconds) < 2.0, done.stdout
     assert [pid for pid in java.pids() if process_is_running(pid)] == []
 
