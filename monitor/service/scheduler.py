@@ -348,6 +348,7 @@ class Service(ReplicaJobs):
             if ending.setup_error is not None:
                 self._setup_error = ending.setup_error
             self._fatal = ending.reason
+            self._stop.set()  # no tick starts another cycle before the run loop sees the ending (a busy host)
 
 
 def staggered_starts(count: int, interval_seconds: float) -> list[datetime.datetime]:
