@@ -17,9 +17,10 @@ printed as it is measured:
 * death: the replica holding the most consumers is SIGKILLed, one row is appended to every table,
   and the seconds from the kill until each of its tables' cursors reaches its new snapshot under
   another replica (goal: lease TTL + one interval + one batch): the last of them, and the median;
-* rolling restart: every replica in turn gets SIGTERM, is waited for and started again (as a
-  Deployment's RollingUpdate does with maxSurge 0), while one row is appended to every table each
-  interval; each table's lag (now minus the commit time of its oldest undelivered snapshot,
+* rolling restart: for every replica in turn a new one is started and waited for until its
+  /readyz answers 200, then the old one gets SIGTERM and is waited for (deploy/k8s's RollingUpdate:
+  maxSurge 1, maxUnavailable 0), while one row is appended to every table each interval;
+  each table's lag (now minus the commit time of its oldest undelivered snapshot,
   sampled every 0.25 s from the store and the catalog) and its longest value over the whole
   restart (goal: one interval + one hand-over).
 
@@ -239,11 +240,11 @@ def run(bench: Bench) -> None:
         thread.start()
     rolled = time.monotonic()
     for serve in list(bench.replicas):
-        serve.signal(signal.SIGTERM)
+        fresh = bench.start(f"{serve.name}+")  # maxSurge 1: the new pod first
+        fresh.wait_status("/readyz", 200, 600)  # a RollingUpdate waits for the new pod's readiness
+        serve.signal(signal.SIGTERM)  # maxUnavailable 0: then one old pod stops
         code = serve.wait(120)
         bench.replicas.remove(serve)
-        fresh = bench.start(f"{serve.name}+")
-        fresh.wait_status("/readyz", 200, 600)  # as a RollingUpdate waits for the new pod's readiness
         print(f"rolled {serve.name} (exit {code}) at {time.monotonic() - rolled:.0f}s")
     wait_for(bench.caught_up, 600, "every table caught up after the rolling restart")
     stop.set()
