@@ -9,6 +9,7 @@ connection is reopened on the next call; the failed call raises StateUnavailable
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,11 @@ DEFAULT_LOCK_TIMEOUT_MS = 10_000  # a writer stuck behind a dead session fails (
 # the server then ends it and frees the consumer's row for the replica taking the consumer over
 IDLE_IN_TRANSACTION_MS = 5_000
 _MIGRATION_LOCK_KEY = 0x1CE7A11  # first half of the advisory lock key; the second is the schema
+
+
+def application_name() -> str:
+    """This process's store sessions' `application_name`: `icetail-state:PID`."""
+    return f"icetail-state:{os.getpid()}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -105,7 +111,10 @@ class PostgresBackend:
                 "pip install 'icetail[postgres]'"
             ) from exc
 
-        extra: dict[str, Any] = {}
+        # every store session of one process under one name in pg_stat_activity (a serve replica's pid)
+        extra: dict[str, Any] = {"application_name": application_name()}
+        if "application_name" in self._location.conninfo:
+            del extra["application_name"]
         if "connect_timeout" not in self._location.conninfo:
             extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
         extra |= client_bounds(self._location.conninfo)  # the lease deadline keeps the sink safe meanwhile

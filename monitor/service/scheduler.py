@@ -35,6 +35,7 @@ from icetail.monitor.service.http_server import MonitorServer
 from icetail.monitor.service.lag import update_lag
 from icetail.monitor.service.metrics import BatchReport, Metrics
 from icetail.monitor.service.replica_jobs import JobState, ReplicaJobs
+from icetail.monitor.service.shared_stores import SharedStores
 from icetail.reader.changes.checks import SnapshotCheck
 from icetail.reader.spark.session import scheduler_pool
 
@@ -92,6 +93,7 @@ class Service(ReplicaJobs):
         self._jobs: dict[str, JobState] = {}
         self._pipelines: dict[str, PipelineConfig] = {}  # every consumer followed, by id: grows as patterns find tables
         self._failures = Failures(config, self.metrics, self._jobs)
+        self._stores = SharedStores()
         self._scheduler = build_scheduler(config.scheduler_threads)
         self._followed = FollowedTables(config.pipelines, config.patterns, lister or CatalogLister())
         ttl = min(p.lease_ttl_seconds for p in config.templates)
@@ -264,6 +266,7 @@ class Service(ReplicaJobs):
         if not done.wait(self.config.shutdown_timeout_seconds):
             log.warning("a batch did not stop in time; its uncommitted chunk will be replayed on restart")
         self._release_all()
+        self._stores.close()  # before the registry leaves: it may remove a SQLite store nothing was written to
         self.assignment.stop()  # after the leases were released: the others claim them at once
         if self._own_session is not None:
             self._own_session.abandon()  # a warm-up job still running is cancelled, not left to log on exit
@@ -307,6 +310,7 @@ class Service(ReplicaJobs):
             stop_event=self._stop,
             on_batch=self._on_batch(config),
             on_check=self._on_check(config),
+            store=self._stores.store_for(config),  # one connection per store for every consumer
             share_manifest_cache=True,  # one bound for the process, not one per table
             owner=self.assignment.owner,
         )
