@@ -47,7 +47,7 @@ system-deps:
 	@if [ ! -e /usr/share/java/sqlite-jdbc.jar ] || ! command -v promtool >/dev/null; then \
 		echo "installing Debian packages libxerial-sqlite-jdbc-java prometheus"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libxerial-sqlite-jdbc-java prometheus >/dev/null; \
+		$$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq libxerial-sqlite-jdbc-java prometheus >/dev/null; \
 	fi
 
 $(DEMO_STAMP): pyproject.toml requirements-dev.txt
