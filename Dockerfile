@@ -63,12 +63,38 @@ WORKDIR /opt/icetail
 # and the postgres extra, resolved on the Spark 4 line), so a source change does not reinstall
 # them and two builds of one commit install the same versions.
 COPY pyproject.toml requirements-image.txt ./
-# pyarrow's C++ headers and its own test suite are for building against it and testing it,
-# never imported at run time (12 MB).
-RUN pip install --no-deps -r requirements-image.txt \
+# Dropped in the same layer as the install, so the bytes never land in one (deploy/image/README.md,
+# "Size"); nothing of it is imported at run time, and the import check at the end proves the
+# packages still load:
+# - every `tests` directory inside an installed package: its own test suite, imported by pytest
+#   only (today numpy's 13 suites, ~16 MB; pyarrow's, 7 MB; py4j's, fsspec's, certifi's; the
+#   pyspark 4.3.0 wheel ships none). Public testing helpers (numpy.testing, pyspark.testing,
+#   sqlalchemy.testing) are named `testing` and stay.
+# - pyarrow's C++ headers and sources and its Cython sources (.pyx/.pxd/.pxi, includes/), and
+#   numpy's C headers: for compiling against them; the compiled modules are kept, and the
+#   image compiles nothing.
+# - the debug information (DWARF sections) some wheels leave in their extension modules
+#   (zstandard, pyroaring, PyYAML, SQLAlchemy's Cython modules, mmh3, pyiceberg's Avro decoder:
+#   41 MB): read by debuggers only, never loaded; the code and the symbol tables stay
+#   (`strip --strip-debug`). A module with an RPATH (one auditwheel patched) is left as it is,
+#   since strip can undo patchelf's edits. binutils is installed for this and purged again in
+#   this step (the packages it added, no more), with apt's lists and archives.
+# hadolint ignore=DL3008
+RUN dpkg-query -W -f '${Package}\n' | sort > /tmp/packages-before \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends binutils \
+ && pip install --no-deps -r requirements-image.txt \
  && pip check \
- && site="$(python -c 'import os, pyarrow; print(os.path.dirname(pyarrow.__file__))')" \
- && rm -rf "$site/include" "$site/tests"
+ && site="$(python -c 'import os, numpy; print(os.path.dirname(os.path.dirname(numpy.__file__)))')" \
+ && find "$site" -mindepth 2 -type d -name tests -prune -exec rm -rf {} + \
+ && rm -rf "$site/pyarrow/include" "$site/pyarrow/includes" "$site/pyarrow/src" "$site/numpy/_core/include" \
+ && find "$site/pyarrow" -maxdepth 1 -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \) -delete \
+ && find "$site" -type f -name '*.so' -exec sh -c 'for f; do if readelf -S "$f" | grep -q "\.debug_info" && ! readelf -d "$f" | grep -qE "R(UN)?PATH"; then strip --strip-debug "$f"; fi; done' sh {} + \
+ && dpkg-query -W -f '${Package}\n' | sort | comm -13 /tmp/packages-before - | xargs apt-get purge -y \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /tmp/packages-before \
+ && python -c 'import numpy, pyarrow.compute, pyarrow.dataset, pyarrow.parquet, py4j.java_gateway, fsspec, certifi, pyiceberg.table, pyspark.sql' \
+ && python -c 'import zstandard as z, yaml, pyroaring, mmh3, pyiceberg.avro.decoder_fast, sqlalchemy.engine._row_cy, sqlalchemy.util._collections_cy; assert z.backend == "cext" and z.decompress(z.compress(b"icetail")) == b"icetail" and yaml.__with_libyaml__'
 
 # Then the packages themselves. README.md is optional: a glob may match nothing as long as
 # another source of the same COPY exists.
