@@ -129,9 +129,12 @@ class Writer:
         return None
 
     def add_column(self) -> None:
+        """`note`, then (a second round) `note2`, ..."""
         table = self.cat.load(self.ident)
+        names = {f.name for f in table.schema().fields}
+        name = next(n for n in ("note", *(f"note{i}" for i in range(2, 100))) if n not in names)
         with table.update_schema() as update:
-            update.add_column("note", StringType())
+            update.add_column(name, StringType())
 
 
 def lie_about_added_records(table: Table) -> int:
