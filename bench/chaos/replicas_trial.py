@@ -16,8 +16,9 @@ The configuration is one YAML file (a `tables:` list, a consumer and a sink per 
 (`--state`, the one flag that differs), so one can be cut off alone. The sinks are the harness's
 (parquet folders, PostgreSQL mirrors or histories, one per table, reached directly).
 
-At the end every replica left must be ready (/readyz 200) with every consumer at its table's head
-and no batch in flight; every sink is checked exactly once against its table's snapshots
+At the end every replica left must be ready (/readyz 200) and registered in the store with a
+heartbeat that reached it after its last cut healed, with every consumer at its table's head and no
+batch in flight; every sink is checked exactly once against its table's snapshots
 (verify.py); every replica left exits 0 on SIGTERM. An audit trigger in the store's schema records,
 at each write of a batch's begin, a chunk's offset, a history entry (a batch's end) and a lease
 change, the consumer's lease owner then and the writing session's `application_name`
@@ -107,6 +108,7 @@ class Replica:
     stopped_by_harness: bool = False  # killed or sent SIGTERM on purpose
     reported: bool = False  # its own exit is a finding already
     ended: float | None = None  # when it was seen gone
+    healed_ms: int = 0  # the database's clock when its last cut ended: a beat must reach the store after it
 
     def gone(self) -> None:
         if self.ended is None:
@@ -295,6 +297,7 @@ class ReplicasTrialRunner:
             note = f"cut: {victim.name} from PostgreSQL for {down:.1f}s ({dropped} connections, held {held})"
             self.notes.append(note)
             victim.proxy.wait_up()
+            victim.healed_ms = self._db_ms()
         elif kind == "term":
             fresh = self.start_replica()
             fresh.faults.append(f"rolling step for {victim.name}")
@@ -402,7 +405,15 @@ class ReplicasTrialRunner:
             head = self.source.load(t.ident).metadata.current_snapshot_id
             if cp is None or cp.cursor.snapshot_id != head or cp.inflight is not None:
                 return False
-        return all(r.ready() for r in live)
+        if not all(r.ready() for r in live):
+            return False
+        beats = dict(
+            pg_execute(f'SELECT pid, MAX(heartbeat_at_ms) FROM "{self.store.schema}".icetail_replicas GROUP BY pid')
+        )
+        return all(beats.get(r.proc.pid, -1) > r.healed_ms for r in live)  # each registered, beating since a cut
+
+    def _db_ms(self) -> int:
+        return int(pg_execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT")[0][0])
 
     def _wait(self, probe: Any, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
