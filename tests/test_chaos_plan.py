@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from bench.chaos.plan import REPLICA_SINKS, applicable, plan_trials
 
 
@@ -20,6 +22,8 @@ def test_a_replicas_trial_draws_its_replica_count_from_its_own_seed() -> None:
     assert replicas and {s.replicas for s in replicas} == {2, 4}
     assert all(s.store == "postgresql" and s.combo.endswith(f"replicasx{s.replicas}") for s in replicas)
     assert all(s.replicas == 0 for s in specs if s.fault != "replicas")
+    # the trial's count of tables (its first draw from its seed, 2-4) is not tied to its count of replicas
+    assert any(random.Random(s.seed).randint(2, 4) != s.replicas for s in replicas)
     # the replica counts change nothing in a plan without replicas trials (same combinations, same seeds)
     before = plan_trials(40, 7, kinds, stores, sinks, ("sigkill",))
     assert [(s.combo, s.seed) for s in plan_trials(40, 7, kinds, stores, sinks, ("sigkill",), replicas=(3,))] == [

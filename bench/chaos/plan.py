@@ -135,8 +135,9 @@ def plan_trials(
     """Seeded choices; the combinations are visited round-robin in a shuffled order so that a short
     run covers as many as it can instead of repeating a few. `weights` (a kind, store, sink or
     fault -> N) puts each combination with that name N times in the round (a larger share). A
-    `replicas` trial's count of replicas is drawn from `replicas` with its own seed (the other
-    trials' seeds stay as they were)."""
+    `replicas` trial's count of replicas is drawn from `replicas` with its own seed + 35 (not the
+    seed itself: the trial draws its count of tables first from that, 2-4, which would then always
+    equal the count of replicas, as in R53's batches; the other trials' seeds stay as they were)."""
     rng = random.Random(seed)
     weights = weights or {}
     combos = [
@@ -148,6 +149,6 @@ def plan_trials(
     rng.shuffle(combos)
     specs = [TrialSpec(i, *combos[i % len(combos)], seed=rng.randrange(2**31)) for i in range(trials)]
     return [
-        dataclasses.replace(s, replicas=random.Random(s.seed).choice(replicas)) if s.fault == "replicas" else s
+        dataclasses.replace(s, replicas=random.Random(s.seed + 35).choice(replicas)) if s.fault == "replicas" else s
         for s in specs
     ]
