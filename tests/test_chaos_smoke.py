@@ -6,11 +6,14 @@ server answering 503 SlowDown; SIGKILL under an Iceberg history sink; a second w
 to the Iceberg mirror's target meanwhile), resumes until caught up, and
 checks the sink against the source's own snapshots (a history: the versions they imply; the
 mirror: the rows at the cursor, and the second writer's rows all kept). The second test shows the check can fail: a
-sink with one chunk file lost and another copied is reported as such.
+sink with one chunk file lost and another copied is reported as such. The last one is a `replicas`
+trial (bench/chaos/replicas_trial.py): two `icetail serve` replicas of one configuration on a
+PostgreSQL store, one of them cut off from it for longer than the lease TTL while the writers commit.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from bench.chaos.source import IDENT
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial
 from bench.chaos.verify import verify
 from tests.support.catalogs import LocalCatalog
+from tests.support.stores import pg_unavailable
 
 pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
 
@@ -34,6 +38,9 @@ SPECS = [
     TrialSpec(3, "cow-overwrite", "sqlite", "icehistory", "sigkill", seed=20261129),
     TrialSpec(4, "append-delete", "sqlite", "icemirror", "sink-writer", seed=20261130),
 ]
+
+# two tables, two replicas; a cut of one replica's PostgreSQL proxy (7-12 s, past the 6 s lease TTL) 0.4 s in
+REPLICAS_SPEC = TrialSpec(5, "append-delete", "postgresql", "parquet", "replicas", seed=20261193, replicas=2)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +114,16 @@ def test_the_history_check_sees_a_lost_version(trials: tuple[Path, list[TrialRes
     target.delete(f"id == {version['id']} and _valid_from_snapshot_id == {version['_valid_from_snapshot_id']}")
     verdict = verify(sink, table, cursor)
     assert (verdict.lost, verdict.duplicated, verdict.foreign) == (1, 0, 0), verdict
+
+
+def test_a_replicas_trial_delivers_exactly_once(tmp_path: Path) -> None:
+    if reason := pg_unavailable():
+        pytest.skip(reason)
+    result = run_trial(REPLICAS_SPEC, CONFIG, tmp_path, keep=True)
+    runs = "\n".join(f"{r.shot or 'not hurt'}: exit {r.returncode}: {r.note}: {r.tail}" for r in result.runs)
+    assert result.verdict is not None and result.caught_up, f"{result.findings}\n{runs}"
+    assert (result.verdict.lost, result.verdict.duplicated, result.verdict.foreign) == (0, 0, 0), result.verdict
+    assert result.verdict.expected > 0
+    assert result.ok and result.bad_lines == 0, f"{result.findings}\n{runs}"
+    assert len(result.runs) == 2 and result.faults == 1, runs  # the two replicas, one of them cut off
+    assert re.search(r"audit: \d+ writes, [1-9]\d* batches", runs), runs  # the audit trigger saw the batches

@@ -24,7 +24,7 @@ if str(REPO) not in sys.path:  # `tests.support` is not an installed package
 
 from bench.chaos.disk import can_mount  # noqa: E402
 from bench.chaos.java_source import close_java_service  # noqa: E402
-from bench.chaos.plan import DISK_FAULTS, FAULTS, KINDS, SINKS, STORES, TrialSpec, plan_trials  # noqa: E402
+from bench.chaos.plan import DISK_FAULTS, FAULTS, KINDS, REPLICAS, SINKS, STORES, TrialSpec, plan_trials  # noqa: E402
 from bench.chaos.report import combine, print_table, write_json  # noqa: E402
 from bench.chaos.s3 import close_moto  # noqa: E402
 from bench.chaos.trial import TrialConfig, TrialResult, run_trial  # noqa: E402
@@ -39,6 +39,13 @@ def _choices(allowed: tuple[str, ...]) -> Any:
         return picked
 
     return parse
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    picked = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not picked or not all(p.isdigit() and 2 <= int(p) <= 4 for p in picked):
+        raise argparse.ArgumentTypeError(f"{text!r}: replica counts between 2 and 4, comma-separated")
+    return tuple(int(p) for p in picked)
 
 
 def _weights(text: str) -> dict[str, int]:
@@ -65,6 +72,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default={},
         help="NAME=N[,NAME=N]: a kind, store, sink or fault whose combinations count N times in the plan",
     )
+    p.add_argument(
+        "--replicas",
+        type=_counts,
+        default=REPLICAS,
+        help="2,3,4: the replica counts a `replicas` trial draws from (seeded)",
+    )
     p.add_argument("--rows", type=int, default=TrialConfig.rows, help="rows of the first append")
     p.add_argument("--max-faults", type=int, default=TrialConfig.max_faults, help="faulted runs per trial, 1..N")
     p.add_argument("--horizon", type=float, default=TrialConfig.horizon, help="latest fault moment in a run, s")
@@ -87,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(f in DISK_FAULTS for f in faults) and (why := can_mount()):
         faults = tuple(f for f in faults if f not in DISK_FAULTS)
         print(f"chaos: the disk-full faults are skipped: {why}", file=sys.stderr)
-    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, faults, args.weight)
+    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, faults, args.weight, args.replicas)
     if any(s.uses_postgresql for s in specs):
         from tests.support.stores import pg_unavailable
 
@@ -142,9 +155,14 @@ def print_trial(r: TrialResult, root: Path) -> None:
         flush=True,
     )
     for run in r.runs:
-        what = (
-            f"{run.shot} ({run.note})" if run.fired else (f"{run.shot} not reached" if run.shot else "left to finish")
-        )
+        if r.spec.replicas:  # a run is a replica: what was done to it, if anything
+            what = f"{run.shot or 'not hurt'} ({run.note})"
+        else:
+            what = (
+                f"{run.shot} ({run.note})"
+                if run.fired
+                else (f"{run.shot} not reached" if run.shot else "left to finish")
+            )
         flags = "".join(f" [{x}]" for x in (run.stage, run.problem, "lease left" if run.lease_left else "") if x)
         print(
             f"  run {run.index}: {what}; exit {run.returncode} after {run.seconds:.1f}s: {run.last_line[:160]!r}{flags}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ FAULTS = (
     "serve-catalog-lock",
     "serve-disk-full-sink",
     "serve-disk-full-state",
+    "replicas",
 )
 SERVE_PREFIX = "serve-"  # `icetail serve` under a transient fault, recovering without a restart (serve_trial.py)
 DISK_FAULTS = ("disk-full-sink", "disk-full-state", "serve-disk-full-sink", "serve-disk-full-state")
@@ -53,6 +55,10 @@ HISTORY_SINKS = ("pghistory", "icehistory")
 ICEBERG_TARGETS = ("iceberg", "iceberg+s3", "icemirror", "icehistory", "icemirror+s3")  # `sink-writer` commits there
 S3_FAULTS = ("s3-stop", "s3-slow", "s3-503")
 KEYED_FAULTS = ("keyed-kill", "keyed-term")  # a signal at an observed moment (bench/chaos/moments.py)
+# `replicas`: 2-4 `icetail serve` replicas of one configuration (several tables, a PostgreSQL store),
+# 1-3 faults among them (bench/chaos/replicas_trial.py); sinks one per table, each a folder or a schema
+REPLICAS = (2, 3, 4)
+REPLICA_SINKS = ("parquet", "pgmirror", "pghistory")
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,12 @@ class TrialSpec:
     sink: str
     fault: str
     seed: int
+    replicas: int = 0  # `replicas`: how many `icetail serve` processes start
 
     @property
     def combo(self) -> str:
-        return f"{self.kind} {self.store} {self.sink} {self.fault}"
+        fault = f"{self.fault}x{self.replicas}" if self.replicas else self.fault
+        return f"{self.kind} {self.store} {self.sink} {fault}"
 
     @property
     def serve(self) -> bool:
@@ -94,6 +102,8 @@ def applicable(store: str, sink: str, fault: str, kind: str = "append-delete") -
     (by design: the check of a history wants each version once)."""
     if fault in ("verify-strict", "keyed-repair"):
         return kind not in JAVA_KINDS
+    if fault == "replicas":  # replicas share a store on PostgreSQL; the source tables are pyiceberg's
+        return store == "postgresql" and sink in REPLICA_SINKS and kind not in JAVA_KINDS
     fault = fault.removeprefix(SERVE_PREFIX)
     if fault == "pg-cut":
         return store == "postgresql" or sink in PG_SINKS
@@ -120,10 +130,14 @@ def plan_trials(
     sinks: tuple[str, ...],
     faults: tuple[str, ...],
     weights: dict[str, int] | None = None,
+    replicas: tuple[int, ...] = REPLICAS,
 ) -> list[TrialSpec]:
     """Seeded choices; the combinations are visited round-robin in a shuffled order so that a short
     run covers as many as it can instead of repeating a few. `weights` (a kind, store, sink or
-    fault -> N) puts each combination with that name N times in the round (a larger share)."""
+    fault -> N) puts each combination with that name N times in the round (a larger share). A
+    `replicas` trial's count of replicas is drawn from `replicas` with its own seed + 35 (not the
+    seed itself: the trial draws its count of tables first from that, 2-4, which would then always
+    equal the count of replicas, as in R53's batches; the other trials' seeds stay as they were)."""
     rng = random.Random(seed)
     weights = weights or {}
     combos = [
@@ -133,4 +147,8 @@ def plan_trials(
         raise ValueError("no combination of the given kinds, stores, sinks and faults is applicable")
     combos = [c for c in combos for _ in range(max([1, *(weights.get(name, 1) for name in c)]))]
     rng.shuffle(combos)
-    return [TrialSpec(i, *combos[i % len(combos)], seed=rng.randrange(2**31)) for i in range(trials)]
+    specs = [TrialSpec(i, *combos[i % len(combos)], seed=rng.randrange(2**31)) for i in range(trials)]
+    return [
+        dataclasses.replace(s, replicas=random.Random(s.seed + 35).choice(replicas)) if s.fault == "replicas" else s
+        for s in specs
+    ]

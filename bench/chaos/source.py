@@ -57,6 +57,8 @@ class Writer:
     errors: list[str] = field(default_factory=list)
     liar: bool = False  # `verify-strict`: the first append after the table's creation gets a lying summary
     lie: int | None = None  # the snapshot whose summary lies
+    ident: str = IDENT  # the table (a replicas trial follows several in one catalog)
+    rounds: int = 1  # how many times the kind's operations are committed in turn
     _thread: threading.Thread | None = None
 
     def create(self) -> Table:
@@ -64,12 +66,12 @@ class Writer:
         catalog = self.cat.catalog()
         catalog.create_namespace_if_not_exists("ns")
         table = catalog.create_table(
-            IDENT,
+            self.ident,
             schema=BASE_SCHEMA,
             properties={"format-version": "2", "write.parquet.row-group-limit": "200"},
         )
         self._append(table, self.rows)
-        return self.cat.load(IDENT)
+        return self.cat.load(self.ident)
 
     def operations(self) -> list[Callable[[], None]]:
         ops: dict[str, list[Callable[[], None]]] = {
@@ -77,7 +79,7 @@ class Writer:
             "cow-overwrite": [self.overwrite, self.append, self.overwrite, self.delete],
             "schema-evolution": [self.append, self.add_column, self.append, self.overwrite],
         }
-        return ops[self.kind]
+        return ops[self.kind] * self.rounds
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="chaos-writer", daemon=True)
@@ -104,17 +106,17 @@ class Writer:
         table.append(make_rows(table.schema().as_arrow(), ids, version=self.version))
 
     def append(self) -> None:
-        self._append(self.cat.load(IDENT), self.rng.randint(self.rows // 4, self.rows // 2))
+        self._append(self.cat.load(self.ident), self.rng.randint(self.rows // 4, self.rows // 2))
         if self.liar and self.lie is None:
-            self.lie = lie_about_added_records(self.cat.load(IDENT))
+            self.lie = lie_about_added_records(self.cat.load(self.ident))
 
     def delete(self) -> None:
         lo = self.rng.randrange(0, max(1, self.next_id - 50))
-        self.cat.load(IDENT).delete(f"id >= {lo} and id < {lo + self.rng.randint(5, 60)}")
+        self.cat.load(self.ident).delete(f"id >= {lo} and id < {lo + self.rng.randint(5, 60)}")
 
     def overwrite(self) -> None:
         """Rows of a range rewritten with new values (a delete snapshot and an append snapshot)."""
-        table = self.cat.load(IDENT)
+        table = self.cat.load(self.ident)
         live = table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
         if not live:
             return self.append()
@@ -127,9 +129,12 @@ class Writer:
         return None
 
     def add_column(self) -> None:
-        table = self.cat.load(IDENT)
+        """`note`, then (a second round) `note2`, ..."""
+        table = self.cat.load(self.ident)
+        names = {f.name for f in table.schema().fields}
+        name = next(n for n in ("note", *(f"note{i}" for i in range(2, 100))) if n not in names)
         with table.update_schema() as update:
-            update.add_column("note", StringType())
+            update.add_column(name, StringType())
 
 
 def lie_about_added_records(table: Table) -> int:

@@ -514,6 +514,10 @@ def run_trial(spec: TrialSpec, config: TrialConfig, root: Path, *, keep: bool) -
         from bench.chaos.serve_trial import ServeTrialRunner  # they build on this module
 
         result = ServeTrialRunner(spec, config, work).run()
+    elif spec.fault == "replicas":
+        from bench.chaos.replicas_trial import ReplicasTrialRunner
+
+        result = ReplicasTrialRunner(spec, config, work).run()
     elif spec.fault == "keyed-repair":
         from bench.chaos.repair import RepairTrialRunner
 

@@ -22,8 +22,8 @@ def make_rows(schema: pa.Schema, ids: Sequence[int], *, version: int = 0) -> pa.
         "name": [f"name-{i}-v{version}" for i in ids],
         "amount": [round(i * 0.25 + version, 2) for i in ids],
     }
-    if "note" in schema.names:
-        columns["note"] = [None if i % 7 == 0 else f"note-{i % 13}" for i in ids]
+    for extra in (n for n in schema.names if n.startswith("note")):  # `note`, then the chaos writer's `note2`, ...
+        columns[extra] = [None if i % 7 == 0 else f"{extra}-{i % 13}" for i in ids]
     return pa.table(columns, schema=schema)
 
 
