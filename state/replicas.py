@@ -92,6 +92,7 @@ class Roster:
     live: tuple[Replica, ...]  # live replicas of the group, by name
     registered: frozenset[str]  # every replica name the store knows, live or not
     leases: Mapping[str, Lease | None]  # the group's consumers: each one's lease (None: free or not created)
+    starting: tuple[Replica, ...] = ()  # live replicas of the group whose Spark session still starts
 
     def holder(self, consumer: str) -> str | None:
         """Who holds the consumer now: the owner of a live lease whose process may still run."""
@@ -181,10 +182,13 @@ class ReplicaRegistry:
             ):
                 if consumer in wanted and owner is not None:
                     leases[consumer] = Lease(owner, int(expires))
-            live = tuple(
-                sorted((r for r in replicas if r.group == group and r.is_live(now, me.name)), key=lambda r: r.name)
-            )
-            return Roster(me.name, now, live, frozenset(r.name for r in replicas), leases)
+            def live_in(key: str) -> tuple[Replica, ...]:
+                return tuple(
+                    sorted((r for r in replicas if r.group == key and r.is_live(now, me.name)), key=lambda r: r.name)
+                )
+
+            registered = frozenset(r.name for r in replicas)
+            return Roster(me.name, now, live_in(group), registered, leases, live_in(starting_key(group)))
 
         return self._store.transact(work, write=False)
 

@@ -12,11 +12,12 @@ shares) only once it can deliver, its Spark session started: one that joins whil
 would otherwise be handed consumers it cannot read for tens of seconds (a rolling restart's lag).
 Until then it registers as starting (a replica, whose leases are a replica's, in no share) and
 claims nothing while other replicas live; alone, it claims at once, its first cycles opening stores
-and planning while the JVM starts. After a cycle that committed its batches, a
-replica above its share whose peers have room `release`s that consumer: a hand-over at a batch
-boundary, never by racing a lease mid-write. The claim itself is the store's `acquire_lease`, one
-transaction that locks the consumer's row: two replicas claiming one consumer cannot both win. The
-registry only counts replicas; the lease stays the one guarantee of a single writer.
+and planning while the JVM starts, up to its share among the replicas starting with it. After a
+cycle that committed its batches, a replica above its share whose peers have room `release`s that
+consumer: a hand-over at a batch boundary, never by racing a lease mid-write. The claim itself is
+the store's `acquire_lease`, one transaction that locks the consumer's row: two replicas claiming
+one consumer cannot both win. The registry only counts replicas; the lease stays the one guarantee
+of a single writer.
 """
 
 from __future__ import annotations
@@ -195,7 +196,12 @@ class Assignment:
         return len(roster.live) + (0 if any(r.name == self.owner for r in roster.live) else 1)
 
     def _share(self, url: str, roster: Roster) -> int:
-        return fair_share(len(self._consumers[url]), self._live(roster))
+        """ceil(consumers / live replicas); while this replica starts too, the other starting ones count:
+        replicas started together then claim their shares, not all of it the first one to plan."""
+        replicas = self._live(roster)
+        if not self._deliverable():
+            replicas += sum(1 for r in roster.starting if r.name != self.owner)
+        return fair_share(len(self._consumers[url]), replicas)
 
     def replicas_alive(self) -> int:
         """Live replicas of this configuration, this one included, in the last rosters (the most of

@@ -12,7 +12,7 @@ import pytest
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.assignment import Assignment, beat_seconds, fair_share
 from icetail.state.checkpoint import Cursor
-from icetail.state.replicas import ReplicaId, ReplicaRegistry, group_key
+from icetail.state.replicas import ReplicaId, ReplicaRegistry, group_key, starting_key
 from icetail.state.store import open_store
 from tests.support.stores import drop_state, new_state_url, pg_unavailable
 
@@ -168,8 +168,10 @@ def test_a_replica_whose_spark_session_starts_is_not_counted_and_claims_nothing_
     once. Meanwhile it is a registered replica (a lease of its is a replica's, not a foreign run's)."""
     configs = _configs(state_url)
     can_deliver = False
-    mine = Assignment(configs, lambda url: 0, beat_s=1, deliverable=lambda: can_deliver)
+    held: set[str] = set()
+    mine = Assignment(configs, lambda url: len(held), beat_s=1, deliverable=lambda: can_deliver)
     peer = ReplicaId(mine.me.host, os.getppid(), "9ee79ee7")  # a live process of this host
+    starting_peer = ReplicaId(mine.me.host, os.getppid(), "57a27ed0")
     with open_store(state_url) as store:
         for c in CONSUMERS:
             store.ensure_consumer(c, "cat", f"db.{c}", Cursor.before_first_snapshot())
@@ -180,6 +182,13 @@ def test_a_replica_whose_spark_session_starts_is_not_counted_and_claims_nothing_
             assert (registered.name, registered.starting) == (mine.owner, True)
             with mine.claim(configs[0]) as refused:
                 assert refused is None  # alone: its first cycles plan while the JVM starts
+            registry.heartbeat(starting_peer, starting_key(group_key(CONSUMERS)), 60)  # started together
+            mine.beat()
+            held.update(CONSUMERS[:3])
+            with mine.claim(configs[3]) as refused:  # its share among the two starting: 3 of 5, not all
+                assert refused is not None and "holds its share (3) of 5" in refused
+            held.clear()
+            registry.leave(starting_peer)
             registry.heartbeat(peer, group_key(CONSUMERS), 60)
             mine.beat()
             assert ReplicaRegistry(store).roster(peer, group_key(CONSUMERS), CONSUMERS).live[0].name == peer.name
