@@ -150,7 +150,10 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
 
 def lag_seconds(bench: Bench) -> dict[str, float]:
     """Each table's lag now: now minus the commit time of its oldest snapshot not yet delivered."""
-    heads, leases = bench.heads(), bench.leases()
+    # the cursors first: a snapshot delivered between the two reads is then among the heads (read the
+    # other way round, a cursor newer than the heads read counted every snapshot as pending)
+    leases = bench.leases()
+    heads = bench.heads()
     now_ms = time.time() * 1000
     out = {}
     for table in bench.tables:
