@@ -113,6 +113,8 @@ class Writer(threading.Thread):
         self.commits: Counter[str] = Counter()
         self.next_id = first_id
         self.stopping = threading.Event()
+        self.queued: list[str] = []  # tables to append to next (`nudge`), before random steps
+        self.lock = threading.Lock()
         self.error: BaseException | None = None
         self.random = random.Random(35)
 
@@ -125,7 +127,17 @@ class Writer(threading.Thread):
             self.expected[table][("INSERT", i, f"v{i}")] += 1
         self.commits["append"] += 1
 
+    def nudge(self, consumers: set[str]) -> None:
+        """Append to these consumers' tables next: they have something to deliver after a fault."""
+        with self.lock:
+            self.queued += sorted(c.rsplit(".", 1)[1] for c in consumers)
+
     def step(self) -> None:
+        with self.lock:
+            queued = self.queued.pop(0) if self.queued else None
+        if queued is not None:
+            self.append(queued)
+            return
         table = self.random.choice(TABLES)
         live = self.live[table]
         roll = self.random.random()
@@ -254,6 +266,14 @@ class Cluster:
         )
         return [c for c, owner in rows if serve_audit.owner_pid(owner) == serve.pid]
 
+    def in_flight_batches(self, serve: Serve) -> dict[str, str]:
+        """The batch in flight of each consumer `serve` holds, by consumer."""
+        rows = query(
+            f'SELECT b.consumer, b.batch_id, c.lease_owner FROM "{self.schema}".icetail_inflight_batches b '
+            f'JOIN "{self.schema}".icetail_consumers c ON c.consumer = b.consumer'
+        )
+        return {consumer: batch for consumer, batch, owner in rows if serve_audit.owner_pid(owner) == serve.pid}
+
     def delivered_by(self, consumers: set[str], by: set[int], after_id: int) -> set[str]:
         """Those of `consumers` that a replica in `by` finished a batch of, since audit row `after_id`."""
         return {
@@ -340,36 +360,54 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
     writer = Writer(warehouse, first_id=0)
     for table in TABLES:
         writer.append(table)
+    phases: dict[str, float] = {}
+    clock = [time.monotonic()]
+
+    def phase(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(now - clock[0], 1)
+        clock[0] = now
+
     try:
         a, b, c = (cluster.start(name) for name in ("a", "b", "c"))
         writer.start()
         cluster.wait_shares({a: 10, b: 10, c: 10}, STARTUP_S, "three replicas holding ten consumers each")
-        started = time.monotonic()
+        phase("start")
 
         # SIGKILL a (its JVM too): the others take its consumers over and deliver them again
         mark = serve_audit.last_id(cluster.schema)
         of_a = cluster.held_by(a)
         a.kill_group()
+        writer.nudge(of_a)
         cluster.wait_shares({b: 15, c: 15}, MOVE_S, "a's consumers taken over by b and c")
         cluster.wait_delivered(of_a, {b.pid, c.pid}, mark, "a's consumers delivered by b and c")
+        phase("kill")
 
         # cut b off from PostgreSQL while it has a batch in flight: it stops writing before its
-        # leases can expire, and c takes them over once they did
-        wait_until(lambda: cluster.in_flight(b) or None, timeout=MOVE_S, what="b with a batch in flight")
-        of_b = cluster.held_by(b)
+        # leases can expire, and c takes them over once they did, finishing b's batches
         proxy = cluster.proxies["b"]
-        sent = proxy.held_bytes
-        proxy.cut()
+        while True:
+            wait_until(lambda: cluster.in_flight(b) or None, timeout=MOVE_S, what="b with a batch in flight")
+            sent = proxy.held_bytes
+            proxy.cut()
+            cut_batches = cluster.in_flight_batches(b)  # committed before the cut: b cannot change them now
+            if cut_batches:
+                break
+            proxy.heal()  # b finished them just before the cut: again
         cut_at = time.monotonic()
+        of_b = cluster.held_by(b)
         mark = serve_audit.last_id(cluster.schema)
+        writer.nudge(of_b)
         proxy.wait_for_held_bytes(sent, timeout=TTL_S)  # b reached for the store meanwhile
         cluster.wait_shares({b: 0, c: 30}, TTL_S + MOVE_S, "b's consumers taken over by c")
         taken = time.monotonic() - cut_at
         cluster.wait_delivered(of_b, {c.pid}, mark, "b's consumers delivered by c")
         assert b.alive(), b.diagnostics()
         proxy.heal()
+        phase("cut")
         # b's late writes are refused by the store; it rejoins and takes its share back at batch boundaries
         cluster.wait_shares({b: 15, c: 15}, MOVE_S, "b back with half the consumers")
+        phase("heal")
 
         # SIGTERM c: it releases its leases, so b holds every consumer well within the TTL
         c.signal(signal.SIGTERM)
@@ -377,15 +415,17 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
         released = time.monotonic()
         cluster.wait_shares({b: 30}, TTL_S, "b holding every consumer before c's leases could expire")
         handed = time.monotonic() - released
+        phase("sigterm")
 
         # d joins and takes its share
         d = cluster.start("d")
         cluster.wait_shares({b: 15, d: 15}, STARTUP_S, "b and d holding fifteen each")
+        phase("join")
         writer.stop()
-        faults_s = time.monotonic() - started
         wait_until(cluster.caught_up, timeout=MOVE_S, what="every consumer caught up", interval=0.5)
         assert cluster.counts(b, d) == {"b": 15, "d": 15}
         assert b.alive() and d.alive(), b.diagnostics() + d.diagnostics()
+        phase("catch_up")
     finally:
         writer.stopping.set()
         cluster.close()
@@ -398,9 +438,12 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
     assert kinds["sink"] and kinds["chunk"] and kinds["history"], kinds
     owners = serve_audit.owners_by_consumer(log)
     assert all(len(owners[c]) >= 2 for c in of_a | of_b), "a's and b's consumers changed hands"
+    # b's batches in flight at the cut were finished by c, and by no one else
+    finishers = {(w.consumer, w.batch_id): w.writer_pid for w in log if w.kind == "history"}
+    assert all(finishers.get(key) == c.pid for key in cut_batches.items()), (cut_batches, finishers)
     repeats = assert_sinks_hold_the_changes(cluster, writer, faulted=of_a | of_b)
     print(
-        f"\nwall {time.monotonic() - began:.0f}s, faults {faults_s:.0f}s, b's consumers taken {taken:.1f}s after "
+        f"\nwall {time.monotonic() - began:.0f}s, phases {phases}, b's consumers taken {taken:.1f}s after "
         f"the cut, c's handed over {handed:.1f}s after it exited; writer {dict(writer.commits)}; audit "
         f"{dict(kinds)}; jsonl repeats {repeats}"
     )

@@ -213,23 +213,23 @@ def problems(log: list[Write], pids: Mapping[str, int], killed: set[int]) -> lis
                 if not expired and owner_pid(w.old_owner) not in killed:
                     out.append(f"lease of {w.consumer} taken from live {w.old_owner} by {w.lease_owner}: {w}")
     out += [f"mirror chunk {c} of {consumer} applied {n} times" for (consumer, c), n in sink_chunks.items() if n > 1]
-    for consumer, batches in begun.items():
+    for consumer in sorted(set(begun) | set(finished)):
+        batches = begun.get(consumer, [])
         ids = Counter(b.batch_id for b in batches)
         out += [f"batch {b} of {consumer} begun {n} times" for b, n in ids.items() if n > 1]
-        ranges = sorted(((b.from_snap, b.to_snap, b.batch_id, b.writer_pid) for b in batches), key=repr)
-        spans = {b.batch_id: (b.from_snap, b.to_snap) for b in batches}
+        starts = Counter(b.from_snap for b in batches)
+        out += [f"{consumer}: {n} batches begun after snapshot {f}" for f, n in starts.items() if n > 1]
         chain = finished.get(consumer, [])
+        if chain and chain[0].from_snap is not None:
+            out.append(f"{consumer}: the first finished batch starts after {chain[0].from_snap}")
         for before, after in zip(chain, chain[1:], strict=False):
             if after.from_snap != before.to_snap:
                 out.append(f"{consumer}: batch {after.batch_id} starts after {after.from_snap}, not {before.to_snap}")
-        if chain and chain[0].from_snap is not None:
-            out.append(f"{consumer}: the first finished batch starts after {chain[0].from_snap}")
-        starts = Counter(f for f, _, _, _ in ranges)
-        out += [f"{consumer}: {n} batches begun from snapshot {f}: {ranges}" for f, n in starts.items() if n > 1]
+        spans = {b.batch_id: (b.from_snap, b.to_snap) for b in batches}
         out += [
-            f"{consumer}: finished batch {h.batch_id} {(h.from_snap, h.to_snap)} was begun as {spans.get(h.batch_id)}"
+            f"{consumer}: finished batch {h.batch_id} {(h.from_snap, h.to_snap)}, begun as {spans.get(h.batch_id)}"
             for h in chain
-            if spans.get(h.batch_id) != (h.from_snap, h.to_snap)
+            if batches and spans.get(h.batch_id) != (h.from_snap, h.to_snap)
         ]
     return out
 
