@@ -436,6 +436,8 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
         phase("catch_up")
     finally:
         writer.stopping.set()
+        for serve in cluster.replicas.values():
+            serve.kill_group()  # before their proxies close under them
         cluster.close()
 
     assert writer.commits["delete"] and writer.commits["update"], writer.commits
