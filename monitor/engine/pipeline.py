@@ -277,15 +277,18 @@ class Pipeline:
         # table serialized `serve`'s tables on a SQLite store (R33). A run that took the consumer
         # over is still refused at the first write (begin_batch, commit_chunk fence by owner).
         self._renew_lease_if_due()
+        # the checkpoint before the table: the table then holds every snapshot its cursor names. Read
+        # the other way round, a run that lost its lease unawares (cut off from the store, healed)
+        # saw the new holder's cursor past the metadata it had loaded and took it for expired
+        stored = self._store.load(self.consumer)
         try:
             table = self._load_table()
         except RefNotFoundError as exc:
-            stored = self._store.load(self.consumer)
             if stored is None or stored.inflight is None:
-                raise branch_dropped(self.config, self._store.load(self.consumer)) from exc
+                raise branch_dropped(self.config, stored) from exc
             table = self.table_as_is()  # a batch written ahead needs no branch: it is finished first
         check_row_lineage(table, self.config.with_row_lineage)
-        checkpoint = self._store.load(self.consumer) or self._next.create_consumer(table)
+        checkpoint = stored or self._next.create_consumer(table)
         resumed = checkpoint.inflight is not None
         if resumed:
             self._session.start()

@@ -83,7 +83,10 @@ class PartitionProxy:
 
     def _accept_loop(self) -> None:
         while not self._closed:
-            ready, _, _ = select.select([self._listener], [], [], POLL_SECONDS)
+            try:
+                ready, _, _ = select.select([self._listener], [], [], POLL_SECONDS)
+            except OSError:  # closed (close()) while selecting
+                return
             if not ready:
                 continue
             try:
