@@ -68,7 +68,7 @@ from tests.support.serve import (
     wait_until,
 )
 from tests.support.sinks import read_parquet_sink
-from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
+from tests.support.stores import PG_URL
 
 pytestmark = pytest.mark.once  # long: real processes, a JVM each
 
@@ -80,15 +80,6 @@ INTERVAL_S = 1.0
 STARTUP_S = 300.0  # JVMs starting together on a busy 2-core machine
 MOVE_S = 120.0  # consumers moving between replicas and delivering what the writer added meanwhile
 WRITER_PAUSE_S = 0.05
-
-
-@pytest.fixture
-def pg_state(tmp_path: Path) -> Iterator[str]:
-    if reason := pg_unavailable():
-        pytest.skip(reason)
-    url = new_state_url("postgresql", tmp_path)
-    yield url
-    drop_state(url)
 
 
 @pytest.fixture

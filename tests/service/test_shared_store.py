@@ -11,7 +11,6 @@ none once the service stopped.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +19,9 @@ import pytest
 
 from icetail.state.postgres_store import application_name
 from tests.support.serve import CATALOG_NAME, ID_NAME, NAMESPACE, Warehouse, id_name_rows, wait_until
-from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
+from tests.support.stores import PG_URL
 
 TABLES = ("a", "b", "c", "d")
-
-
-@pytest.fixture
-def pg_state(tmp_path: Path) -> Iterator[str]:
-    if reason := pg_unavailable():
-        pytest.skip(reason)
-    url = new_state_url("postgresql", tmp_path)
-    yield url
-    drop_state(url)
 
 
 def store_sessions() -> int:
