@@ -89,6 +89,7 @@ class Assignment:
         self._rosters: dict[str, Roster] = {}
         self._claiming = dict.fromkeys(self._consumers, 0)
         self._released = dict.fromkeys(self._consumers, False)  # since the last roster: wait for the next
+        self._unreachable: dict[str, str] = {}  # stores whose last beat failed, and why
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -138,8 +139,11 @@ class Assignment:
                 continue
             except IcetailError as exc:
                 log.warning("replica heartbeat failed", extra={"state": url, "error": message_line(exc)})
+                with self._lock:
+                    self._unreachable[url] = message_line(exc)
                 continue
             with self._lock:
+                self._unreachable.pop(url, None)
                 self._rosters[url] = roster
                 self._released[url] = False
 
@@ -208,6 +212,13 @@ class Assignment:
         its stores: every replica beats in each); 1 before a first roster."""
         with self._lock:
             return max((self._live(roster) for roster in self._rosters.values()), default=1)
+
+    def store_problem(self) -> str | None:
+        """Why this replica's last heartbeat failed in a store (it can neither renew nor take over
+        there), or None: a replica cut off from its store is not ready, whatever it holds."""
+        with self._lock:
+            problems = list(self._unreachable.values())
+        return f"replica heartbeat failed: {problems[0]}" if problems else None
 
     def over_share(self) -> str | None:
         """Why this replica holds more than its share (it hands the surplus over at batch boundaries),

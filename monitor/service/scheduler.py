@@ -113,9 +113,9 @@ class Service(ReplicaJobs):
         first failed cycle until its next successful one (a retrying consumer makes no progress).
         The reason names every consumer that is not ready, stopped ones first. One replica of several
         answers for the consumers it holds or is claiming only (a replica holding nothing because the
-        others hold everything is ready), and is not ready while it holds more than its fair share or
-        while its Spark session starts (a rolling update must not stop an old replica for a new one that
-        cannot deliver yet).
+        others hold everything is ready), and is not ready while it holds more than its fair share,
+        while its last heartbeat in a store failed, or while its Spark session starts (a rolling update
+        must not stop an old replica for a new one that cannot deliver yet).
         """
         stopped, failing, starting = [], [], []
         if not self._can_deliver():
@@ -132,6 +132,9 @@ class Service(ReplicaJobs):
                 failing.append(f"{consumer}: waiting, {job.waits} cycle(s) so far: {job.last_error}")
             elif not job.last_ok:
                 starting.append(f"{consumer}: first cycle not finished")
+        problem = self.assignment.store_problem()  # cut off from the store: not ready, even holding nothing
+        if problem is not None:
+            failing.append(problem)
         reasons = stopped + failing + starting
         over = self.assignment.over_share()  # a replica holding less than its share, or nothing, is ready
         if over is not None:

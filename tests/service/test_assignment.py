@@ -14,7 +14,7 @@ from icetail.monitor.service.assignment import Assignment, beat_seconds, fair_sh
 from icetail.state.checkpoint import Cursor
 from icetail.state.replicas import ReplicaId, ReplicaRegistry, group_key, starting_key
 from icetail.state.store import open_store
-from tests.support.stores import drop_state, new_state_url, pg_unavailable
+from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
 
 CONSUMERS = [f"c{i}" for i in range(5)]
 
@@ -203,3 +203,30 @@ def test_a_replica_whose_spark_session_starts_is_not_counted_and_claims_nothing_
                 assert refused is None
         finally:
             mine.stop()
+
+
+def test_a_replica_whose_heartbeat_fails_says_so_until_a_beat_gets_through(tmp_path: Path) -> None:
+    """A replica cut off from its store can neither renew nor take over there: `store_problem` (the
+    /readyz reason) names the failed beat, even for a replica holding nothing, until a beat succeeds."""
+    import uuid
+
+    import psycopg
+
+    if reason := pg_unavailable():
+        pytest.skip(reason)
+    app = f"icetail-beat-{uuid.uuid4().hex[:8]}"
+    url = f"{new_state_url('postgresql', tmp_path)}&application_name={app}"
+    mine = Assignment(_configs(url), lambda url: 0, beat_s=1)
+    try:
+        mine.beat(first=True)  # beats called here, one at a time (no beat thread to race them)
+        assert mine.store_problem() is None
+        with psycopg.connect(PG_URL, autocommit=True) as admin:  # the server drops the replica's session
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,))
+        mine.beat()
+        problem = mine.store_problem()
+        assert problem is not None and problem.startswith("replica heartbeat failed: "), problem
+        mine.beat()  # reconnected
+        assert mine.store_problem() is None
+    finally:
+        mine.stop()
+        drop_state(url)
