@@ -111,13 +111,11 @@ class PostgresBackend:
                 "pip install 'icetail[postgres]'"
             ) from exc
 
-        # every store session of one process under one name in pg_stat_activity (a serve replica's pid)
-        extra: dict[str, Any] = {"application_name": application_name()}
-        if "application_name" in self._location.conninfo:
-            del extra["application_name"]
-        if "connect_timeout" not in self._location.conninfo:
-            extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
-        extra |= client_bounds(self._location.conninfo)  # the lease deadline keeps the sink safe meanwhile
+        # every store session of one process under one name in pg_stat_activity (a serve replica's pid);
+        # a call cut off fails within half a minute, the lease deadline keeps the sink safe meanwhile
+        extra = client_bounds(
+            self._location.conninfo, application_name=application_name(), connect_timeout=DEFAULT_CONNECT_TIMEOUT_S
+        )
         try:
             conn = psycopg.connect(self._location.conninfo, autocommit=True, **extra)
         except psycopg.OperationalError as exc:

@@ -25,9 +25,10 @@ SERVER_TCP_BOUNDS = {
 }
 
 
-def client_bounds(conninfo: str) -> dict[str, Any]:
-    """libpq's keepalive and user-timeout parameters, but those the URL (`conninfo`) sets itself."""
-    return {name: value for name, value in CLIENT_TCP_BOUNDS.items() if name not in conninfo}
+def client_bounds(conninfo: str, **defaults: Any) -> dict[str, Any]:
+    """libpq's keepalive and user-timeout parameters, and `defaults`, but those the URL (`conninfo`)
+    sets itself."""
+    return {name: value for name, value in {**CLIENT_TCP_BOUNDS, **defaults}.items() if name not in conninfo}
 
 
 def server_bounds_sql(idle_in_transaction_ms: int) -> tuple[str, tuple[str, ...]]:

@@ -131,7 +131,7 @@ class Assignment:
                 registry = ReplicaRegistry(self._stores[url])
                 group = self._groups[url]
                 registry.heartbeat(self.me, group if self._deliverable() else starting_key(group), self._ttl_s)
-                roster = registry.roster(self.me, self._groups[url], consumers)
+                roster = registry.roster(self.me, group, consumers)
             except ConfigError:
                 if first:
                     raise
