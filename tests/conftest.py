@@ -57,6 +57,18 @@ def catalog(spark: Any, tmp_path: Any) -> JavaCatalog:
     return new_catalog(spark, tmp_path / "iceberg")
 
 
+@pytest.fixture
+def pg_state(tmp_path: Any) -> Iterator[str]:
+    """A PostgreSQL checkpoint store URL in a fresh schema, dropped at teardown (skipped without a server)."""
+    from tests.support.stores import drop_state, new_state_url, pg_unavailable
+
+    if reason := pg_unavailable():
+        pytest.skip(reason)
+    url = new_state_url("postgresql", tmp_path)
+    yield url
+    drop_state(url)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _JAVA_FIXTURES & set(getattr(item, "fixturenames", ())):

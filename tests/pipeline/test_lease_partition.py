@@ -18,7 +18,6 @@ import subprocess
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from tests.support.holds import HOLD_AFTER_CHUNK_ENV, hold_env
 from tests.support.partition_proxy import PartitionProxy
 from tests.support.processes import child_env, icetail_command, icetail_lines, run_icetail
 from tests.support.sinks import read_parquet_sink
-from tests.support.stores import PG_URL, drop_state, new_state_url, pg_unavailable
+from tests.support.stores import PG_URL
 from tests.support.tables import BASE_SCHEMA, make_rows
 
 pytestmark = pytest.mark.once  # long: two runs, a JVM each
@@ -43,15 +42,6 @@ TTL = "6s"
 START_S = 240.0  # a JVM starting on a busy 2-core machine
 EXPIRY_S = 60.0  # the 6 s lease expiring, read from the store between polls
 RUN_S = 300.0
-
-
-@pytest.fixture
-def pg_schema_url(tmp_path: Path) -> Iterator[str]:
-    if reason := pg_unavailable():
-        pytest.skip(reason)
-    url = new_state_url("postgresql", tmp_path)
-    yield url
-    drop_state(url)
 
 
 def through(proxy: PartitionProxy, url: str) -> str:
@@ -85,7 +75,7 @@ def lease_expired(state: str) -> bool:
 
 
 def test_a_run_cut_off_from_the_store_mid_batch_writes_nothing_past_its_lease_and_is_refused_late(
-    tmp_path: Path, pg_schema_url: str
+    tmp_path: Path, pg_state: str
 ) -> None:
     cat = new_catalog(tmp_path / "catalog", CATALOG)
     catalog = cat.catalog()
@@ -101,7 +91,7 @@ def test_a_run_cut_off_from_the_store_mid_batch_writes_nothing_past_its_lease_an
     log = tmp_path / "cut.log"
     with PartitionProxy(*_host_port(PG_URL)) as proxy, open(log, "wb") as out:
         cut = subprocess.Popen(
-            [*icetail_command(), *args, "--state", through(proxy, pg_schema_url)],
+            [*icetail_command(), *args, "--state", through(proxy, pg_state)],
             env={**env, **hold_env(HOLD_AFTER_CHUNK_ENV, hold)},
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -109,7 +99,7 @@ def test_a_run_cut_off_from_the_store_mid_batch_writes_nothing_past_its_lease_an
         )
         try:
             wait_for("the first chunk committed", START_S, Path(f"{hold}.held").exists, cut)
-            with open_store(pg_schema_url, create=False) as store:
+            with open_store(pg_state, create=False) as store:
                 held = store.load(CONSUMER)
             assert held is not None and held.lease is not None and f":{cut.pid}:" in held.lease.owner
             committed = [p.next_row_exclusive for p in held.inflight.progress] if held.inflight else []
@@ -117,7 +107,7 @@ def test_a_run_cut_off_from_the_store_mid_batch_writes_nothing_past_its_lease_an
 
             proxy.cut()
             # past the lease's expiry on the database clock, so past the run's own deadline
-            wait_for("the cut run's lease to expire", EXPIRY_S, lambda: lease_expired(pg_schema_url), cut)
+            wait_for("the cut run's lease to expire", EXPIRY_S, lambda: lease_expired(pg_state), cut)
             before = sink_files(sink)
             assert before, "the first chunk is in the sink"
             sent = proxy.held_bytes
@@ -128,7 +118,7 @@ def test_a_run_cut_off_from_the_store_mid_batch_writes_nothing_past_its_lease_an
             assert sink_files(sink) == before, "the cut run wrote to the sink after its lease deadline"
 
             # another run takes the consumer over and finishes the batch, exactly once
-            other = run_icetail([*args, "--state", pg_schema_url], env, timeout=RUN_S)
+            other = run_icetail([*args, "--state", pg_state], env, timeout=RUN_S)
             assert other.returncode == 0, other.stderr
             after_takeover = sink_files(sink)
 
@@ -149,7 +139,7 @@ def test_a_run_cut_off_from_the_store_mid_batch_writes_nothing_past_its_lease_an
     delivered = read_parquet_sink(sink)
     assert delivered is not None
     assert sorted(Counter(delivered.column("id").to_pylist()).items()) == [(i, 1) for i in range(ROWS)]
-    with open_store(pg_schema_url, create=False) as store:
+    with open_store(pg_state, create=False) as store:
         checkpoint = store.load(CONSUMER)
         history = store.history(CONSUMER)
     current = catalog.load_table(TABLE).metadata.current_snapshot_id

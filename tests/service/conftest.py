@@ -2,8 +2,7 @@
 
 `warehouse`: a real SQLite pyiceberg catalog in tmp_path that the children open by name.
 `children`: every child registered here has its whole process group killed at teardown.
-`pg_state`: a PostgreSQL checkpoint store URL in a fresh schema, dropped at teardown (skipped
-without a server).
+`pg_state` (a PostgreSQL store in a fresh schema) is tests/conftest.py's.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.serve import Child, Warehouse
-from tests.support.stores import drop_state, new_state_url, pg_unavailable
 
 
 @pytest.fixture
@@ -29,12 +27,3 @@ def children() -> Iterator[list[Child]]:
     yield started
     for child in started:
         child.kill_group()
-
-
-@pytest.fixture
-def pg_state(tmp_path: Path) -> Iterator[str]:
-    if reason := pg_unavailable():
-        pytest.skip(reason)
-    url = new_state_url("postgresql", tmp_path)
-    yield url
-    drop_state(url)
