@@ -74,9 +74,9 @@ demo-spark4: demo $(DEMO_STAMP4)
 test: $(STAMP) $(STAMP4) system-deps
 	@rm -rf .test-logs && mkdir -p .test-logs
 	@echo "running the Spark 3.5 and Spark 4 lines at once (logs in .test-logs/)"
-	@( $(BIN)/pytest -q -p no:cacheprovider -m "not spark4" --basetemp=/tmp/icetail-tests-spark35 \
+	@( $(BIN)/pytest -q -p no:cacheprovider --durations=30 -m "not spark4" --basetemp=/tmp/icetail-tests-spark35 \
 		> .test-logs/spark35.log 2>&1; echo $$? > .test-logs/spark35.rc ) & \
-	( $(BIN4)/pytest -q -p no:cacheprovider -m "not java" --basetemp=/tmp/icetail-tests-spark4 \
+	( $(BIN4)/pytest -q -p no:cacheprovider --durations=30 -m "not java" --basetemp=/tmp/icetail-tests-spark4 \
 		> .test-logs/spark4.log 2>&1; echo $$? > .test-logs/spark4.rc ) & \
 	wait
 	@echo "===== Spark 3.5 line (make test-spark35) ====="; cat .test-logs/spark35.log

@@ -10,7 +10,8 @@ Exactly-once delivery rests on four rules, each kept inside one database transac
 3. `finish_batch` advances the cursor to the batch's to-snapshot only when every split is done,
    clears the batch and appends to the history, all at once.
 4. Writers are fenced by the lease: a write that names an `owner` is refused unless that owner
-   holds the consumer's lease; a write without an owner is refused while anyone's lease is live.
+   holds the consumer's lease, live on the database clock; a write without an owner is refused
+   while anyone's lease is live.
 
 The store's methods and their signatures are declared here once: the SQL store (state/store.py)
 inherits this class, and the two conveniences (`ensure_consumer`, `commit_chunk`) are written here

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from icetail.kernel.errors import ConfigError, ConsumerNotFoundError
 from icetail.state.backend import Tx
 from icetail.state.checkpoint import Checkpoint, NewConsumer
-from icetail.state.fencing import check_holder, check_writer
+from icetail.state.fencing import check_live_holder, check_writer
 from icetail.state.sql_reads import SqlReads
 from icetail.state.sql_rows import ConsumerRow
 
@@ -75,7 +75,7 @@ class SqlConsumerWrites(SqlReads):
             row = self._consumer_row(tx, consumer, lock=True)
             if row is None:
                 return False
-            check_holder(consumer, owner, row)
+            check_live_holder(consumer, owner, row)
             if row.generation != 0 or self._batch_header(tx, consumer) is not None:
                 return False
             if tx.query("SELECT 1 FROM icetail_history WHERE consumer = ?", (consumer,)):

@@ -122,6 +122,12 @@ class StateBusyError(TransientError, stage="state"):
     """Another run holds the consumer's lease."""
 
 
+class LeaseExpiredError(TransientError, stage="state"):
+    """A write under a lease that expired on the store's clock: refused; the next cycle renews the lease.
+
+    Not a StateBusyError: nobody else holds the consumer (serve must not take it for a hand-over)."""
+
+
 class LocalDiskFullError(TransientError):
     """The local disk under icetail's handoff files or Spark's local directory is full.
 

@@ -9,7 +9,7 @@ Sinks that cannot promise that (`exactly_once = False`) deliver at least once.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -64,6 +64,18 @@ class Sink(Protocol):
 
     def close(self) -> None:
         """Flush and release resources; idempotent."""
+        ...
+
+
+@runtime_checkable
+class CommitFencedSink(Protocol):
+    """A sink whose commit may end long after the pipeline checked its lease (a database transaction
+    applying many rows): it calls `check` once more just before its COMMIT, so that no commit of a
+    replica cut off from the store outlives the lease (issue 35). `check(what)` raises a transient
+    error once the lease's deadline passed; it does no I/O."""
+
+    def fence_commits(self, check: Callable[[str], None]) -> None:
+        """Call `check(what)` before every commit from now on."""
         ...
 
 

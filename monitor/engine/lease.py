@@ -54,6 +54,10 @@ class ConsumerLease:
         self.renew_if_due()
         self._clock.check(what)
 
+    def check_deadline(self, what: str) -> None:
+        """LeaseDeadlineError if the lease may have expired; no I/O (a sink calls it inside its own transaction)."""
+        self._clock.check(what)
+
     def release(self) -> None:
         """Give the lease up; a no-op if this owner does not hold it."""
         self._stores.store.release_lease(self._consumer, self._owner)

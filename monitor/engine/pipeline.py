@@ -47,7 +47,7 @@ from icetail.reader.changes.checks import SnapshotCheck
 from icetail.reader.changes.read_setup import check_row_lineage
 from icetail.reader.spark.background import BackgroundSession
 from icetail.reader.split.read import Chunk
-from icetail.sinks.base import Sink
+from icetail.sinks.base import CommitFencedSink, Sink
 from icetail.sinks.keyed.contract import SparkTaskSink
 from icetail.sinks.registry import check_sink_reachable, formatted, open_sink
 from icetail.state.checkpoint import Checkpoint
@@ -154,6 +154,8 @@ class Pipeline:
             self._sink_key = bind_keyed_sink(self.config, self.sink, self._load_table)
             if isinstance(self.sink, SparkTaskSink):
                 self.sink.use_spark(self._session.for_tasks)
+            if isinstance(self.sink, CommitFencedSink):
+                self.sink.fence_commits(self._lease.check_deadline)
             self._chosen = None
             self._delivery()  # chosen now the sink is open and a mirror's key bound
         except BaseException:

@@ -81,6 +81,7 @@ def test_the_audit_names_every_write_the_fencing_would_refuse(schemas: tuple[str
     text = "\n".join(found)
     assert "history of c by pid 222, lease held by host:111:aaaa" in text, text
     assert [(w.kind, w.batch_id) for w in serve_audit.late(serve_audit.writes(state))] == [("history", "b4")]
+    assert "history of c under a lease expired" in text, text
     assert "batch b4 starts after 35, not 30" in text, text
     assert "lease of c taken from live host:111:aaaa by host:222:bbbb" in text, text
     assert "mirror chunk k1 of c applied 2 times" in text, text

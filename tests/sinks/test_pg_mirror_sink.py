@@ -286,3 +286,36 @@ def test_a_locked_target_fails_the_group_with_a_transient_error_naming_the_lock(
     sink.write(_key("b2", 0), _rows(schema, {"id": [2], "v": ["b"]}, ["INSERT"], ordinal=2))  # the retry
     sink.close()
     assert sorted(target_table(pg_schema).column("id").to_pylist()) == [1, 2]
+
+
+def test_a_group_is_checked_against_the_lease_at_its_commit(pg_schema: str) -> None:
+    """A replica cut off from the store must not commit a group after its lease's deadline, however
+    long the group's transaction ran after the pipeline's check (issue 35): the pipeline's deadline
+    is checked again inside the transaction, after the rows are applied, before COMMIT."""
+    from monitor.engine.lease_clock import LeaseClock, LeaseDeadlineError
+
+    schema = pa.schema([_field("id", pa.int64(), 1, False), _field("v", pa.large_string(), 2), *META])
+    sink = _open(mirror_url(pg_schema), ("id",), schema)
+    now = [0.0]
+    clock = LeaseClock("c1", 10.0, clock=lambda: now[0])
+    with clock.renewal():
+        pass
+    seen: list[tuple[str, int]] = []
+
+    def check(what: str) -> None:
+        seen.append((what, len(ledger(pg_schema))))  # another session: nothing is committed yet
+        clock.check(what)
+
+    sink.fence_commits(check)
+    sink.write_group([(_key("b1", 0), _rows(schema, {"id": [1], "v": ["a"]}, ["INSERT"]))])  # in time
+    rows = _rows(schema, {"id": [2, 3], "v": ["b", "c"]}, ["INSERT"] * 2, 2)
+    now[0] = 9.5  # past the deadline (10 s - a 1 s margin) while the next group was applied
+    with pytest.raises(LeaseDeadlineError, match="stopped before the mirror's commit"):
+        sink.write_group([(_key("b1", 1), rows)])
+    assert seen == [("mirror's commit", 0), ("mirror's commit", 1)]  # each time, the group not yet committed
+    assert target_table(pg_schema).column("id").to_pylist() == [1] and len(ledger(pg_schema)) == 1  # rolled back
+    with clock.renewal():  # renewed: the same group commits, once
+        pass
+    sink.write_group([(_key("b1", 1), rows)])
+    assert sorted(target_table(pg_schema).column("id").to_pylist()) == [1, 2, 3] and len(ledger(pg_schema)) == 2
+    sink.close()

@@ -9,7 +9,7 @@ from multiprocessing.synchronize import Event
 
 import pytest
 
-from icetail.kernel.errors import StateBusyError, TransientError
+from icetail.kernel.errors import LeaseExpiredError, StateBusyError, TransientError
 from icetail.state.checkpoint import Cursor
 from icetail.state.store import SqlCheckpointStore, open_store
 from tests.support.checkpoints import make_batch
@@ -96,6 +96,33 @@ def test_writes_are_fenced_by_the_lease(open_test_store: Callable[..., SqlCheckp
     operator.reset_cursor("c", START)  # nobody holds a lease: the operator may reset
     cp = operator.load("c")
     assert cp is not None and cp.cursor == START
+
+
+def test_a_write_under_an_expired_lease_is_refused_until_renewed(
+    open_test_store: Callable[..., SqlCheckpointStore],
+) -> None:
+    """Nobody took the lease over, yet its holder's write after the expiry (on the store's clock) is
+    refused: another replica could have claimed it at that instant (issue 35). A renewal takes it
+    again, and the same write then goes through."""
+    store = open_test_store()
+    store.ensure_consumer("c", "cat", "db.t", START)
+    store.acquire_lease("c", "run-1", 0.3)
+    batch = make_batch("b1", None, 10, 1)
+    (split_id,) = batch.split_ids
+    store.begin_batch("c", batch, owner="run-1")
+    time.sleep(0.4)
+    with pytest.raises(LeaseExpiredError, match=r"lease of run-1 expired .* s ago on the store's clock") as info:
+        store.commit_chunk("c", "b1", split_id, 5, 5, True, owner="run-1")
+    assert isinstance(info.value, TransientError) and not isinstance(info.value, StateBusyError)
+    with pytest.raises(LeaseExpiredError):
+        store.finish_batch("c", "b1", owner="run-1")
+    cp = store.load("c")
+    assert cp is not None and cp.inflight is not None and cp.inflight.progress_of(split_id).next_row_exclusive is None
+    store.renew_lease("c", "run-1", 30)  # its own expired lease, not taken over: renewed
+    store.commit_chunk("c", "b1", split_id, 5, 5, True, owner="run-1")
+    store.finish_batch("c", "b1", owner="run-1")
+    cp = store.load("c")
+    assert cp is not None and cp.inflight is None and cp.cursor.snapshot_id == 10
 
 
 def test_bad_ttl_is_refused(store: SqlCheckpointStore) -> None:

@@ -179,8 +179,10 @@ def problems(log: list[Write], pids: Mapping[str, int], killed: set[int]) -> lis
       at that instant (the write holds the consumer's row locked);
     - every chunk a PostgreSQL mirror applied was claimed in its ledger by the replica holding the
       consumer's lease at that instant; and each chunk of a consumer once, ever;
-    (a write under a lease that expired on the database clock but that nobody took over is the
-    holder's still, as the store has it (state/fencing.py): `late` lists those);
+    - no progress write is made under a lease already expired on the database clock, even one
+      nobody took over (the store refuses it: state/fencing.py); a mirror chunk is checked against
+      the replica's own deadline just before its COMMIT, so `late` lists the chunks that still
+      committed past the expiry, for the record;
     - a lease passes from one owner straight to another only once it expired, or its holder's pid
       was killed (the same host: state/fencing.py, kernel/processes.py); otherwise it was released;
     - the batches a consumer began have distinct ids and ranges that never overlap; the finished
@@ -195,6 +197,9 @@ def problems(log: list[Write], pids: Mapping[str, int], killed: set[int]) -> lis
         if w.kind in PROGRESS:
             if w.writer_pid is None or w.writer_pid != owner_pid(w.lease_owner):
                 out.append(f"{w.kind} of {w.consumer} by pid {w.writer_pid}, lease held by {w.lease_owner}: {w}")
+            elif w.lease_expires_ms is None or w.lease_expires_ms <= w.now_ms:
+                ago = w.now_ms - (w.lease_expires_ms or 0)
+                out.append(f"{w.kind} of {w.consumer} under a lease expired {ago} ms ago: {w}")
             elif w.label != names.get(w.writer_pid):
                 out.append(f"{w.kind} of {w.consumer}: session label {w.label!r} is not pid {w.writer_pid}'s: {w}")
             if w.kind == "begin":

@@ -65,9 +65,11 @@ def apply_group(
     chunks: Sequence[ChunkKey],
     ddl: Sequence[sql.Composed],
     body: Callable[[Connection[Any], list[int]], Applied],
+    before_commit: Callable[[], None] = lambda: None,
 ) -> Applied:
     """Claim `chunks` (in delivery order, one batch) in the ledger, then run `ddl` and `body` on the
     positions of the chunks not applied before, all in one transaction; see the module doc.
+    `before_commit` may raise to roll it all back (the lease's deadline passed meanwhile).
 
     Chunks already in the ledger are left out before anything is merged: a replayed group may be
     cut differently from the one that was applied, but applied chunks always form whole earlier
@@ -93,6 +95,7 @@ def apply_group(
             sql.SQL("DELETE FROM {} WHERE consumer = %s AND NOT batch_id = ANY(%s)").format(ledger),
             (chunks[0].consumer, batches),
         )
+        before_commit()
     return replace(applied, skipped=len(chunks) - len(claimed))
 
 

@@ -11,7 +11,7 @@ offsets not committed) are left out by the target itself, however the replay is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -54,6 +54,11 @@ class PostgresMirrorSink:
         self._key_ids: tuple[int | None, ...] | None = None
         self._key: tuple[str, ...] = ()
         self._existing: Existing | None = None  # the target as last committed by this sink; None: read it
+        self._fence: Callable[[str], None] = lambda what: None  # the pipeline's lease deadline (fence_commits)
+
+    def fence_commits(self, check: Callable[[str], None]) -> None:
+        """A group's transaction may run seconds after the pipeline checked the lease: checked again at COMMIT."""
+        self._fence = check
 
     def bind(self, key: tuple[str, ...], schema: pa.Schema) -> None:
         """Check the target against the source's current schema and `key`; adopt a matching table."""
@@ -103,7 +108,13 @@ class PostgresMirrorSink:
         try:
             applied: Applied = self._run(
                 lambda: apply_group(
-                    conn, ledger_schema=self.target.ledger_schema, target_name=name, chunks=keys, ddl=ddl, body=body
+                    conn,
+                    ledger_schema=self.target.ledger_schema,
+                    target_name=name,
+                    chunks=keys,
+                    ddl=ddl,
+                    body=body,
+                    before_commit=lambda: self._fence("mirror's commit"),
                 )
             )
         except BaseException:
