@@ -319,3 +319,40 @@ def test_a_group_is_checked_against_the_lease_at_its_commit(pg_schema: str) -> N
     sink.write_group([(_key("b1", 1), rows)])
     assert sorted(target_table(pg_schema).column("id").to_pylist()) == [1, 2, 3] and len(ledger(pg_schema)) == 2
     sink.close()
+
+
+def test_the_consumers_of_a_process_share_its_sessions_to_a_target(pg_schema: str) -> None:
+    """Twelve consumers mirroring into one database from four threads hold four sessions, not one
+    each (issue 35: a replica of a few hundred mirrored tables outgrew max_connections); a session
+    the server ended fails one write (transient) and the next one opens afresh."""
+    import threading
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    app = f"icetail-test-{uuid.uuid4().hex[:8]}"  # the URL's own application_name: kept, and a pool of its own
+    schema = pa.schema([_field("id", pa.int64(), 1, False), _field("v", pa.large_string(), 2), *META])
+    sinks = [_open(mirror_url(pg_schema, f"t{i}", f"&application_name={app}"), ("id",), schema) for i in range(12)]
+    barrier = threading.Barrier(4)
+
+    def write(i: int) -> None:
+        if i < 4:
+            barrier.wait(timeout=30)  # the first four at once
+        sinks[i].write(ChunkKey(f"c{i}", "b1", 0, "s0", 0), _rows(schema, {"id": [i], "v": ["x"]}, ["INSERT"]))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, range(12)))
+
+    def sessions() -> int:
+        return int(query("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,))[0][0])
+
+    assert 1 <= sessions() <= 4  # every sink still open: before, twelve
+    assert [target_table(pg_schema, f"t{i}").column("id").to_pylist() for i in range(12)] == [[i] for i in range(12)]
+    query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,))
+    with pytest.raises(SinkError, match="retry"):
+        sinks[0].write(ChunkKey("c0", "b2", 0, "s0", 0), _rows(schema, {"id": [100], "v": ["y"]}, ["INSERT"], 2))
+    # the next write takes no other dead session: they were closed with the broken one
+    sinks[1].write(ChunkKey("c1", "b2", 0, "s0", 0), _rows(schema, {"id": [101], "v": ["y"]}, ["INSERT"], 2))
+    sinks[0].write(ChunkKey("c0", "b2", 0, "s0", 0), _rows(schema, {"id": [100], "v": ["y"]}, ["INSERT"], 2))
+    assert sessions() == 1
+    for sink in sinks:
+        sink.close()

@@ -11,7 +11,9 @@ offsets not committed) are left out by the target itself, however the replay is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +29,7 @@ from icetail.sinks.postgres.apply import Applied, apply_group, apply_mirror, ens
 from icetail.sinks.postgres.apply_history import apply_history
 from icetail.sinks.postgres.history import HISTORY_COLUMNS
 from icetail.sinks.postgres.schema import Existing, changes, qualified, read_existing, schema_exists
+from icetail.sinks.postgres.sessions import pool_for
 from icetail.sinks.postgres.types import Column, data_columns, field_id
 from icetail.sinks.postgres.url import MirrorTarget, parse_mirror_url
 
@@ -50,7 +53,6 @@ class PostgresMirrorSink:
         self.consumer = consumer
         self.duplicates = 0  # inserts of a key the source already held, since open (docs/sinks.md)
         self.replayed = 0  # chunks found in the ledger (applied before a crash) and skipped, since open
-        self._conn: Any = None
         self._key_ids: tuple[int | None, ...] | None = None
         self._key: tuple[str, ...] = ()
         self._existing: Existing | None = None  # the target as last committed by this sink; None: read it
@@ -70,9 +72,9 @@ class PostgresMirrorSink:
         if missing:
             raise ConfigError(f"mirror key column(s) {', '.join(missing)} are not columns of the source")
         self._key, self._key_ids = key, tuple(by_name[k].field_id for k in key)
-        conn = self._connection()
-        self._run(lambda: ensure_ledger(conn, self.target.ledger_schema))
-        existing = self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
+        with self._session() as conn:
+            self._run(lambda: ensure_ledger(conn, self.target.ledger_schema))
+            existing = self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
         if existing is not None:
             statements = self._changes(existing, columns, key)
             if not existing.managed and statements:  # adopt a matching table: record its field ids
@@ -99,24 +101,26 @@ class PostgresMirrorSink:
                 return apply_history(conn, target, version_changes(rows, names), columns, names)
             return apply_mirror(conn, target, local_merge(rows, names), columns, names)
 
-        conn = self._connection()
-        existing = self._existing or self._run(lambda: read_existing(conn, self.target.schema, self.target.table))
-        missing_schema = existing is None and not self._run(lambda: schema_exists(conn, self.target.schema))
-        ddl = self._changes(existing, columns, names, create_schema=missing_schema)
         name = f"{self.target.schema}.{self.target.table}"
         keys = [key for key, _ in chunks]
         try:
-            applied: Applied = self._run(
-                lambda: apply_group(
-                    conn,
-                    ledger_schema=self.target.ledger_schema,
-                    target_name=name,
-                    chunks=keys,
-                    ddl=ddl,
-                    body=body,
-                    before_commit=lambda: self._fence("mirror's commit"),
+            with self._session() as conn:
+                existing = self._existing or self._run(
+                    lambda: read_existing(conn, self.target.schema, self.target.table)
                 )
-            )
+                missing_schema = existing is None and not self._run(lambda: schema_exists(conn, self.target.schema))
+                ddl = self._changes(existing, columns, names, create_schema=missing_schema)
+                applied: Applied = self._run(
+                    lambda: apply_group(
+                        conn,
+                        ledger_schema=self.target.ledger_schema,
+                        target_name=name,
+                        chunks=keys,
+                        ddl=ddl,
+                        body=body,
+                        before_commit=lambda: self._fence("mirror's commit"),
+                    )
+                )
         except BaseException:
             self._existing = None  # the schema may or may not have changed: read it again
             raise
@@ -146,9 +150,8 @@ class PostgresMirrorSink:
             )
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Nothing to release: the sessions belong to the process's pool (sessions.py), shared with
+        the other consumers writing to this database."""
 
     def _columns(self, schema: pa.Schema, key: tuple[str, ...]) -> tuple[Column, ...]:
         """The target's columns: the data columns, and a history table's validity columns."""
@@ -180,14 +183,16 @@ class PostgresMirrorSink:
         )
 
     def _execute(self, statements: list[Any]) -> None:
-        with self._connection().transaction():
+        with self._session() as conn, conn.transaction():
             for statement in statements:
-                self._connection().execute(statement)
+                conn.execute(statement)
 
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = connect(self.target)
-        return self._conn
+    @contextmanager
+    def _session(self) -> Iterator[Any]:
+        """A session of the process's pool for this target (sessions.py), the caller's alone until the block ends."""
+        target = self.target
+        with pool_for((target.conninfo, target.lock_timeout), lambda: connect(target)).session() as conn:
+            yield conn
 
     def _run(self, step: Any) -> Any:
         """`step()` with PostgreSQL's errors as icetail's: a lost connection is transient, the rest terminal."""
@@ -225,9 +230,7 @@ def connect(target: MirrorTarget) -> Any:
         conn = psycopg.connect(
             target.conninfo,
             autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            application_name="icetail",
-            **client_bounds(target.conninfo),
+            **client_bounds(target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, application_name=application_name()),
         )
     except psycopg.ProgrammingError as exc:  # a parameter this libpq does not know
         raise ConfigError(f"sink URL {target.identity!r} is not usable: {redact_text(message_line(exc))}") from None
@@ -245,6 +248,11 @@ def connect(target: MirrorTarget) -> Any:
         conn.close()
         raise SinkError(f"sink {target.identity} failed: {redact_text(message_line(exc))}; retry") from None
     return conn
+
+
+def application_name() -> str:
+    """This process's mirror sessions' `application_name` (unless the URL sets one): `icetail-mirror:PID`."""
+    return f"icetail-mirror:{os.getpid()}"
 
 
 def check_reachable(target: MirrorTarget) -> None:
