@@ -17,9 +17,10 @@ writer stopped and every consumer caught up:
   least once by design, docs/delivery.md), the PostgreSQL mirror equal to the source;
 - no consumer was ever delivered by two replicas, from triggers on the store's tables and on the
   mirror's ledger (tests/support/serve_audit.py), not from the logs: each progress write and each
-  mirror chunk was made by the replica holding the lease at that instant (a lease that expired on
-  the database clock and that nobody took over is still its holder's, as the store has it: such
-  writes are counted and printed, not refused); leases changed hands
+  mirror chunk was made by the replica holding the lease at that instant, each progress write
+  under a live lease (the store refuses one under an expired lease, even one nobody took over;
+  mirror chunks that still committed past the expiry, despite the check just before their COMMIT,
+  are counted and printed); leases changed hands
   only expired, released or from a killed process; batches of a consumer chain and never overlap;
 - no replica logged a terminal failure or stopped a consumer (the healed replica's late cycles
   are refused as such: monitor/engine/pipeline.py reads the checkpoint before the table).
