@@ -292,7 +292,7 @@ def test_a_group_is_checked_against_the_lease_at_its_commit(pg_schema: str) -> N
     """A replica cut off from the store must not commit a group after its lease's deadline, however
     long the group's transaction ran after the pipeline's check (issue 35): the pipeline's deadline
     is checked again inside the transaction, after the rows are applied, before COMMIT."""
-    from monitor.engine.lease_clock import LeaseClock, LeaseDeadlineError
+    from icetail.monitor.engine.lease_clock import LeaseClock, LeaseDeadlineError
 
     schema = pa.schema([_field("id", pa.int64(), 1, False), _field("v", pa.large_string(), 2), *META])
     sink = _open(mirror_url(pg_schema), ("id",), schema)
