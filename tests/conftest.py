@@ -14,7 +14,9 @@ Tests marked `once` (long process-level tests: SIGKILL crash loops, services, ob
 whose behaviour does not depend on the Spark line) run on one line only: `make test` runs both
 lines, and running them twice would only double the suite's longest tests. Most run on the
 Spark 4 line that `pip install icetail` resolves; the modules in ONCE_ON_SPARK35 run on the 3.5
-line, to balance the two lines' times.
+line, to balance the two lines' times. The folders in SPARK_FREE hold tests that never touch
+Spark's data path (the checkpoint stores): both venvs have the same packages but pyspark, so
+they are `once` too, on the 3.5 line.
 
 On Spark 4 (the pyspark `pip install icetail` resolves) the Java reference cannot load: its
 runtime jar exists for Spark 3.5 (Scala 2.12) only. There `spark` is icetail's own session and
@@ -73,6 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _JAVA_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.java)
+        if _module_of(item).startswith(SPARK_FREE):
+            item.add_marker(pytest.mark.once)
     # a `once` test runs on one line: the Spark 3.5 line for the modules named in ONCE_ON_SPARK35,
     # the Spark 4 line for the others (a `once` test that needs Java runs on the 3.5 line only)
     elsewhere = [
@@ -80,7 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for i in items
         if i.get_closest_marker("once")
         and not i.get_closest_marker("java")
-        and (_module_of(i) in ONCE_ON_SPARK35) != JAVA_REFERENCE_RUNS
+        and (_module_of(i) in ONCE_ON_SPARK35 or _module_of(i).startswith(SPARK_FREE)) != JAVA_REFERENCE_RUNS
     ]
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
@@ -100,6 +104,10 @@ ONCE_ON_SPARK35 = frozenset(
         "tests/storage/test_s3_crash.py",
     }
 )
+
+
+# folders of tests that never touch Spark's data path: the same on both lines (the Spark 3.5 one runs them)
+SPARK_FREE = ("tests/state/",)
 
 
 def _module_of(item: pytest.Item) -> str:
