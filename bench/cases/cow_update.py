@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         default=sys.executable,
         help="the interpreter of icetail's processes (e.g. the pyspark 4 venv's); Java's runs in this one",
     )
+    parser.add_argument(
+        "--heap-1g", action="store_true", help="also `update_1g`: the update with Spark's own 1 GiB driver heap"
+    )
     parser.add_argument("--tag", default="", help="a suffix of the output folders (runs side by side)")
     parser.add_argument("--update-extra", default="", help="more arguments of the `update` case's `icetail run`")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the table (or reuse it) and stop")
@@ -235,10 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                     ids["updated"],
                     ["--reconcile-partition-bytes", "0"],
                 )
+        if args.heap_1g:
+            cases["update_1g"] = icetail_run(
+                workdir, f"update1g{round_}", appended_after, ["--identifier-columns", "id"]
+            )
         if args.only:
             cases = {k: v for k, v in cases.items() if k in args.only.split(",")}
         for name, cmd in cases.items():
-            result = measured(cmd, env)
+            own = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"} if name == "update_1g" else {}
+            result = measured(cmd, {**env, **own})
             runs.setdefault(name, []).append(result)
             print(name, json.dumps(result), file=sys.stderr, flush=True)
     print(json.dumps({"rows": args.rows, "files": args.files, "ids": ids, "runs": runs}, indent=1))
