@@ -11,7 +11,9 @@ Python workers; bench/procs.py):
   UPDATE snapshot, partitioned (and `changes_driver` with --driver: whole in the driver);
 - `java`: Java Iceberg's `create_changelog_view(compute_updates => true, identifier_columns => id)`
   over the same snapshot into Spark's noop sink, in its own process (timed inside the JVM too).
-Run with the pyspark 3.5 venv (Java's Iceberg runtime exists for 3.5 only):
+Run with the pyspark 3.5 venv (Java's Iceberg runtime exists for 3.5 only; it prepares the table
+and runs `java`); `--icetail-python .venv-spark4/bin/python` runs icetail's own processes on the
+pyspark 4 line instead (the install users get):
 
     .venv/bin/python -m bench.cases.cow_update --rows 8000000 --files 8 [--driver] [--changes] [--repeat 2]
 """
@@ -64,21 +66,30 @@ def prepare(workdir: Path, rows: int, files: int, seed: int) -> dict[str, Any]:
 
 def measured(cmd: list[str], env: dict[str, str]) -> dict[str, float | str]:
     """Run `cmd`, sampling its process tree: wall seconds, peak RSS (total and per kind), its stderr tail."""
-    peak = {"total": 0, "jvm": 0, "python": 0}
+    peak = {"total": 0, "jvm": 0, "python": 0, "driver": 0}
+    at_peak = {"jvm": 0, "driver": 0, "workers": 0}  # the tree's make-up when its total peaked
+    processes: list[float] = []  # each process's GB then (the driver first)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            now = {"jvm": 0, "python": 0}
+            now = {"jvm": 0, "python": 0, "driver": 0}
+            each = []
             for pid in [proc.pid, *_children(proc.pid)]:
                 rss, kind = _rss_and_kind(pid)
                 if kind != "gone":
+                    each.append(round(rss / 1e9, 2))
                     now["jvm" if kind == "jvm" else "python"] += rss
-            for key in ("jvm", "python"):
+                    if pid == proc.pid:
+                        now["driver"] = rss
+            for key in ("jvm", "python", "driver"):
                 peak[key] = max(peak[key], now[key])
-            peak["total"] = max(peak["total"], now["jvm"] + now["python"])
+            if now["jvm"] + now["python"] > peak["total"]:
+                peak["total"] = now["jvm"] + now["python"]
+                at_peak.update(jvm=now["jvm"], driver=now["driver"], workers=now["python"] - now["driver"])
+                processes[:] = each
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -94,6 +105,9 @@ def measured(cmd: list[str], env: dict[str, str]) -> dict[str, float | str]:
         "peak_gb": round(peak["total"] / 1e9, 2),
         "peak_jvm_gb": round(peak["jvm"] / 1e9, 2),
         "peak_python_gb": round(peak["python"] / 1e9, 2),
+        "peak_driver_gb": round(peak["driver"] / 1e9, 2),
+        "at_peak_gb": {k: round(v / 1e9, 2) for k, v in at_peak.items()},
+        "at_peak_processes_gb": processes,
         "stdout": out.strip()[-400:],
         "stderr": err.strip()[-400:],
     }
@@ -107,10 +121,13 @@ def fresh_out_dir(workdir: Path, name: str) -> Path:
     return out
 
 
+ICETAIL_PYTHON = [sys.executable]  # --icetail-python: the interpreter of icetail's own processes
+
+
 def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[str]:
     out = fresh_out_dir(workdir, name)
     return [
-        sys.executable, "-m", "icetail", "run",
+        ICETAIL_PYTHON[0], "-m", "icetail", "run",
         "--catalog", CATALOG, "--table", f"ns.{TABLE}",
         "--state", f"sqlite:///{out}/state.db", "--sink", f"parquet://{out}/sink",
         "--consumer", name, "--start", f"snapshot:{after}", "--max-snapshots-per-batch", "1", "--once",
@@ -121,7 +138,7 @@ def icetail_run(workdir: Path, name: str, after: int, extra: list[str]) -> list[
 def icetail_changes(workdir: Path, name: str, after: int, until: int, extra: list[str]) -> list[str]:
     out = fresh_out_dir(workdir, name)
     return [
-        sys.executable, "-m", "icetail", "changes",
+        ICETAIL_PYTHON[0], "-m", "icetail", "changes",
         "--catalog", CATALOG, "--table", f"ns.{TABLE}",
         "--from-snapshot", str(after), "--to-snapshot", str(until),
         "--identifier-columns", "id", "--output", str(out / "changes.parquet"),
@@ -158,7 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="keep the prepared table of an earlier run")
     parser.add_argument("--changes", action="store_true", help="also `icetail changes` of the UPDATE snapshot")
     parser.add_argument("--only", default=None, help="a,b: only these cases (append,update,java,update_driver,...)")
+    parser.add_argument(
+        "--icetail-python",
+        default=sys.executable,
+        help="the interpreter of icetail's processes (e.g. the pyspark 4 venv's); Java's runs in this one",
+    )
+    parser.add_argument(
+        "--heap-1g", action="store_true", help="also `update_1g`: the update with Spark's own 1 GiB driver heap"
+    )
+    parser.add_argument("--tag", default="", help="a suffix of the output folders (runs side by side)")
+    parser.add_argument("--update-extra", default="", help="more arguments of the `update` case's `icetail run`")
+    parser.add_argument("--prepare-only", action="store_true", help="prepare the table (or reuse it) and stop")
     args = parser.parse_args(argv)
+    ICETAIL_PYTHON[0] = args.icetail_python
     workdir = Path(args.workdir).resolve()
     ids_file = workdir / f"cow-update-{args.rows}.json"
     if args.reuse and ids_file.exists():
@@ -166,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ids = prepare(workdir, args.rows, args.files, args.seed)
         ids_file.write_text(json.dumps(ids))
+    if args.prepare_only:
+        print(json.dumps(ids))
+        return 0
     env = {**os.environ, **ids["env"], "PYTHONPATH": str(REPO)}
     runs: dict[str, list[dict[str, float | str]]] = {}
     java = [
@@ -181,10 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     appended_after = ids["appended"]
-    for round_ in range(args.repeat):
+    for round_ in (f"{r}{args.tag}" for r in range(args.repeat)):
         cases = {
             "append": icetail_run(workdir, f"append{round_}", ids["seed"], []),
-            "update": icetail_run(workdir, f"update{round_}", appended_after, ["--identifier-columns", "id"]),
+            "update": icetail_run(
+                workdir, f"update{round_}", appended_after, ["--identifier-columns", "id", *args.update_extra.split()]
+            ),
             "java": java,
         }
         if args.driver:
@@ -204,10 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                     ids["updated"],
                     ["--reconcile-partition-bytes", "0"],
                 )
+        if args.heap_1g:
+            cases["update_1g"] = icetail_run(
+                workdir, f"update1g{round_}", appended_after, ["--identifier-columns", "id"]
+            )
         if args.only:
             cases = {k: v for k, v in cases.items() if k in args.only.split(",")}
         for name, cmd in cases.items():
-            result = measured(cmd, env)
+            own = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"} if name == "update_1g" else {}
+            result = measured(cmd, {**env, **own})
             runs.setdefault(name, []).append(result)
             print(name, json.dumps(result), file=sys.stderr, flush=True)
     print(json.dumps({"rows": args.rows, "files": args.files, "ids": ids, "runs": runs}, indent=1))

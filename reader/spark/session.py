@@ -13,6 +13,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.reader.spark.daemon_zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 from icetail.reader.spark.daemon_zygote import start_zygote
 from icetail.reader.spark.java_runtime import check_java
+from icetail.reader.spark.session_defaults import tuned_defaults
 from icetail.reader.spark.session_health import quiet_accumulator_server
 from icetail.reader.spark.worker_python import check_worker_python, worker_python
 
@@ -107,7 +108,12 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
         settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
-    if str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local"):
+    local = str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local")
+    if local and not _submitted() and SparkContext._active_spark_context is None:
+        # this process starts the JVM: icetail's sizes where the user chose none (session_defaults.py)
+        for key, value in tuned_defaults(conf).items():
+            settings.setdefault(key, value)
+    if local:
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
         if settings.get("spark.python.daemon.module") == ICETAIL_DAEMON and SparkContext._active_spark_context is None:
             _start_daemon_zygote(settings)
