@@ -278,16 +278,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--ab", default="", help="alternate the base read with this variant (shm)")
     parser.add_argument("--json", default="", help="write every round's figures to this file")
+    parser.add_argument("--java-options", default="", help="added to the driver JVM options (A/B)")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     target = standalone_target(workdir, args.rows, args.files, args.row_group_rows, args.seed)
     import pyspark
 
-    from icetail.reader.spark.session import spark_session
+    from icetail.reader.spark.session import DEFAULT_CONF, spark_session
 
     started = time.perf_counter()
-    spark = spark_session("icetail-bench-warm-rounds")
+    conf = {}
+    if args.java_options:
+        key = "spark.driver.extraJavaOptions"
+        conf[key] = f"{DEFAULT_CONF[key]} {args.java_options}"
+    spark = spark_session("icetail-bench-warm-rounds", conf)
+    log(f"driver JVM options: {spark.sparkContext.getConf().get('spark.driver.extraJavaOptions')}")
     log(f"pyspark {pyspark.__version__}: session up in {time.perf_counter() - started:.1f}s; load {os.getloadavg()}")
     variants = ("base", args.ab) if args.ab else ("base",)
     entries = measure(target, spark, args.rounds, variants)
