@@ -30,7 +30,7 @@ def catalog_env(workdir: Path, sub: str = "catalog") -> dict[str, str]:
 
 def bench_spark_conf(driver_memory: str) -> dict[str, str]:
     """tests/support/javaref's session plus icetail's defaults, with the JIT left at full strength."""
-    from icetail.reader.spark.session import DEFAULT_CONF
+    from icetail.reader.spark.session import C1_ONLY, DEFAULT_CONF
     from tests.support.javaref import spark_conf
 
     conf = {**spark_conf(), **DEFAULT_CONF}
@@ -46,8 +46,9 @@ def bench_spark_conf(driver_memory: str) -> dict[str, str]:
             "spark.driver.memory": driver_memory,
             "spark.sql.shuffle.partitions": str(os.cpu_count() or 2),
             "spark.default.parallelism": str(os.cpu_count() or 2),
-            # javaref's -XX:TieredStopAtLevel=1 (C1 only) would handicap the Java reader
-            "spark.driver.extraJavaOptions": DEFAULT_CONF["spark.driver.extraJavaOptions"] + " -XX:+UseParallelGC",
+            # C1 only (javaref's and icetail's default) would handicap the Java reader
+            "spark.driver.extraJavaOptions": DEFAULT_CONF["spark.driver.extraJavaOptions"].replace(C1_ONLY, "").strip()
+            + " -XX:+UseParallelGC",
         }
     )
     return conf

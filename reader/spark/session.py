@@ -23,13 +23,18 @@ _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.proper
 # under spark-submit) extended to a password in a URL's userinfo, which names no `password` key.
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|://[^/\s:@]*:[^/\s@]*@"
 
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 DEFAULT_CONF = {
     "spark.redaction.regex": REDACTION_REGEX,
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
     "spark.python.worker.reuse": "true",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",
+    # C1 only (`TieredStopAtLevel=1`): icetail's JVM schedules tasks and moves few bytes (the rows are
+    # read and decoded in Python), and C2 kept compiling the scheduler's code round after round:
+    # 0.1-1.0 CPU seconds of compiler threads in warm reads of 8M rows, on the cores the Python
+    # workers decode on (issue 37 s2, bench/RESULTS.md R56); C1 compiles in 0.03-0.07 s a round.
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J} {C1_ONLY}",
 }
 
 
