@@ -42,10 +42,6 @@ class SessionPool:
         finally:
             self._give_back(conn)
 
-    def idle(self) -> int:
-        with self._lock:
-            return len(self._idle)
-
     def close_idle(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
