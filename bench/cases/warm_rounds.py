@@ -120,40 +120,31 @@ class HandoffClock:
     def install(self) -> None:
         from icetail.reader.spark import waves
 
-        take, decode, sleep = waves.take_published, waves.decode, time.sleep
-        clock = self
-
-        def timed_take(path: str) -> Any:
-            started = time.perf_counter()
-            try:
-                return take(path)
-            finally:
-                clock.take += time.perf_counter() - started
-
-        def timed_decode(payload: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return decode(payload)
-            finally:
-                clock.decode += time.perf_counter() - started
-                clock.chunks += 1
+        timed_sleep = self._timed(time.sleep, "wait", "polls")
 
         class _Time:
             perf_counter = staticmethod(time.perf_counter)
             monotonic = staticmethod(time.monotonic)
             time = staticmethod(time.time)
+            sleep = staticmethod(timed_sleep)
 
-            @staticmethod
-            def sleep(seconds: float) -> None:
-                started = time.perf_counter()
-                sleep(seconds)
-                clock.wait += time.perf_counter() - started
-                clock.polls += 1
-
-        waves.take_published = timed_take  # type: ignore[assignment]
-        waves.decode = timed_decode  # type: ignore[assignment]
+        waves.take_published = self._timed(waves.take_published, "take")  # type: ignore[assignment]
+        waves.decode = self._timed(waves.decode, "decode", "chunks")  # type: ignore[assignment]
         waves.time = _Time  # type: ignore[assignment]
 
+    def _timed(self, step: Callable[..., Any], seconds: str, count: str | None = None) -> Callable[..., Any]:
+        """`step`, adding its wall time to the clock's `seconds` field (and one to `count`) on every call."""
+
+        def timed(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return step(*args)
+            finally:
+                setattr(self, seconds, getattr(self, seconds) + time.perf_counter() - started)
+                if count is not None:
+                    setattr(self, count, getattr(self, count) + 1)
+
+        return timed
 
 def raw_read(files: tuple[str, ...]) -> pa.Table:
     """The issue's bar: each file read by pyarrow's threaded reader, the tables concatenated."""
