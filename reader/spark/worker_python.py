@@ -4,8 +4,9 @@ A local master's workers run `spark.pyspark.python`, else PYSPARK_PYTHON, not th
 interpreter: set to another Python (a venv used without activating it, a system python3), they
 fail deep inside the first job with `No module named 'pyarrow'`, or with Spark's Python version
 mismatch. icetail sets PYSPARK_PYTHON to its own interpreter when it is unset, so only an
-explicit other interpreter is probed: it must be the driver's Python minor version and import
-pyarrow and icetail's worker module.
+explicit other interpreter is probed: it must be the driver's Python minor version, have the
+driver's pyspark (another venv's 3.5 workers fail a 4.x driver's first task with a UnicodeDecodeError
+in Spark's handshake), and import pyarrow and icetail's worker module.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ from collections.abc import Mapping
 from icetail.kernel.errors import ConfigError
 
 PROBE_SECONDS = 60.0
-# what a worker imports first: Arrow and icetail's daemon module (spark.python.daemon.module)
+# the versions first (a line each, before an import can fail), then what a worker imports first: Arrow
+# and icetail's daemon module (spark.python.daemon.module)
 PROBE = (
-    "import sys; print('%d.%d' % sys.version_info[:2]); "
+    "import sys, importlib.util\n"
+    "print('%d.%d' % sys.version_info[:2], flush=True)\n"
+    "if importlib.util.find_spec('pyspark'):\n"
+    "    import pyspark; print(pyspark.__version__, flush=True)\n"
     "import pyarrow, icetail.reader.spark.daemon, icetail.reader.split.read"
 )
 
@@ -61,9 +66,19 @@ def check_worker_python(conf: Mapping[str, str], environ: Mapping[str, str] | No
     driver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if lines and version != driver:
         raise ConfigError(f"{where}, which is Python {version} while the driver is Python {driver}; {fix}")
+    if len(lines) > 1 and lines[1] != _driver_pyspark():
+        raise ConfigError(
+            f"{where}, which has pyspark {lines[1]} while the driver runs pyspark {_driver_pyspark()}; {fix}"
+        )
     if probe.returncode != 0:
         errors = [line for line in probe.stderr.strip().splitlines() if line.strip()]
         raise ConfigError(f"{where}, which cannot import icetail's read path ({errors[-1] if errors else ''}); {fix}")
+
+
+def _driver_pyspark() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
 
 
 def _same_interpreter(a: str, b: str) -> bool:

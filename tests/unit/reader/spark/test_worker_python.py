@@ -54,3 +54,21 @@ def test_workers_python_missing(source: LocalCatalog, tmp_path: Path) -> None:
     code, lines = _changes(source, java, tmp_path, {"PYSPARK_PYTHON": "python3.404"})
     assert (code, len(lines)) == (2, 1), lines
     assert "Spark's Python workers would run python3.404 (PYSPARK_PYTHON), which is not an executable here" in lines[0]
+
+
+def test_workers_python_with_another_pyspark(source: LocalCatalog, tmp_path: Path) -> None:
+    """Another venv's interpreter (as PYSPARK_PYTHON inherited from a pyspark 3.5 process): its workers
+    would fail a 4.x driver's first task in Spark's handshake with a UnicodeDecodeError."""
+    other = tmp_path / "other-pyspark"
+    (other / "pyspark").mkdir(parents=True)
+    (other / "pyspark" / "__init__.py").write_text('__version__ = "3.4.9"\n')
+    wrapper = tmp_path / "other-python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={other} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    java = counting_java(tmp_path)
+    code, lines = _changes(source, java, tmp_path, {"PYSPARK_PYTHON": str(wrapper)})
+    assert (code, len(lines)) == (2, 1), lines
+    import pyspark
+
+    assert f"which has pyspark 3.4.9 while the driver runs pyspark {pyspark.__version__}" in lines[0], lines
+    assert java.count() == 0  # said before the JVM was started
