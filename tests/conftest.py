@@ -38,6 +38,10 @@ _JAVA_FIXTURES = {"catalog"}
 # `engine="auto"` would read every small test table in process: the suite keeps testing the Spark
 # path unless a test asks for an engine (tests/support/engines.py runs both, differential tests)
 os.environ.setdefault("ICETAIL_LOCAL_MAX_BYTES", "0")
+# the test process's own JVM neither maps nor writes the JVM class cache (reader/spark/class_cache.py):
+# as its writer it would hold the dump lock for the whole run; the children share one cache instead
+# (tests/support/processes.py), and tests/unit/reader/spark/test_class_cache.py tests the cache itself
+os.environ.setdefault("ICETAIL_JVM_CLASS_CACHE", "off")
 
 
 @pytest.fixture(scope="session")

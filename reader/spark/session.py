@@ -10,10 +10,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from icetail.kernel.errors import ConfigError
+from icetail.reader.spark.class_cache import CacheUse, class_cache, record_dumping_jvm, use_cache
 from icetail.reader.spark.daemon_zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 from icetail.reader.spark.daemon_zygote import start_zygote
 from icetail.reader.spark.java_runtime import check_java
-from icetail.reader.spark.session_defaults import tuned_defaults
+from icetail.reader.spark.session_defaults import SERIAL_GC, collector_chosen, tuned_defaults, user_set_keys
 from icetail.reader.spark.session_health import quiet_accumulator_server
 from icetail.reader.spark.worker_python import check_worker_python, worker_python
 
@@ -114,23 +115,63 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
         settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     local = str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local")
+    cache_use = CacheUse("")
     if local and not _submitted() and SparkContext._active_spark_context is None:
         # this process starts the JVM: icetail's sizes where the user chose none (session_defaults.py)
         for key, value in tuned_defaults(conf).items():
             settings.setdefault(key, value)
+        cache_use = _local_jvm_options(settings, conf)
     if local:
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
         if settings.get("spark.python.daemon.module") == ICETAIL_DAEMON and SparkContext._active_spark_context is None:
             _start_daemon_zygote(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception:
+        if "SharedArchiveFile" not in cache_use.java_options:
+            raise
+        # the archive crashed the JVM at its start (a damaged file): start once more without it
+        _drop_archive(cache_use)
+        builder = builder.config(JAVA_OPTIONS, settings[JAVA_OPTIONS].replace(cache_use.java_options, "").strip())
+        session = builder.getOrCreate()
+    if cache_use.dumping is not None:
+        record_dumping_jvm(cache_use.dumping, session)
     session.sparkContext.setLogLevel("ERROR")
     quiet_accumulator_server(session.sparkContext)
     return session
 
 
 ICETAIL_DAEMON = "icetail.reader.spark.daemon"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def _local_jvm_options(settings: dict[str, str], conf: Mapping[str, str] | None) -> CacheUse:
+    """icetail's options of the local JVM this process starts: the serial collector and the class cache.
+
+    Where the user set the JVM's options anywhere Spark reads them, theirs replace icetail's (set in
+    spark-defaults.conf or PYSPARK_SUBMIT_ARGS, they would otherwise lose to icetail's, which reach
+    Spark as the session's own conf)."""
+    if JAVA_OPTIONS in user_set_keys(conf or {}, os.environ):
+        if JAVA_OPTIONS not in (conf or {}):
+            settings.pop(JAVA_OPTIONS, None)
+        return CacheUse("")
+    if not collector_chosen(os.environ):  # a second collector would stop the JVM at its start
+        settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {SERIAL_GC}"
+    cache = class_cache()
+    if cache is None:
+        return CacheUse("")
+    use = use_cache(cache)
+    if use.java_options:
+        settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {use.java_options}"
+    return use
+
+
+def _drop_archive(use: CacheUse) -> None:
+    archive = use.java_options.split("-XX:SharedArchiveFile=", 1)[1].split()[0]
+    with contextlib.suppress(OSError):
+        os.unlink(archive)
 
 
 def _start_daemon_zygote(settings: dict[str, str]) -> None:

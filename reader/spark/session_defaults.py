@@ -15,11 +15,18 @@ with 512 MiB unless the user sized it anywhere Spark reads it:
 A setting given any of these ways is left alone (it is Spark's to apply); only an unset one gets
 icetail's default. Under spark-submit, or with a SparkContext already running, the JVM is up and
 nothing here applies.
+
+The same JVM runs the serial collector (`-XX:+UseSerialGC`) unless the user's JVM options choose one:
+G1's concurrent threads and regions cost the local process tree memory and the workers' cores for a
+heap of 512 MiB (a copy-on-write UPDATE's peak against its append's: 1.36x with G1, 1.24x serial at
+8M rows; 1.55x and 1.44x at 32M; bench/RESULTS.md R57). Java refuses to start with two collectors,
+so one chosen in JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS or _JAVA_OPTIONS leaves icetail's out.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 
@@ -29,6 +36,11 @@ DRIVER_HEAP = "512m"
 # icetail's defaults of launch settings, each applied only when the user set it nowhere
 TUNED_DEFAULTS: dict[str, str] = {DRIVER_MEMORY: DRIVER_HEAP}
 
+SERIAL_GC = "-XX:+UseSerialGC"
+# the variables every `java` reads its options from, before the command line's
+JAVA_ENV_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+_COLLECTOR_FLAG = re.compile(r"-XX:\+Use\w+GC\b")
+
 _ENV_KEYS = {"SPARK_DRIVER_MEMORY": DRIVER_MEMORY}
 _SUBMIT_FLAGS = {"--driver-memory": DRIVER_MEMORY}
 
@@ -37,6 +49,11 @@ def tuned_defaults(conf: Mapping[str, str] | None = None, environ: Mapping[str, 
     """icetail's defaults (TUNED_DEFAULTS) of the settings the user did not set."""
     chosen = user_set_keys(conf or {}, os.environ if environ is None else environ)
     return {key: value for key, value in TUNED_DEFAULTS.items() if key not in chosen}
+
+
+def collector_chosen(environ: Mapping[str, str]) -> bool:
+    """Does the environment's JVM options choose a garbage collector?"""
+    return any(_COLLECTOR_FLAG.search(environ.get(name, "")) for name in JAVA_ENV_OPTIONS)
 
 
 def user_set_keys(conf: Mapping[str, str], environ: Mapping[str, str]) -> set[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +17,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # what a child must not inherit from the test runner's own environment: the children get their
 # configuration from the test alone
 INHERITED_NEVER = ("ICETAIL_", "PYICEBERG_", "SPARK_", "PYSPARK_")
+# the JVM class cache all children share (reader/spark/class_cache.py): one child's JVM writes it, the
+# later ones start in about half the time; kept between runs, per pyspark and Java install
+CHILD_CLASS_CACHE = Path(tempfile.gettempdir()) / f"icetail-tests-jvm-cache-{os.getuid()}"
 
 
 def child_env(
@@ -45,6 +49,7 @@ def child_env(
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         PYTHONUNBUFFERED="1",
+        ICETAIL_JVM_CLASS_CACHE=str(CHILD_CLASS_CACHE),
         # as in tests/conftest.py: a child's `changes` reads on Spark unless its test asks for the
         # in-process engine (tests/unit/cli/test_local_engine_cli.py drops this to get `auto`)
         ICETAIL_LOCAL_MAX_BYTES="0",

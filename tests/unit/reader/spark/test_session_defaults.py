@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from icetail.reader.spark.session_defaults import DRIVER_HEAP, DRIVER_MEMORY, tuned_defaults, user_set_keys
 from tests.support.processes import child_env
 
@@ -21,15 +23,24 @@ import json, os
 from icetail.reader.spark.session import spark_session
 spark = spark_session("icetail-defaults-test")
 sc = spark.sparkContext
-heap = sc._jvm.java.lang.Runtime.getRuntime().maxMemory()
-print(json.dumps({"conf": sc.getConf().get("spark.driver.memory", None), "heap": heap}), flush=True)
+jvm = sc._jvm
+heap = jvm.java.lang.Runtime.getRuntime().maxMemory()
+collectors = sorted(str(b.getName()) for b in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans())
+probe = jvm.java.lang.System.getProperty("icetail.probe")
+print(json.dumps({"conf": sc.getConf().get("spark.driver.memory", None), "heap": heap, "collectors": collectors,
+                  "probe": probe}), flush=True)
 os._exit(0)  # the JVM ends with its gateway's stdin; nothing here needs a clean stop
 """
 
 
-def _env(tmp_path: Path, name: str, conf_dir: Path) -> dict[str, str]:
-    """A child's environment: no daemon zygote and no worker-interpreter probe (no job runs)."""
-    env = child_env(spark_dir=tmp_path / name, extra={"SPARK_CONF_DIR": str(conf_dir), "ICETAIL_DAEMON_ZYGOTE": "0"})
+def _env(tmp_path: Path, name: str, conf_dir: Path, **extra: str) -> dict[str, str]:
+    """A child's environment: no daemon zygote and no worker-interpreter probe (no job runs); the JVM's
+    collector is icetail's to choose (no test options in JDK_JAVA_OPTIONS)."""
+    env = child_env(
+        spark_dir=tmp_path / name,
+        extra={"SPARK_CONF_DIR": str(conf_dir), "ICETAIL_DAEMON_ZYGOTE": "0", **extra},
+        fast_jvm=False,
+    )
     env.pop("PYSPARK_PYTHON", None)
     return env
 
@@ -61,6 +72,23 @@ def test_the_heap_default_applies_when_unset_and_yields_to_spark_defaults(tmp_pa
     # the user's spark-defaults.conf is Spark's to apply: icetail passes no heap of its own
     assert theirs["conf"] == "700m"
     assert 600 * MIB < int(str(theirs["heap"])) <= 700 * MIB
+
+
+@pytest.mark.once  # the JVM's launch, the same on both lines
+def test_the_serial_collector_unless_the_user_chose_one(tmp_path: Path) -> None:
+    empty_conf = tmp_path / "conf-empty"
+    empty_conf.mkdir()
+    user_conf = tmp_path / "conf-user"
+    user_conf.mkdir()
+    (user_conf / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Dicetail.probe=kept\n")
+    plain = _start(_env(tmp_path, "s1", empty_conf))
+    tool_options = _start(_env(tmp_path, "s2", empty_conf, JAVA_TOOL_OPTIONS="-XX:+UseParallelGC"))
+    defaults_file = _start(_env(tmp_path, "s3", user_conf))
+    ours, theirs, their_file = _result(plain), _result(tool_options), _result(defaults_file)
+    assert ours["collectors"] == ["Copy", "MarkSweepCompact"], ours  # the serial collector's two
+    assert theirs["collectors"] == ["PS MarkSweep", "PS Scavenge"], theirs  # started: no second collector
+    # spark-defaults.conf's JVM options are Spark's to apply: icetail's do not replace them
+    assert their_file["probe"] == "kept" and "Copy" not in their_file["collectors"], their_file
 
 
 def test_a_users_setting_is_found_wherever_spark_reads_it(tmp_path: Path) -> None:

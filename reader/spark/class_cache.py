@@ -1,0 +1,208 @@
+"""The driver JVM's classes from a cache on disk: a local Spark starts in about half the time.
+
+A local Spark's JVM loads, parses and verifies ~12,700 classes before its first job (pyspark 4.3),
+most of a cold command's wait. Java 13+ can write the classes a JVM loaded to an archive when it
+exits (`-XX:ArchiveClassesAtExit`, a CDS dynamic archive) and map them into later JVMs
+(`-XX:SharedArchiveFile`): measured, a session start plus its first job took 7-10 s instead of
+15-17 s (bench/RESULTS.md R57). The cache is kept per Java and pyspark install (the key), in
+ICETAIL_JVM_CLASS_CACHE (a folder; `off` turns it off), else $XDG_CACHE_HOME/icetail/jvm,
+else ~/.cache/icetail/jvm; an archive is ~150 MB.
+
+How an archive comes to be, safely among processes started at once:
+- no archive: the process that creates `KEY.dump.json` exclusively gives its JVM
+  `-XX:ArchiveClassesAtExit=KEY.partial.jsa`, and records there, once the JVM is up, its pid, start
+  time, classpath and options; the others start without a cache;
+- a later start finds the dump's JVM gone and checks the partial archive with a `java -Xshare:on`
+  of the same classpath and options before renaming it to `KEY.jsa`: a JVM killed while writing
+  leaves a truncated file, which crashes a JVM that maps it (SIGBUS), so it is deleted instead;
+- an archive the JVM cannot use (another classpath, other flags) is skipped by the JVM itself
+  (`-Xshare:auto`), quietly (`-Xlog:cds=off`: its warnings go to stdout, which may be the data).
+Nothing here may fail a start: every error means starting without the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "ICETAIL_JVM_CLASS_CACHE"
+OFF = frozenset({"off", "0", "false", "no"})
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+CHECK_SECONDS = 60.0
+ABANDONED_SECONDS = 600.0  # a dump lock whose process never recorded its JVM (it failed to start)
+
+
+@dataclass(frozen=True)
+class ClassCache:
+    """One install's archive and its dump's lock in the cache folder."""
+
+    folder: Path
+    key: str
+
+    @property
+    def archive(self) -> Path:
+        return self.folder / f"{self.key}.jsa"
+
+    @property
+    def partial(self) -> Path:
+        return self.folder / f"{self.key}.partial.jsa"
+
+    @property
+    def dump_record(self) -> Path:
+        return self.folder / f"{self.key}.dump.json"
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """What a start does with the cache: the JVM options to add, and whether its JVM writes the archive."""
+
+    java_options: str
+    dumping: ClassCache | None = None
+
+
+def class_cache(environ: Mapping[str, str] | None = None) -> ClassCache | None:
+    """The cache of this Java and pyspark, or None (turned off, no writable folder, no java found)."""
+    env = os.environ if environ is None else environ
+    setting = env.get(CACHE_ENV, "").strip()
+    if setting.lower() in OFF:
+        return None
+    if setting:
+        folder = Path(setting).expanduser()
+    else:
+        base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = Path(base) / "icetail" / "jvm"
+    key = _install_key(env)
+    if key is None or any(ch.isspace() for ch in str(folder)):  # Spark splits the JVM's options at spaces
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return ClassCache(folder, key) if os.access(folder, os.W_OK) else None
+
+
+def use_cache(cache: ClassCache) -> CacheUse:
+    """The options of a JVM about to start: map the archive, or write it at exit, or neither."""
+    try:
+        _adopt_finished_dump(cache)
+        if cache.archive.is_file():
+            return CacheUse(f"-XX:SharedArchiveFile={cache.archive} -Xshare:auto {QUIET}")
+        fd = os.open(cache.dump_record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:  # another process writes the archive, or the folder went away
+        return CacheUse("")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"python_pid": os.getpid(), "created": time.time()}, f)
+    cache.partial.unlink(missing_ok=True)
+    return CacheUse(f"-XX:ArchiveClassesAtExit={cache.partial} {QUIET}", dumping=cache)
+
+
+def record_dumping_jvm(cache: ClassCache, spark: Any) -> None:
+    """Once the dumping JVM is up: what a later start needs to know it is gone and to check its archive."""
+    try:
+        jvm = spark.sparkContext._jvm
+        system = jvm.java.lang.System
+        runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+        pid = int(runtime.getPid())
+        record = {
+            "python_pid": os.getpid(),
+            "created": time.time(),
+            "jvm_pid": pid,
+            "jvm_started": _process_start(pid),
+            "java": os.path.join(str(system.getProperty("java.home")), "bin", "java"),
+            "classpath": str(system.getProperty("java.class.path")),
+            "options": [
+                str(a) for a in runtime.getInputArguments() if not str(a).startswith("-XX:ArchiveClassesAtExit")
+            ],
+        }
+        temporary = cache.dump_record.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(record))
+        os.replace(temporary, cache.dump_record)
+    except Exception:  # noqa: BLE001 - the cache is an optimization: a later start cleans up
+        return
+
+
+def _adopt_finished_dump(cache: ClassCache) -> None:
+    """A finished dump's partial archive, checked, becomes the archive; a failed one is removed."""
+    try:
+        record = json.loads(cache.dump_record.read_text())
+    except (OSError, ValueError):
+        return
+    if "jvm_pid" not in record:  # the JVM is not up yet, or never came up
+        if _alive(int(record.get("python_pid", 0))) and time.time() - record.get("created", 0) < ABANDONED_SECONDS:
+            return
+    elif _alive(record["jvm_pid"], record.get("jvm_started")):
+        return  # still running, or writing the archive now
+    elif cache.partial.is_file() and _usable(cache.partial, record):
+        os.replace(cache.partial, cache.archive)
+    cache.partial.unlink(missing_ok=True)
+    cache.dump_record.unlink(missing_ok=True)
+
+
+def _usable(archive: Path, record: Mapping[str, Any]) -> bool:
+    """Does a JVM of the dump's java, classpath and options map `archive`? `-Xshare:on` fails if not."""
+    command = [
+        record["java"],
+        *record["options"],
+        f"-XX:SharedArchiveFile={archive}",
+        "-Xshare:on",
+        *QUIET.split(),
+        "-cp",
+        record["classpath"],
+        "-version",
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")}
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, timeout=CHECK_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _install_key(env: Mapping[str, str]) -> str | None:
+    """The Java (binary and its class library, by path, size and time) and pyspark (version, path)."""
+    home = env.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH", os.defpath))
+    if not java or not os.path.isfile(java):
+        return None
+    try:
+        import pyspark
+
+        java = os.path.realpath(java)
+        modules = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "modules")
+        parts = [java, pyspark.__version__, os.path.dirname(os.path.realpath(pyspark.__file__))]
+        for path in (java, modules):
+            if os.path.exists(path):
+                stat = os.stat(path)
+                parts += [str(stat.st_size), str(stat.st_mtime_ns)]
+    except (ImportError, OSError):
+        return None
+    return "spark-" + str(pyspark.__version__) + "-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc), to tell it from a later one of the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started is None or _process_start(pid) in (None, started)
