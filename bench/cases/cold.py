@@ -7,6 +7,12 @@ interpreter given (default: this one and `.venv-spark4/bin/python` when present)
 * `icetail_changes` - `python -m icetail changes --output X.parquet` of the appended snapshot;
 * `icetail_changes_no_zygote` - the same with `ICETAIL_DAEMON_ZYGOTE=0`: the worker daemon
   imports the read path after the JVM's start, not beside it (reader/spark/daemon_zygote.py);
+* `icetail_changes_local` - the same with `--engine local`: read in icetail's own process, no JVM
+  (reader/local.py; `auto` picks it below ICETAIL_LOCAL_MAX_BYTES);
+* `icetail_changes_no_class_cache` - the same with ICETAIL_JVM_CLASS_CACHE=off: the JVM loads its
+  classes from the jars, as on a first start (reader/spark/class_cache.py; the other cases map the
+  cache, written before the first round as a user's first command writes it);
+* `spark_start_stop_no_class_cache` - the bare start without the class cache;
 * `spark_start_stop` - the same interpreter starting and stopping icetail's local SparkSession
   (no zygote: a bare start);
 * `raw_read_write` - `pyarrow.parquet.read_table` of the files (threaded) and `write_table`;
@@ -85,6 +91,26 @@ def _run(argv: list[str], env: dict[str, str]) -> float:
 
 
 NO_ZYGOTE = {"ICETAIL_DAEMON_ZYGOTE": "0"}  # reader/spark/daemon_zygote.py off
+NO_CLASS_CACHE = {"ICETAIL_JVM_CLASS_CACHE": "off"}  # reader/spark/class_cache.py off
+
+
+def _case_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """A case's environment: the zygote only in `icetail_changes*` (not `_no_zygote`), the class cache but in
+    `*_no_class_cache`."""
+    zygote = name in ("icetail_changes", "icetail_changes_no_class_cache")
+    own = dict(env) if zygote else {**env, **NO_ZYGOTE}
+    return {**own, **NO_CLASS_CACHE} if name.endswith("_no_class_cache") else own
+
+
+def _warm_class_cache(python: str, env: dict[str, str]) -> None:
+    """The class cache as users have it after their first command: written, then checked and adopted."""
+    from icetail.reader.spark.class_cache import class_cache
+
+    for _ in range(2):  # the first start's JVM writes it at exit; the second adopts it
+        subprocess.run([python, "-c", SPARK], env=env, cwd=REPO, capture_output=True, check=True)
+        time.sleep(15)  # the JVM writes ~150 MB after the interpreter exits
+    cache = class_cache(env)
+    log(f"class cache {cache.archive if cache else None}: {'ready' if cache and cache.archive.exists() else 'MISSING'}")
 
 
 def commands(python: str, t: Target, scratch: Path, java: bool) -> dict[str, list[str]]:
@@ -99,7 +125,10 @@ def commands(python: str, t: Target, scratch: Path, java: bool) -> dict[str, lis
     out = {
         "icetail_changes": changes,
         "icetail_changes_no_zygote": changes,  # the worker daemon imported after the JVM's start (R44)
+        "icetail_changes_local": [*changes, "--engine", "local"],  # in process, no JVM (issue 37 s1)
+        "icetail_changes_no_class_cache": changes,  # the JVM's classes not from the cache (as a first start)
         "spark_start_stop": [python, "-c", SPARK],  # a bare start: no zygote importing beside it
+        "spark_start_stop_no_class_cache": [python, "-c", SPARK],
         "raw_read_write": [python, "-c", RAW, str(scratch / "raw.parquet"), *files],
     }
     if java:
@@ -114,13 +143,16 @@ def measure(pythons: list[str], t: Target, rounds: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     versions = {python: _pyspark_version(python) for python in pythons}
     scratch = Path(tempfile.mkdtemp(prefix="icetail-cold-"))
+    env["ICETAIL_JVM_CLASS_CACHE"] = str(scratch.parent / "icetail-cold-class-cache")
+    for python in pythons:
+        _warm_class_cache(python, env)
     runs: dict[str, dict[str, list[float]]] = {p: {} for p in pythons}
     try:
         java_ok = {p: versions[p].startswith("3.5") and _java_available(p, env) for p in pythons}
         for round_index in range(rounds):
             for python in pythons:
                 for name, argv in commands(python, t, scratch, java_ok[python]).items():
-                    seconds = _run(argv, env if name == "icetail_changes" else {**env, **NO_ZYGOTE})
+                    seconds = _run(argv, _case_env(name, env))
                     runs[python].setdefault(name, []).append(seconds)
                     log(f"round {round_index + 1} pyspark {versions[python]}: {name} {seconds:.2f}s")
             for leftover in scratch.iterdir():
@@ -142,9 +174,18 @@ def measure(pythons: list[str], t: Target, rounds: int) -> dict[str, Any]:
             "no_zygote_vs_raw_plus_spark_start_median": round(
                 (med["raw_read_write"] + med["spark_start_stop"]) / med["icetail_changes_no_zygote"], 3
             ),
+            "no_class_cache_vs_raw_plus_spark_start_median": round(
+                (med["raw_read_write"] + med["spark_start_stop_no_class_cache"])
+                / med["icetail_changes_no_class_cache"],
+                3,
+            ),
         }
         if "java_iceberg" in med:
             entry["vs_java_median"] = round(med["java_iceberg"] / med["icetail_changes"], 3)
+            entry["local_vs_java_median"] = round(med["java_iceberg"] / med["icetail_changes_local"], 3)
+            entry["no_class_cache_vs_java_median"] = round(
+                med["java_iceberg"] / med["icetail_changes_no_class_cache"], 3
+            )
         report[python] = entry
     return report
 
@@ -159,12 +200,15 @@ def print_report(report: dict[str, Any], load: tuple[float, float]) -> None:
     for entry in report.values():
         print(f"  pyspark {entry['pyspark']}")
         for name, s in entry["seconds"].items():
-            print(f"    {name:18s} {s['min']:7.2f} {s['median']:7.2f} {s['max']:7.2f}")
+            print(f"    {name:32s} {s['min']:7.2f} {s['median']:7.2f} {s['max']:7.2f}")
         ratio = entry["vs_raw_plus_spark_start_median"]
         print(f"    icetail vs (raw read+write + Spark start/stop), medians: {ratio}x")
         print(f"    the same without the daemon zygote: {entry['no_zygote_vs_raw_plus_spark_start_median']}x")
+        print(f"    both without the class cache: {entry['no_class_cache_vs_raw_plus_spark_start_median']}x")
         if "vs_java_median" in entry:
             print(f"    icetail vs Java Iceberg, medians: {entry['vs_java_median']}x")
+            print(f"    icetail --engine local vs Java Iceberg, medians: {entry['local_vs_java_median']}x")
+            print(f"    without the class cache vs Java Iceberg, medians: {entry['no_class_cache_vs_java_median']}x")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--heap-1g", action="store_true", help="also `update_1g`: the update with Spark's own 1 GiB driver heap"
     )
+    parser.add_argument(
+        "--serial-gc",
+        action="store_true",
+        help="also `append_serial` and `update_serial`: the driver JVM on the serial collector (JAVA_TOOL_OPTIONS)",
+    )
     parser.add_argument("--tag", default="", help="a suffix of the output folders (runs side by side)")
     parser.add_argument("--update-extra", default="", help="more arguments of the `update` case's `icetail run`")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the table (or reuse it) and stop")
@@ -242,10 +247,17 @@ def main(argv: list[str] | None = None) -> int:
             cases["update_1g"] = icetail_run(
                 workdir, f"update1g{round_}", appended_after, ["--identifier-columns", "id"]
             )
+        if args.serial_gc:
+            cases["append_serial"] = icetail_run(workdir, f"appendserial{round_}", ids["seed"], [])
+            cases["update_serial"] = icetail_run(
+                workdir, f"updateserial{round_}", appended_after, ["--identifier-columns", "id"]
+            )
         if args.only:
             cases = {k: v for k, v in cases.items() if k in args.only.split(",")}
         for name, cmd in cases.items():
             own = {"PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"} if name == "update_1g" else {}
+            if name.endswith("_serial"):  # no GC flag in icetail's own options: this one is the collector
+                own = {"JAVA_TOOL_OPTIONS": "-XX:+UseSerialGC"}
             result = measured(cmd, {**env, **own})
             runs.setdefault(name, []).append(result)
             print(name, json.dumps(result), file=sys.stderr, flush=True)
