@@ -6,7 +6,8 @@ exits (`-XX:ArchiveClassesAtExit`, a CDS dynamic archive) and map them into late
 (`-XX:SharedArchiveFile`): measured, a session start plus its first job took 7-10 s instead of
 15-17 s (bench/RESULTS.md R57). The cache is kept per Java and pyspark install (the key), in
 ICETAIL_JVM_CLASS_CACHE (a folder; `off` turns it off), else $XDG_CACHE_HOME/icetail/jvm,
-else ~/.cache/icetail/jvm; an archive is ~150 MB.
+else ~/.cache/icetail/jvm; an archive is ~150 MB. A folder icetail cannot write is only read: an
+archive put there beforehand (by an image's build) is mapped, none is written.
 
 How an archive comes to be, safely among processes started at once:
 - no archive: the process that creates `KEY.dump.json` exclusively gives its JVM
@@ -46,6 +47,7 @@ class ClassCache:
 
     folder: Path
     key: str
+    writable: bool = True  # else an archive put there beforehand (an image's) is only mapped
 
     @property
     def archive(self) -> Path:
@@ -85,16 +87,22 @@ def class_cache(environ: Mapping[str, str] | None = None) -> ClassCache | None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
-        return None
-    return ClassCache(folder, key) if os.access(folder, os.W_OK) else None
+        pass
+    if folder.is_dir() and os.access(folder, os.W_OK):
+        return ClassCache(folder, key)
+    read_only = ClassCache(folder, key, writable=False)
+    return read_only if read_only.archive.is_file() else None
 
 
 def use_cache(cache: ClassCache) -> CacheUse:
     """The options of a JVM about to start: map the archive, or write it at exit, or neither."""
     try:
-        _adopt_finished_dump(cache)
+        if cache.writable:
+            _adopt_finished_dump(cache)
         if cache.archive.is_file():
             return CacheUse(f"-XX:SharedArchiveFile={cache.archive} -Xshare:auto {QUIET}")
+        if not cache.writable:
+            return CacheUse("")
         fd = os.open(cache.dump_record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError:  # another process writes the archive, or the folder went away
         return CacheUse("")

@@ -115,9 +115,26 @@ def test_only_one_of_many_starts_writes_the_archive(tmp_path: Path) -> None:
 def test_turned_off_or_unwritable(tmp_path: Path) -> None:
     assert class_cache({**os.environ, CACHE_ENV: "off"}) is None
     assert class_cache({**os.environ, CACHE_ENV: str(tmp_path / "with space")}) is None
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    if os.access(locked, os.W_OK):  # root writes anywhere: a file where the folder should be instead
-        locked.rmdir()
-        locked.write_text("")
-    assert class_cache({**os.environ, CACHE_ENV: str(locked / "jvm")}) is None
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")  # a file where the folder should be: nothing to write, nothing to map
+    assert class_cache({**os.environ, CACHE_ENV: str(blocked / "jvm")}) is None
+
+
+def test_a_read_only_folder_with_an_archive_is_only_mapped(tmp_path: Path) -> None:
+    """An image's build put the archive there; the service cannot write the folder (as root, whom a
+    folder's mode does not stop, the folder is made immutable)."""
+    folder = tmp_path / "image-cache"
+    key = _cache(folder).key
+    (folder / f"{key}.jsa").write_bytes(b"an archive")
+    as_root = os.geteuid() == 0
+    subprocess.run(["chattr", "+i", str(folder)], check=True, capture_output=True) if as_root else folder.chmod(0o500)
+    try:
+        cache = class_cache({**os.environ, CACHE_ENV: str(folder)})
+        assert cache is not None and not cache.writable
+        use = use_cache(cache)
+        assert use.dumping is None and f"-XX:SharedArchiveFile={cache.archive}" in use.java_options
+        assert sorted(p.name for p in folder.iterdir()) == [f"{key}.jsa"]  # no dump lock written
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True, capture_output=True) if as_root else folder.chmod(
+            0o700
+        )
