@@ -161,6 +161,7 @@ def _usable(archive: Path, record: Mapping[str, Any]) -> bool:
         *record["options"],
         f"-XX:SharedArchiveFile={archive}",
         "-Xshare:on",
+        "-XX:ErrorFile=/dev/null",  # a damaged archive crashes this check: no hs_err file in anyone's folder
         *QUIET.split(),
         "-cp",
         record["classpath"],
@@ -168,7 +169,9 @@ def _usable(archive: Path, record: Mapping[str, Any]) -> bool:
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")}
     try:
-        done = subprocess.run(command, env=env, capture_output=True, timeout=CHECK_SECONDS, check=False)
+        done = subprocess.run(
+            command, env=env, cwd=archive.parent, capture_output=True, timeout=CHECK_SECONDS, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
