@@ -11,8 +11,9 @@ archive put there beforehand (by an image's build) is mapped, none is written.
 
 How an archive comes to be, safely among processes started at once:
 - no archive: the process that creates `KEY.dump.json` exclusively gives its JVM
-  `-XX:ArchiveClassesAtExit=KEY.partial.jsa`, and records there, once the JVM is up, its pid, start
-  time, classpath and options; the others start without a cache;
+  `-XX:ArchiveClassesAtExit=KEY.<its own token>.partial.jsa` (never a file another JVM writes), and
+  records there, once the JVM is up, its pid, start time, classpath and options; the others start
+  without a cache;
 - a later start finds the dump's JVM gone and checks the partial archive with a `java -Xshare:on`
   of the same classpath and options before renaming it to `KEY.jsa`: a JVM killed while writing
   leaves a truncated file, which crashes a JVM that maps it (SIGBUS), so it is deleted instead;
@@ -23,9 +24,11 @@ Nothing here may fail a start: every error means starting without the cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -35,10 +38,12 @@ from pathlib import Path
 from typing import Any
 
 CACHE_ENV = "ICETAIL_JVM_CLASS_CACHE"
+DUMP_OPTION = "-XX:ArchiveClassesAtExit="
 OFF = frozenset({"off", "0", "false", "no"})
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 CHECK_SECONDS = 60.0
 ABANDONED_SECONDS = 600.0  # a dump lock whose process never recorded its JVM (it failed to start)
+STRAY_SECONDS = 3600.0  # a partial archive no dump record names (its record was lost): removed after this
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,8 @@ class ClassCache:
     def archive(self) -> Path:
         return self.folder / f"{self.key}.jsa"
 
-    @property
-    def partial(self) -> Path:
-        return self.folder / f"{self.key}.partial.jsa"
+    def partial(self, token: str) -> Path:
+        return self.folder / f"{self.key}.{token}.partial.jsa"
 
     @property
     def dump_record(self) -> Path:
@@ -71,7 +75,8 @@ class CacheUse:
 
 
 def class_cache(environ: Mapping[str, str] | None = None) -> ClassCache | None:
-    """The cache of this Java and pyspark, or None (turned off, no writable folder, no java found)."""
+    """The cache of this Java and pyspark, or None (turned off, no java found, a folder neither to write
+    nor with an archive to read)."""
     env = os.environ if environ is None else environ
     setting = env.get(CACHE_ENV, "").strip()
     if setting.lower() in OFF:
@@ -106,10 +111,10 @@ def use_cache(cache: ClassCache) -> CacheUse:
         fd = os.open(cache.dump_record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError:  # another process writes the archive, or the folder went away
         return CacheUse("")
+    partial = cache.partial(f"{os.getpid()}-{secrets.token_hex(4)}")
     with os.fdopen(fd, "w") as f:
-        json.dump({"python_pid": os.getpid(), "created": time.time()}, f)
-    cache.partial.unlink(missing_ok=True)
-    return CacheUse(f"-XX:ArchiveClassesAtExit={cache.partial} {QUIET}", dumping=cache)
+        json.dump({"python_pid": os.getpid(), "created": time.time(), "partial": partial.name}, f)
+    return CacheUse(f"-XX:ArchiveClassesAtExit={partial} {QUIET}", dumping=cache)
 
 
 def record_dumping_jvm(cache: ClassCache, spark: Any) -> None:
@@ -119,16 +124,16 @@ def record_dumping_jvm(cache: ClassCache, spark: Any) -> None:
         system = jvm.java.lang.System
         runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
         pid = int(runtime.getPid())
+        partial = next(str(a) for a in runtime.getInputArguments() if str(a).startswith(DUMP_OPTION))
         record = {
+            "partial": os.path.basename(partial.split("=", 1)[1]),
             "python_pid": os.getpid(),
             "created": time.time(),
             "jvm_pid": pid,
             "jvm_started": _process_start(pid),
             "java": os.path.join(str(system.getProperty("java.home")), "bin", "java"),
             "classpath": str(system.getProperty("java.class.path")),
-            "options": [
-                str(a) for a in runtime.getInputArguments() if not str(a).startswith("-XX:ArchiveClassesAtExit")
-            ],
+            "options": [str(a) for a in runtime.getInputArguments() if not str(a).startswith(DUMP_OPTION)],
         }
         temporary = cache.dump_record.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(json.dumps(record))
@@ -139,7 +144,9 @@ def record_dumping_jvm(cache: ClassCache, spark: Any) -> None:
 
 def _adopt_finished_dump(cache: ClassCache) -> None:
     """A finished dump's partial archive, checked, becomes the archive; a failed one is removed."""
+    _remove_strays(cache)
     try:
+        seen = cache.dump_record.stat()
         record = json.loads(cache.dump_record.read_text())
     except (OSError, ValueError):
         return
@@ -148,10 +155,23 @@ def _adopt_finished_dump(cache: ClassCache) -> None:
             return
     elif _alive(record["jvm_pid"], record.get("jvm_started")):
         return  # still running, or writing the archive now
-    elif cache.partial.is_file() and _usable(cache.partial, record):
-        os.replace(cache.partial, cache.archive)
-    cache.partial.unlink(missing_ok=True)
-    cache.dump_record.unlink(missing_ok=True)
+    partial = cache.folder / os.path.basename(str(record.get("partial", "")))
+    if "jvm_pid" in record and partial.name.endswith(".partial.jsa") and partial.is_file() and _usable(partial, record):
+        os.replace(partial, cache.archive)
+    if partial.name.endswith(".partial.jsa"):
+        partial.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        now = cache.dump_record.stat()
+        if (now.st_ino, now.st_mtime_ns) == (seen.st_ino, seen.st_mtime_ns):  # not a newer dump's record
+            cache.dump_record.unlink()
+
+
+def _remove_strays(cache: ClassCache) -> None:
+    """Partial archives whose record was lost (removed while their JVM still wrote): old ones go."""
+    for stray in cache.folder.glob(f"{cache.key}.*.partial.jsa"):
+        with contextlib.suppress(OSError):
+            if time.time() - stray.stat().st_mtime > STRAY_SECONDS:
+                stray.unlink()
 
 
 def _usable(archive: Path, record: Mapping[str, Any]) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from icetail.reader.spark.class_cache import CACHE_ENV, ClassCache, class_cache, use_cache
+from icetail.reader.spark.class_cache import CACHE_ENV, STRAY_SECONDS, ClassCache, class_cache, use_cache
 from tests.support.processes import child_env
 
 pytestmark = pytest.mark.once  # one JVM's behaviour, the same on both lines: the Spark 4 line only
@@ -65,12 +65,13 @@ def test_one_start_writes_the_archive_the_next_maps_and_a_damaged_one_is_dropped
     assert stdout.strip().count("\n") == 0, stdout  # the JVM's archive messages stay off stdout
     assert not any(str(folder) in m for m in first["mapped"])  # type: ignore[union-attr]
     _gone(int(first["jvm_pid"]))  # type: ignore[arg-type]
-    assert cache.partial.is_file() and not cache.archive.exists()
-    assert json.loads(cache.dump_record.read_text())["jvm_pid"] == first["jvm_pid"]
+    record = json.loads(cache.dump_record.read_text())
+    partial = cache.folder / record["partial"]
+    assert record["jvm_pid"] == first["jvm_pid"] and partial.is_file() and not cache.archive.exists()
 
     second, _ = _start(folder, tmp_path)
     assert str(cache.archive) in second["mapped"], second  # checked, renamed, mapped
-    assert not cache.partial.exists() and not cache.dump_record.exists()
+    assert not partial.exists() and not cache.dump_record.exists()
 
     # a damaged archive (a disk fault, a copy cut short) crashes the JVM that maps it: that start
     # drops it and starts again without, and becomes the next archive's writer
@@ -87,18 +88,19 @@ def test_a_finished_dump_is_checked_before_it_is_adopted(tmp_path: Path, cut_sho
     """A dump whose JVM is gone: whole, its archive is adopted; cut short (the JVM killed while it
     wrote), it is deleted, never mapped. A bare `java -version` writes the archive here."""
     cache = _cache(tmp_path / "cache")
+    partial = cache.partial("test")
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
-    subprocess.run([java, f"-XX:ArchiveClassesAtExit={cache.partial}", "-Xlog:cds=off", "-version"], check=True,
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={partial}", "-Xlog:cds=off", "-version"], check=True,
                    capture_output=True, timeout=120)  # fmt: skip
     if cut_short:
-        whole = cache.partial.read_bytes()
-        cache.partial.write_bytes(whole[: len(whole) // 2])
+        whole = partial.read_bytes()
+        partial.write_bytes(whole[: len(whole) // 2])
     # its JVM is gone: a pid above Linux's largest (pid_max is at most 2**22) never runs
-    record = {"python_pid": 0, "jvm_pid": 2**22 + 1, "jvm_started": "0", "java": shutil.which(java), "classpath": "",
-              "options": []}  # fmt: skip
+    record = {"partial": partial.name, "python_pid": 0, "jvm_pid": 2**22 + 1, "jvm_started": "0",
+              "java": shutil.which(java), "classpath": "", "options": []}  # fmt: skip
     cache.dump_record.write_text(json.dumps(record))
     use = use_cache(cache)
-    assert cache.archive.exists() is not cut_short and not cache.partial.exists()
+    assert cache.archive.exists() is not cut_short and not partial.exists()
     assert not list(cache.folder.glob("hs_err*")) and not list(Path.cwd().glob("hs_err*"))  # the check's crash
     if cut_short:  # this start writes the next one
         assert use.dumping == cache and "-XX:ArchiveClassesAtExit=" in use.java_options
@@ -111,6 +113,17 @@ def test_only_one_of_many_starts_writes_the_archive(tmp_path: Path) -> None:
     uses = [use_cache(cache) for _ in range(3)]
     assert [u.dumping is not None for u in uses] == [True, False, False]
     assert "-XX:ArchiveClassesAtExit=" in uses[0].java_options and uses[1].java_options == ""
+
+
+def test_a_partial_archive_no_record_names_is_removed_once_old(tmp_path: Path) -> None:
+    """A dump whose record was lost (removed while its JVM still wrote): its file goes after an hour."""
+    cache = _cache(tmp_path / "cache")
+    old, young = cache.partial("lost-old"), cache.partial("lost-young")
+    for stray in (old, young):
+        stray.write_bytes(b"part of an archive")
+    os.utime(old, (time.time() - STRAY_SECONDS - 60,) * 2)
+    use_cache(cache)
+    assert not old.exists() and young.exists()
 
 
 def test_turned_off_or_unwritable(tmp_path: Path) -> None:
