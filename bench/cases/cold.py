@@ -104,13 +104,11 @@ def _case_env(name: str, env: dict[str, str]) -> dict[str, str]:
 
 def _warm_class_cache(python: str, env: dict[str, str]) -> None:
     """The class cache as users have it after their first command: written, then checked and adopted."""
-    from icetail.reader.spark.class_cache import class_cache
-
     for _ in range(2):  # the first start's JVM writes it at exit; the second adopts it
         subprocess.run([python, "-c", SPARK], env=env, cwd=REPO, capture_output=True, check=True)
         time.sleep(15)  # the JVM writes ~150 MB after the interpreter exits
-    cache = class_cache(env)
-    log(f"class cache {cache.archive if cache else None}: {'ready' if cache and cache.archive.exists() else 'MISSING'}")
+    archives = sorted(p.name for p in Path(env["ICETAIL_JVM_CLASS_CACHE"]).glob("*.jsa") if ".partial." not in p.name)
+    log(f"class cache after {python}'s two starts: {archives}")
 
 
 def commands(python: str, t: Target, scratch: Path, java: bool) -> dict[str, list[str]]:
