@@ -34,7 +34,7 @@ from tests.support.workloads import COW, MOR, table_properties
 
 pytestmark = pytest.mark.java
 
-TINY = 500  # estimated bytes per partition: every batch with rows is cut in many
+TINY = 2000  # estimated bytes per partition: every batch with rows is cut in several (500: 3x the tasks, no other path)
 DATA = ("id", "p", "v", "d")
 PER_BATCH = 3
 

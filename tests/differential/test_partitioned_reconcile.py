@@ -4,7 +4,7 @@ Java Iceberg (Spark 3.5) writes the tables: copy-on-write UPDATE, DELETE and MER
 updates, INSERT OVERWRITE, rows duplicated so that carry-over cancellation is a multiset one,
 and on v3 tables (row lineage) an UPDATE that changes the key. `icetail run` delivers each
 history twice: with a partition size so small that every snapshot to reconcile is shuffled in
-many partitions (reader/changes/shuffle.py), through a staging sink (parquet: the tasks write the rows)
+several partitions (reader/changes/shuffle.py), through a staging sink (parquet: the tasks write the rows)
 and a driver-written one (jsonl: the rows come back), and whole, in the driver. Both must equal
 `read_changes` (the in-driver path) as multisets of full rows, and, on copy-on-write tables
 with identifier columns, Java's `create_changelog_view(compute_updates => true)`.
@@ -28,7 +28,7 @@ from tests.support.lineage_workload import create_table
 from tests.support.oracle import row_tuples
 from tests.support.workloads import COW, MOR, table_properties
 
-TINY_PARTITIONS = 500  # estimated bytes per partition: about ten partitions per snapshot here
+TINY_PARTITIONS = 1500  # estimated bytes per partition: a few partitions per snapshot here
 KEYS = ("id", "p", "v", "d", "_change_type", "_change_ordinal", "_commit_snapshot_id")
 
 
