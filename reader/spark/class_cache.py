@@ -72,6 +72,7 @@ class CacheUse:
 
     java_options: str
     dumping: ClassCache | None = None
+    mapped: Path | None = None  # the archive the JVM is told to map
 
 
 def class_cache(environ: Mapping[str, str] | None = None) -> ClassCache | None:
@@ -105,7 +106,7 @@ def use_cache(cache: ClassCache) -> CacheUse:
         if cache.writable:
             _adopt_finished_dump(cache)
         if cache.archive.is_file():
-            return CacheUse(f"-XX:SharedArchiveFile={cache.archive} -Xshare:auto {QUIET}")
+            return CacheUse(f"-XX:SharedArchiveFile={cache.archive} -Xshare:auto {QUIET}", mapped=cache.archive)
         if not cache.writable:
             return CacheUse("")
         fd = os.open(cache.dump_record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -129,11 +129,12 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
-    except Exception:
-        if "SharedArchiveFile" not in cache_use.java_options:
+    except Exception as exc:
+        if cache_use.mapped is None or not _gateway_exited(exc):
             raise
-        # the archive crashed the JVM at its start (a damaged file): start once more without it
-        _drop_archive(cache_use)
+        # the JVM died at its start with the archive mapped (a damaged file): once more without it
+        with contextlib.suppress(OSError):
+            cache_use.mapped.unlink()
         builder = builder.config(JAVA_OPTIONS, settings[JAVA_OPTIONS].replace(cache_use.java_options, "").strip())
         session = builder.getOrCreate()
     if cache_use.dumping is not None:
@@ -168,10 +169,10 @@ def _local_jvm_options(settings: dict[str, str], conf: Mapping[str, str] | None)
     return use
 
 
-def _drop_archive(use: CacheUse) -> None:
-    archive = use.java_options.split("-XX:SharedArchiveFile=", 1)[1].split()[0]
-    with contextlib.suppress(OSError):
-        os.unlink(archive)
+def _gateway_exited(exc: BaseException) -> bool:
+    """pyspark's "the JVM exited before it answered" (JAVA_GATEWAY_EXITED on 4.x, its text on 3.5)."""
+    text = str(exc)
+    return "JAVA_GATEWAY_EXITED" in text or "Java gateway process exited" in text
 
 
 def _start_daemon_zygote(settings: dict[str, str]) -> None:
