@@ -58,12 +58,17 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, object]:
     return result
 
 
-def test_the_heap_default_applies_when_unset_and_yields_to_spark_defaults(tmp_path: Path) -> None:
-    empty_conf = tmp_path / "conf-empty"
+def _conf_dirs(tmp_path: Path, users_defaults: str) -> tuple[Path, Path]:
+    """SPARK_CONF_DIRs: an empty one, and one whose spark-defaults.conf holds `users_defaults`."""
+    empty_conf, user_conf = tmp_path / "conf-empty", tmp_path / "conf-user"
     empty_conf.mkdir()
-    user_conf = tmp_path / "conf-user"
     user_conf.mkdir()
-    (user_conf / "spark-defaults.conf").write_text("spark.driver.memory   700m\n")
+    (user_conf / "spark-defaults.conf").write_text(users_defaults)
+    return empty_conf, user_conf
+
+
+def test_the_heap_default_applies_when_unset_and_yields_to_spark_defaults(tmp_path: Path) -> None:
+    empty_conf, user_conf = _conf_dirs(tmp_path, "spark.driver.memory   700m\n")
     unset = _start(_env(tmp_path, "s1", empty_conf))
     chosen = _start(_env(tmp_path, "s2", user_conf))
     ours, theirs = _result(unset), _result(chosen)
@@ -76,11 +81,7 @@ def test_the_heap_default_applies_when_unset_and_yields_to_spark_defaults(tmp_pa
 
 @pytest.mark.once  # the JVM's launch, the same on both lines
 def test_the_serial_collector_unless_the_user_chose_one(tmp_path: Path) -> None:
-    empty_conf = tmp_path / "conf-empty"
-    empty_conf.mkdir()
-    user_conf = tmp_path / "conf-user"
-    user_conf.mkdir()
-    (user_conf / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Dicetail.probe=kept\n")
+    empty_conf, user_conf = _conf_dirs(tmp_path, "spark.driver.extraJavaOptions -Dicetail.probe=kept\n")
     plain = _start(_env(tmp_path, "s1", empty_conf))
     tool_options = _start(_env(tmp_path, "s2", empty_conf, JAVA_TOOL_OPTIONS="-XX:+UseParallelGC"))
     defaults_file = _start(_env(tmp_path, "s3", user_conf))
