@@ -115,16 +115,17 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
         settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     local = str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local")
-    cache_use = CacheUse("")
-    if local and not _submitted() and SparkContext._active_spark_context is None:
+    starts_jvm = local and not _submitted() and SparkContext._active_spark_context is None
+    if starts_jvm:
         # this process starts the JVM: icetail's sizes where the user chose none (session_defaults.py)
         for key, value in tuned_defaults(conf).items():
             settings.setdefault(key, value)
-        cache_use = _local_jvm_options(settings, conf)
     if local:
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
         if settings.get("spark.python.daemon.module") == ICETAIL_DAEMON and SparkContext._active_spark_context is None:
             _start_daemon_zygote(settings)
+    # after the checks that refuse a start: a refused one leaves the class cache as it was
+    cache_use = _local_jvm_options(settings, conf) if starts_jvm else CacheUse("")
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
