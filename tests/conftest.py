@@ -75,6 +75,16 @@ def pg_state(tmp_path: Any) -> Iterator[str]:
     drop_state(url)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The children's JVM class cache is written first thing, beside the collection (processes.py)."""
+    from tests.support.processes import warm_child_class_cache
+
+    session.config.stash[_CLASS_CACHE_WRITER] = warm_child_class_cache()  # kept: it runs on after this hook
+
+
+_CLASS_CACHE_WRITER = pytest.StashKey[object]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _JAVA_FIXTURES & set(getattr(item, "fixturenames", ())):

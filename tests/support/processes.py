@@ -22,6 +22,30 @@ INHERITED_NEVER = ("ICETAIL_", "PYICEBERG_", "SPARK_", "PYSPARK_")
 CHILD_CLASS_CACHE = Path(tempfile.gettempdir()) / f"icetail-tests-jvm-cache-{os.getuid()}"
 
 
+# a local session started and stopped: its JVM writes the children's class cache as it exits
+_WARM_CLASS_CACHE = "from icetail.reader.spark.session import spark_session; spark_session().range(1).count()"
+
+
+def warm_child_class_cache() -> subprocess.Popen[bytes] | None:
+    """Start, in the background, a child whose JVM writes the shared class cache when it exits (once
+    per pyspark and Java install; kept between runs). Without it the cache's first writer is whichever
+    test child starts first, and the crash tests' SIGKILLs took the first writers with them."""
+    from icetail.reader.spark.class_cache import class_cache
+
+    env = child_env(spark_dir=CHILD_CLASS_CACHE / "warm-up-spark")
+    cache = class_cache(env)
+    if cache is None or cache.archive.exists():
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", _WARM_CLASS_CACHE],
+        env=env,
+        cwd=CHILD_CLASS_CACHE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not in the test session's process group: a test's group kill misses it
+    )
+
+
 def child_env(
     catalogs: Sequence[LocalCatalog] = (),
     spark_dir: Path | None = None,
