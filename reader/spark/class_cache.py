@@ -65,6 +65,11 @@ class ClassCache:
     def dump_record(self) -> Path:
         return self.folder / f"{self.key}.dump.json"
 
+    @property
+    def archive_record(self) -> Path:
+        """The adopted archive's java, classpath and options: what a later check runs it with."""
+        return self.folder / f"{self.key}.json"
+
 
 @dataclass(frozen=True)
 class CacheUse:
@@ -72,7 +77,7 @@ class CacheUse:
 
     java_options: str
     dumping: ClassCache | None = None
-    mapped: Path | None = None  # the archive the JVM is told to map
+    mapped: ClassCache | None = None  # the cache whose archive the JVM is told to map
 
 
 def class_cache(environ: Mapping[str, str] | None = None) -> ClassCache | None:
@@ -106,7 +111,7 @@ def use_cache(cache: ClassCache) -> CacheUse:
         if cache.writable:
             _adopt_finished_dump(cache)
         if cache.archive.is_file():
-            return CacheUse(f"-XX:SharedArchiveFile={cache.archive} -Xshare:auto {QUIET}", mapped=cache.archive)
+            return CacheUse(f"-XX:SharedArchiveFile={cache.archive} -Xshare:auto {QUIET}", mapped=cache)
         if not cache.writable:
             return CacheUse("")
         fd = os.open(cache.dump_record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -158,6 +163,7 @@ def _adopt_finished_dump(cache: ClassCache) -> None:
         return  # still running, or writing the archive now
     partial = cache.folder / os.path.basename(str(record.get("partial", "")))
     if "jvm_pid" in record and partial.name.endswith(".partial.jsa") and partial.is_file() and _usable(partial, record):
+        cache.archive_record.write_text(json.dumps(record))
         os.replace(partial, cache.archive)
     if partial.name.endswith(".partial.jsa"):
         partial.unlink(missing_ok=True)
@@ -173,6 +179,16 @@ def _remove_strays(cache: ClassCache) -> None:
         with contextlib.suppress(OSError):
             if time.time() - stray.stat().st_mtime > STRAY_SECONDS:
                 stray.unlink()
+
+
+def archive_is_damaged(cache: ClassCache) -> bool:
+    """After a JVM died at its start with the archive mapped: was it the archive? (Another cause, a
+    bad option or no memory, must not cost every later start its cache.)"""
+    try:
+        record = json.loads(cache.archive_record.read_text())
+    except (OSError, ValueError):
+        return True  # nothing to check it with: as if damaged
+    return cache.archive.is_file() and not _usable(cache.archive, record)
 
 
 def _usable(archive: Path, record: Mapping[str, Any]) -> bool:

@@ -10,7 +10,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from icetail.kernel.errors import ConfigError
-from icetail.reader.spark.class_cache import CacheUse, class_cache, record_dumping_jvm, use_cache
+from icetail.reader.spark.class_cache import (
+    CacheUse,
+    archive_is_damaged,
+    class_cache,
+    record_dumping_jvm,
+    use_cache,
+)
 from icetail.reader.spark.daemon_zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 from icetail.reader.spark.daemon_zygote import start_zygote
 from icetail.reader.spark.java_runtime import check_java
@@ -131,11 +137,11 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     try:
         session = builder.getOrCreate()
     except Exception as exc:
-        if cache_use.mapped is None or not _gateway_exited(exc):
+        if cache_use.mapped is None or not _gateway_exited(exc) or not archive_is_damaged(cache_use.mapped):
             raise
-        # the JVM died at its start with the archive mapped (a damaged file): once more without it
+        # the JVM died at its start because of the archive (a damaged file): once more without it
         with contextlib.suppress(OSError):
-            cache_use.mapped.unlink()
+            cache_use.mapped.archive.unlink()
         builder = builder.config(JAVA_OPTIONS, settings[JAVA_OPTIONS].replace(cache_use.java_options, "").strip())
         session = builder.getOrCreate()
     if cache_use.dumping is not None:

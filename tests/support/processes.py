@@ -80,6 +80,9 @@ def child_env(
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
     )
     env.update(extra or {})
+    if extra and "JAVA_HOME" in extra and "ICETAIL_JVM_CLASS_CACHE" not in extra:
+        # a test's own java (a launch counter in its tmp folder) is a new cache key each run: no cache
+        env["ICETAIL_JVM_CLASS_CACHE"] = "off"
     return env
 
 

@@ -73,6 +73,14 @@ def test_one_start_writes_the_archive_the_next_maps_and_a_damaged_one_is_dropped
     assert str(cache.archive) in second["mapped"], second  # checked, renamed, mapped
     assert not partial.exists() and not cache.dump_record.exists()
 
+    # a JVM that dies at its start for another reason (here too small a heap) keeps a sound archive
+    env = child_env(spark_dir=tmp_path / "spark", extra={CACHE_ENV: str(folder), "JAVA_TOOL_OPTIONS": "-Xmx1m"})
+    failed = subprocess.run(
+        [sys.executable, "-c", START], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert failed.returncode != 0 and "JAVA_GATEWAY_EXITED" in failed.stderr, failed.stderr[-2000:]
+    assert cache.archive.is_file()
+
     # a damaged archive (a disk fault, a copy cut short) crashes the JVM that maps it: that start
     # drops it and starts again without, and becomes the next archive's writer
     whole = cache.archive.read_bytes()
