@@ -116,6 +116,7 @@ ONCE_ON_SPARK35 = frozenset(
         "tests/service/test_serve_setup_errors.py",
         "tests/pipeline/test_setup_refusals.py",
         "tests/storage/test_s3_crash.py",
+        "tests/storage/test_rest_catalog.py",
     }
 )
 
