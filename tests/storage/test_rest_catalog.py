@@ -29,7 +29,7 @@ from tests.support.serve import Serve, free_port, wait_until
 from tests.support.sinks import read_parquet_sink
 from tests.support.tables import build_mixed_table
 
-pytestmark = pytest.mark.once  # line-independent and long: the Spark 4 line only (tests/conftest.py)
+pytestmark = pytest.mark.once  # line-independent and long: the Spark 3.5 line only (ONCE_ON_SPARK35, tests/conftest.py)
 
 IDENT = "ns.mixed"
 
