@@ -73,8 +73,11 @@ def test_one_start_writes_the_archive_the_next_maps_and_a_damaged_one_is_dropped
     assert str(cache.archive) in second["mapped"], second  # checked, renamed, mapped
     assert not partial.exists() and not cache.dump_record.exists()
 
-    # a JVM that dies at its start for another reason (here too small a heap) keeps a sound archive
-    env = child_env(spark_dir=tmp_path / "spark", extra={CACHE_ENV: str(folder), "JAVA_TOOL_OPTIONS": "-Xmx1m"})
+    # a JVM that dies at its start for another reason keeps a sound archive: here a second collector
+    # (child_env's JDK_JAVA_OPTIONS choose the serial one) makes it refuse to start
+    env = child_env(
+        spark_dir=tmp_path / "spark", extra={CACHE_ENV: str(folder), "JAVA_TOOL_OPTIONS": "-XX:+UseParallelGC"}
+    )
     failed = subprocess.run(
         [sys.executable, "-c", START], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
