@@ -130,7 +130,8 @@ def record_dumping_jvm(cache: ClassCache, spark: Any) -> None:
         system = jvm.java.lang.System
         runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
         pid = int(runtime.getPid())
-        partial = next(str(a) for a in runtime.getInputArguments() if str(a).startswith(DUMP_OPTION))
+        arguments = [str(a) for a in runtime.getInputArguments()]  # one round trip to the JVM
+        partial = next(a for a in arguments if a.startswith(DUMP_OPTION))
         record = {
             "partial": os.path.basename(partial.split("=", 1)[1]),
             "python_pid": os.getpid(),
@@ -139,7 +140,7 @@ def record_dumping_jvm(cache: ClassCache, spark: Any) -> None:
             "jvm_started": _process_start(pid),
             "java": os.path.join(str(system.getProperty("java.home")), "bin", "java"),
             "classpath": str(system.getProperty("java.class.path")),
-            "options": [str(a) for a in runtime.getInputArguments() if not str(a).startswith(DUMP_OPTION)],
+            "options": [a for a in arguments if not a.startswith(DUMP_OPTION)],
         }
         temporary = cache.dump_record.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(json.dumps(record))
@@ -162,10 +163,10 @@ def _adopt_finished_dump(cache: ClassCache) -> None:
     elif _alive(record["jvm_pid"], record.get("jvm_started")):
         return  # still running, or writing the archive now
     partial = cache.folder / os.path.basename(str(record.get("partial", "")))
-    if "jvm_pid" in record and partial.name.endswith(".partial.jsa") and partial.is_file() and _usable(partial, record):
-        cache.archive_record.write_text(json.dumps(record))
-        os.replace(partial, cache.archive)
-    if partial.name.endswith(".partial.jsa"):
+    if partial.name.endswith(".partial.jsa"):  # never another file of the folder
+        if "jvm_pid" in record and partial.is_file() and _usable(partial, record):
+            cache.archive_record.write_text(json.dumps(record))
+            os.replace(partial, cache.archive)
         partial.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         now = cache.dump_record.stat()
