@@ -6,7 +6,9 @@ catalog too, and sinks may not import the monitor.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import cast
 
 from pyiceberg.catalog import Catalog, load_catalog
@@ -22,6 +24,7 @@ from icetail.kernel.errors import (
     message_line,
 )
 from icetail.kernel.extras import GLUE, HIVE, require
+from icetail.kernel.sqlite_files import check_database, check_folder, unwritable_folder
 
 
 def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catalog:
@@ -29,10 +32,14 @@ def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catal
 
     `overrides` (properties given some other way, e.g. as Spark data source options) win.
     """
+    database: Path | None = None
     try:
         # read .pyiceberg.yaml and PYICEBERG_CATALOG__* now: pyiceberg's own copy is taken at import
         properties = {**cast(dict[str, str], Config().get_catalog_config(name) or {}), **(overrides or {})}
         _require_support(name, properties)
+        database = _sqlite_database(properties)
+        if database is not None:
+            _check_sqlite(name, properties["uri"], database)
         return load_catalog(name, **properties)
     except (ValueError, KeyError) as exc:
         raise CatalogNotFoundError(
@@ -50,7 +57,59 @@ def open_catalog(name: str, overrides: Mapping[str, str] | None = None) -> Catal
         setup = _AWS_SETUP_ERRORS.get(type(exc).__name__)
         if setup is not None:  # botocore's: a retry cannot heal a missing region or credentials
             raise ConfigError(f"catalog {name!r} cannot start: {setup} ({error_text(exc)})") from exc
+        unwritable = None if database is None else _unwritable(name, properties["uri"], database, exc)
+        if unwritable is not None:
+            raise unwritable from exc
         raise CatalogUnavailableError(f"catalog {name!r} is unreachable: {error_text(exc)}") from exc
+
+
+def _sqlite_database(properties: Mapping[str, str]) -> Path | None:
+    """The database file of a SQL catalog on SQLite (None for any other catalog, an in-memory one, or
+    a `file:` URI, which SQLite reads with options of its own)."""
+    uri = properties.get("uri")
+    kind = str(properties.get("type", "sql")).lower()
+    if kind != "sql" or not isinstance(uri, str) or not uri.lower().startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url  # pyiceberg's SQL catalog is built on it
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        database = make_url(uri).database
+    except ArgumentError:
+        return None  # pyiceberg says what is wrong with the URL
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _check_sqlite(name: str, uri: str, database: Path) -> None:
+    """A typo in the path is a ConfigError naming it, before SQLite opens anything: a missing folder
+    or file, a file the user cannot read, one that is not a database. A missing file is not created
+    (pyiceberg would make an empty catalog there): the table icetail is asked for cannot be in it."""
+    what, fix = f"catalog {name!r} ({uri})", _uri_fix(name)
+    check_folder(database, what, fix)
+    check_database(database, what, fix)
+
+
+def _unwritable(name: str, uri: str, database: Path, exc: Exception) -> ConfigError | None:
+    """The error to raise if `exc` (opening `database`) failed because SQLite cannot write in its folder."""
+    text = str(exc)
+    folder = unwritable_folder(database)
+    if folder is None or not ("unable to open database file" in text or "readonly database" in text):
+        return None
+    return ConfigError(
+        f"catalog {name!r} ({uri}): SQLite cannot open {os.path.abspath(database)} because folder {folder} is not "
+        f"writable (its journal or WAL index goes there: {error_text(exc)}); give uid {os.getuid()} write access "
+        f"to it, or {_uri_fix(name)}"
+    )
+
+
+def _uri_fix(name: str) -> str:
+    return f"check the catalog's uri ({_variable(name)}__URI or .pyiceberg.yaml)"
+
+
+def _variable(name: str) -> str:
+    return f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
 
 
 def _require_support(name: str, properties: Mapping[str, str]) -> None:
@@ -74,7 +133,7 @@ _AWS_SETUP_ERRORS = {
 def _setup(name: str, exc: BaseException) -> str:
     """How to configure catalog `name`. pyiceberg takes the type from the URI's scheme, so only a
     URI of another scheme (or a catalog without one, Glue's) needs the `__TYPE` variable."""
-    variable = f"PYICEBERG_CATALOG__{name.upper().replace('-', '_')}"
+    variable = _variable(name)
     if "infer the catalog type" in str(exc):
         return f"set {variable}__TYPE (sql, rest, hive, glue, ...) or give a URI whose scheme names it"
     return (

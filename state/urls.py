@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import POSTGRES, require
 from icetail.kernel.secrets import redact_text
+from icetail.kernel.sqlite_files import check_folder
 from icetail.kernel.url_params import unknown_parameter
 
 ACCEPTED_FORMS = (
@@ -62,18 +63,7 @@ def check_sqlite_folder(location: SqliteLocation) -> None:
     """The folder of a SQLite store must exist: it is never created, so a path with a typo, or three
     slashes meant as an absolute path (`sqlite:///tmp/x.db` is `./tmp/x.db`), is refused in one line."""
     folder = Path(os.path.abspath(location.path)).parent
-    if folder.is_dir():
-        return
-    problem = f"checkpoint store {location.display}: folder {folder} does not exist"
-    if location.path.is_absolute():
-        raise ConfigError(f"{problem}; create it first: mkdir -p {folder}")
-    hint = ""
-    if (Path("/") / location.path).parent.is_dir():
-        hint = f"; for /{location.path.as_posix()} write four slashes: sqlite:////{location.path.as_posix()}"
-    raise ConfigError(
-        f"{problem} (three slashes are relative to the working directory){hint}; "
-        f"or create the folder first: mkdir -p {folder}"
-    )
+    check_folder(location.path, f"checkpoint store {location.display}", f"create the folder first: mkdir -p {folder}")
 
 
 def new_sqlite_file(url: str) -> str | None:

@@ -9,7 +9,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from icetail.kernel.errors import CatalogNotFoundError, SinkError, SinkRejectedError
+from icetail.kernel.errors import CatalogNotFoundError, ConfigError, SinkError, SinkRejectedError
 from icetail.sinks.base import Sink
 from icetail.sinks.iceberg.changelog import IcebergTableSink
 from icetail.sinks.iceberg.ledger import CHUNK_ID_PROPERTY, CHUNK_ROWS_PROPERTY, CONSUMER_PROPERTY
@@ -137,13 +137,20 @@ def test_unknown_catalog_is_a_one_line_terminal_error(sql_catalog: SqlCatalog) -
     assert "\n" not in str(info.value)
 
 
-def test_unreachable_catalog_is_a_transient_sink_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_catalog_is_a_transient_sink_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """Opened like the source's catalog, but failing the sink stage: the service retries it as a sink failure."""
-    monkeypatch.setenv("PYICEBERG_CATALOG__GONECAT__TYPE", "sql")
-    monkeypatch.setenv("PYICEBERG_CATALOG__GONECAT__URI", f"sqlite:///{tmp_path}/no/such/dir/catalog.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__GONECAT__URI", "http://127.0.0.1:1")  # a REST catalog, nobody listening
     with pytest.raises(SinkError, match="iceberg sink: catalog 'gonecat' is unreachable") as info:
         open_sink("iceberg://gonecat/cdc.t", consumer=CONSUMER)
     assert info.value.stage == "sink" and "\n" not in str(info.value)
+
+
+def test_a_missing_catalog_folder_is_a_terminal_sink_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in a SQLite catalog's path is no outage to retry (issue 48): refused, and nothing made."""
+    monkeypatch.setenv("PYICEBERG_CATALOG__GONECAT__URI", f"sqlite:///{tmp_path}/no/such/dir/catalog.db")
+    with pytest.raises(ConfigError, match=f"iceberg sink: catalog 'gonecat' .*folder {tmp_path}/no/such/dir does not"):
+        open_sink("iceberg://gonecat/cdc.t", consumer=CONSUMER)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_chunk_in_a_rolled_back_snapshot_is_written_again(sql_catalog: SqlCatalog) -> None:
