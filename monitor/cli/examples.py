@@ -7,8 +7,8 @@ import argparse
 EXAMPLES: dict[str, str] = {
     "changes": """\
 examples:
-  # every change on main so far, as JSON lines on stdout
-  icetail changes --catalog prod --table db.orders --output -
+  # every change on main so far, as JSON lines on stdout (the default; --output names a file)
+  icetail changes --catalog prod --table db.orders
 
   # the changes after snapshot 123 up to tag v2, to parquet, DELETE/INSERT pairs as updates
   icetail changes --catalog prod --table db.orders --from-snapshot 123 --to-tag v2 \\

@@ -85,7 +85,9 @@ def _snapshot_id(text: str) -> int:
 def register_changes(subparsers: SubParsers) -> None:
     changes = subparsers.add_parser("changes", help="write the row-level changes of a snapshot range")
     add_selection_arguments(changes)
-    changes.add_argument("--output", required=True, help="PATH.parquet, PATH.jsonl, or - for JSON lines on stdout")
+    changes.add_argument(
+        "--output", default="-", help="PATH.parquet or PATH.jsonl (default -: JSON lines on stdout, as tail -f)"
+    )
     changes.add_argument(
         "--columns",
         type=column_list,
