@@ -29,13 +29,14 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from icetail.reader.spark.java_runtime import java_binary
 
 CACHE_ENV = "ICETAIL_JVM_CLASS_CACHE"
 DUMP_OPTION = "-XX:ArchiveClassesAtExit="
@@ -217,9 +218,8 @@ def _usable(archive: Path, record: Mapping[str, Any]) -> bool:
 
 def _install_key(env: Mapping[str, str]) -> str | None:
     """The Java (binary and its class library, by path, size and time) and pyspark (version, path)."""
-    home = env.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH", os.defpath))
-    if not java or not os.path.isfile(java):
+    java = java_binary(env)
+    if java is None:
         return None
     try:
         import pyspark

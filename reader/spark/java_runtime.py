@@ -42,6 +42,13 @@ def check_java(environ: Mapping[str, str] | None = None) -> None:
         )
 
 
+def java_binary(environ: Mapping[str, str]) -> str | None:
+    """The java Spark's launcher runs (JAVA_HOME's, else PATH's), or None."""
+    home = environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java", path=environ.get("PATH", os.defpath))
+    return java if java and os.path.isfile(java) else None
+
+
 def _found_hint() -> str:
     found = installed_java_17()
     return f": export JAVA_HOME={found}" if found else " (the folder holding bin/java)"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from icetail.kernel.errors import ConfigError
@@ -19,11 +22,20 @@ from icetail.reader.spark.class_cache import (
 )
 from icetail.reader.spark.daemon_zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 from icetail.reader.spark.daemon_zygote import start_zygote
-from icetail.reader.spark.java_runtime import check_java
-from icetail.reader.spark.session_defaults import SERIAL_GC, collector_chosen, tuned_defaults, user_set_keys
+from icetail.reader.spark.java_runtime import check_java, java_binary
+from icetail.reader.spark.jvm_probe import probe_java
+from icetail.reader.spark.session_defaults import (
+    DRIVER_MEMORY,
+    SERIAL_GC,
+    class_data_chosen,
+    collector_chosen,
+    tuned_defaults,
+    user_set_keys,
+)
 from icetail.reader.spark.session_health import quiet_accumulator_server
 from icetail.reader.spark.worker_python import check_worker_python, worker_python
 
+log = logging.getLogger("icetail.spark")
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 # Spark's own redaction (values of matching keys, and any value that matches, e.g. `sun.java.command`
@@ -109,9 +121,6 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder
-    if not _submitted():  # under spark-submit, --name decides
-        builder = builder.appName(app_name)
     settings = {**DEFAULT_CONF, **(conf or {})}
     if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
         settings["spark.master"] = "local[*]"
@@ -122,30 +131,26 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
         settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     local = str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local")
     starts_jvm = local and not _submitted() and SparkContext._active_spark_context is None
+    tuned: dict[str, str] = {}
     if starts_jvm:
         # this process starts the JVM: icetail's sizes where the user chose none (session_defaults.py)
-        for key, value in tuned_defaults(conf).items():
-            settings.setdefault(key, value)
+        tuned = {key: value for key, value in tuned_defaults(conf).items() if key not in settings}
+        settings.update(tuned)
     if local:
         check_worker_python(settings)  # the workers run on this host: their Python can be asked now
         if settings.get("spark.python.daemon.module") == ICETAIL_DAEMON and SparkContext._active_spark_context is None:
             _start_daemon_zygote(settings)
     # after the checks that refuse a start: a refused one leaves the class cache as it was
-    cache_use = _local_jvm_options(settings, conf) if starts_jvm else CacheUse("")
-    for key, value in settings.items():
-        builder = builder.config(key, value)
+    speed = _local_jvm_options(settings, conf, tuned) if starts_jvm else SpeedOptions()
     try:
-        session = builder.getOrCreate()
+        session = _builder(app_name, settings).getOrCreate()
     except Exception as exc:
-        if cache_use.mapped is None or not _gateway_exited(exc) or not archive_is_damaged(cache_use.mapped):
+        if not _gateway_exited(exc) or not _speed_options_to_blame(speed):
             raise
-        # the JVM died at its start because of the archive (a damaged file): once more without it
-        with contextlib.suppress(OSError):
-            cache_use.mapped.archive.unlink()
-        builder = builder.config(JAVA_OPTIONS, settings[JAVA_OPTIONS].replace(cache_use.java_options, "").strip())
-        session = builder.getOrCreate()
-    if cache_use.dumping is not None:
-        record_dumping_jvm(cache_use.dumping, session)
+        session = _builder(app_name, speed.removed_from(settings)).getOrCreate()
+    else:
+        if speed.cache.dumping is not None:
+            record_dumping_jvm(speed.cache.dumping, session)
     session.sparkContext.setLogLevel("ERROR")
     quiet_accumulator_server(session.sparkContext)
     return session
@@ -155,25 +160,108 @@ ICETAIL_DAEMON = "icetail.reader.spark.daemon"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
-def _local_jvm_options(settings: dict[str, str], conf: Mapping[str, str] | None) -> CacheUse:
-    """icetail's options of the local JVM this process starts: the serial collector and the class cache.
+def _builder(app_name: str, settings: Mapping[str, str]) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    if not _submitted():  # under spark-submit, --name decides
+        builder = builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    """What icetail gave the JVM it starts for speed alone: a start without them reads the same rows."""
+
+    flags: tuple[str, ...] = ()  # in spark.driver.extraJavaOptions: C1, the serial collector, the class cache's
+    sizes: tuple[str, ...] = ()  # Spark settings icetail sized (the driver's heap)
+    heap: str | None = None  # that heap, as the JVM gets it
+    cache: CacheUse = CacheUse("")
+    answers: Path | None = None  # the folder that keeps what the java said of them (jvm_probe.py)
+
+    @property
+    def probe_flags(self) -> list[str]:
+        """The flags a `java -version` is asked with: the JVM options, the heap (not the class cache's)."""
+        ours = [flag for flag in self.flags if flag not in self.cache.java_options.split()]
+        return [*ours, f"-Xmx{self.heap}"] if self.heap else ours
+
+    def removed_from(self, settings: Mapping[str, str]) -> dict[str, str]:
+        kept = {key: value for key, value in settings.items() if key not in self.sizes}
+        if JAVA_OPTIONS in kept:
+            kept[JAVA_OPTIONS] = " ".join(flag for flag in kept[JAVA_OPTIONS].split() if flag not in self.flags)
+        return kept
+
+
+def _local_jvm_options(
+    settings: dict[str, str], conf: Mapping[str, str] | None, tuned: Mapping[str, str]
+) -> SpeedOptions:
+    """icetail's options of the local JVM this process starts (C1, the serial collector, the class cache,
+    the heap), each only where this java starts with it (jvm_probe.py); added to `settings`.
 
     Where the user set the JVM's options anywhere Spark reads them, theirs replace icetail's (set in
     spark-defaults.conf or PYSPARK_SUBMIT_ARGS, they would otherwise lose to icetail's, which reach
     Spark as the session's own conf)."""
+    sizes = tuple(tuned)
+    heap = tuned.get(DRIVER_MEMORY)
     if JAVA_OPTIONS in user_set_keys(conf or {}, os.environ):
         if JAVA_OPTIONS not in (conf or {}):
             settings.pop(JAVA_OPTIONS, None)
-        return CacheUse("")
+        return SpeedOptions(sizes=sizes, heap=heap)
     if not collector_chosen(os.environ):  # a second collector would stop the JVM at its start
         settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {SERIAL_GC}"
+    flags = tuple(flag for flag in (C1_ONLY, SERIAL_GC) if flag in settings[JAVA_OPTIONS].split())
     cache = class_cache()
-    if cache is None:
-        return CacheUse("")
+    speed = SpeedOptions(flags, sizes, heap, answers=cache.folder if cache else None)
+    java = java_binary(os.environ)
+    if java is None:
+        return speed
+    answer = probe_java(java, speed.probe_flags, os.environ, speed.answers)
+    if not answer.options_start:
+        log.warning(
+            "icetail: %s refuses icetail's JVM options for speed (%s); Spark starts without them", java, answer.refusal
+        )
+        kept = speed.removed_from(settings)
+        settings.clear()
+        settings.update(kept)
+        return SpeedOptions()
+    if cache is None or class_data_chosen(os.environ):
+        return speed
+    if not answer.base_archive:  # a jlink'd runtime without class data: no cache to write or map
+        log.info("icetail: no JVM class cache: %s maps no base CDS archive (%s)", java, answer.refusal)
+        return speed
     use = use_cache(cache)
-    if use.java_options:
-        settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {use.java_options}"
-    return use
+    if not use.java_options:
+        return speed
+    settings[JAVA_OPTIONS] = f"{settings[JAVA_OPTIONS]} {use.java_options}"
+    return SpeedOptions((*flags, *use.java_options.split()), sizes, heap, use, speed.answers)
+
+
+def _speed_options_to_blame(speed: SpeedOptions) -> bool:
+    """After the JVM died at its start: was it an option icetail added for speed? Says why in one line."""
+    if not speed.flags and not speed.sizes:
+        return False
+    cause = None
+    java = java_binary(os.environ)
+    mapped, dumping = speed.cache.mapped, speed.cache.dumping
+    if mapped is not None and archive_is_damaged(mapped):
+        cause = f"the JVM class cache's archive {mapped.archive} is damaged (removed)"
+        with contextlib.suppress(OSError):
+            mapped.archive.unlink()
+    elif java is not None:
+        answer = probe_java(java, speed.probe_flags, os.environ, speed.answers, fresh=True)
+        if not answer.options_start or (dumping is not None and not answer.base_archive):
+            cause = f"{java} refuses them ({answer.refusal})"
+    if dumping is not None:  # this process writes no archive now: a later start may
+        with contextlib.suppress(OSError):
+            dumping.dump_record.unlink()
+    if cause is None:
+        return False
+    log.warning(
+        "icetail: Spark's JVM did not start with icetail's options for speed: %s; starting it without them", cause
+    )
+    return True
 
 
 def _gateway_exited(exc: BaseException) -> bool:

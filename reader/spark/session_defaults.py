@@ -40,6 +40,10 @@ SERIAL_GC = "-XX:+UseSerialGC"
 # the variables every `java` reads its options from, before the command line's
 JAVA_ENV_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
 _COLLECTOR_FLAG = re.compile(r"-XX:\+Use\w+GC\b")
+# flags by which a user's JVM options choose class data sharing themselves (on, off, their own archive)
+_CLASS_DATA_FLAG = re.compile(
+    r"-Xshare:|-XX:(SharedArchiveFile|ArchiveClassesAtExit)=|-XX:[+-](AutoCreateSharedArchive|UseSharedSpaces)\b"
+)
 
 _ENV_KEYS = {"SPARK_DRIVER_MEMORY": DRIVER_MEMORY}
 _SUBMIT_FLAGS = {"--driver-memory": DRIVER_MEMORY}
@@ -54,6 +58,11 @@ def tuned_defaults(conf: Mapping[str, str] | None = None, environ: Mapping[str, 
 def collector_chosen(environ: Mapping[str, str]) -> bool:
     """Does the environment's JVM options choose a garbage collector?"""
     return any(_COLLECTOR_FLAG.search(environ.get(name, "")) for name in JAVA_ENV_OPTIONS)
+
+
+def class_data_chosen(environ: Mapping[str, str]) -> bool:
+    """Do the environment's JVM options choose class data sharing (then icetail's class cache stays out)?"""
+    return any(_CLASS_DATA_FLAG.search(environ.get(name, "")) for name in JAVA_ENV_OPTIONS)
 
 
 def user_set_keys(conf: Mapping[str, str], environ: Mapping[str, str]) -> set[str]:

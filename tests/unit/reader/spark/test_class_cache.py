@@ -18,30 +18,15 @@ from pathlib import Path
 import pytest
 
 from icetail.reader.spark.class_cache import CACHE_ENV, STRAY_SECONDS, ClassCache, class_cache, use_cache
+from tests.support.jvm_starts import START, start_child, started
 from tests.support.processes import child_env
 
 pytestmark = pytest.mark.once  # one JVM's behaviour, the same on both lines: the Spark 4 line only
 
-START = """
-import json, sys
-from icetail.reader.spark.session import spark_session
-spark = spark_session()
-jvm = spark.sparkContext._jvm
-pid = int(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getPid())
-with open(f"/proc/{pid}/maps") as maps:
-    mapped = sorted({line.split()[-1] for line in maps if line.rstrip().endswith(".jsa")})
-print(json.dumps({"jvm_pid": pid, "mapped": mapped}))
-"""
-
-
 def _start(folder: Path, tmp_path: Path) -> tuple[dict[str, object], str]:
     """A child process's local session: (its JVM's pid and mapped archives, its whole stdout)."""
-    env = child_env(spark_dir=tmp_path / "spark", extra={CACHE_ENV: str(folder)})
-    done = subprocess.run(
-        [sys.executable, "-c", START], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout
+    done = start_child(child_env(spark_dir=tmp_path / "spark", extra={CACHE_ENV: str(folder)}), tmp_path)
+    return started(done), done.stdout
 
 
 def _gone(pid: int, timeout: float = 120.0) -> None:
