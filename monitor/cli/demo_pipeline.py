@@ -68,9 +68,11 @@ def run_demo_pipeline(
 def follow_hint(
     catalog_env: Mapping[str, str], table: str, state: str, sink: str, identifier_columns: Sequence[str]
 ) -> list[str]:
-    """Lines that work pasted into a new shell: the catalog's variables, then `serve` by absolute path."""
+    """Lines that work pasted into a new shell: the catalog's variables, then `serve` by absolute path,
+    its metrics on this machine only (serve's default, every interface, is for containers and probes)."""
     lines = [f"  export {key}={shlex.quote(value)}" for key, value in sorted(catalog_env.items())]
     args = ["serve", "--catalog", "demo", "--table", table, "--state", state, "--sink", sink]
+    args += ["--metrics-host", "127.0.0.1"]
     if identifier_columns:
         args += ["--identifier-columns", ",".join(identifier_columns)]
     lines.append("  " + " ".join(shlex.quote(part) for part in [*icetail_command(), *args]))
