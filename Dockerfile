@@ -14,7 +14,8 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 # Stage 1: a Java 17 runtime holding only the JDK modules Spark and py4j use (jlink), instead of
 # Debian's whole openjdk-17-jre-headless and the libraries it pulls in (deploy/image/README.md
-# has the sizes). Spark 4's launcher adds jdk.incubator.vector and opens java.base and
+# has the sizes), with its base class data archive (`--generate-cds-archive`, checked by
+# `-Xshare:on`): every JVM maps the JDK's own classes from it, and the class cache below needs it. Spark 4's launcher adds jdk.incubator.vector and opens java.base and
 # java.security.jgss (JavaModuleOptions); `make image-smoke` runs Spark on this runtime.
 # /usr/share/man/man1 is missing in slim images and openjdk's postinst needs it. Not
 # version-pinned on purpose: bookworm point releases carry the JDK security fixes, so rebuild
@@ -26,10 +27,12 @@ ARG JAVA_MODULES=java.base,java.compiler,java.datatransfer,java.desktop,java.ins
 RUN mkdir -p /usr/share/man/man1 \
  && apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
- && jlink --add-modules "$JAVA_MODULES" --strip-java-debug-attributes --no-man-pages --no-header-files --output /opt/jre \
+ && jlink --add-modules "$JAVA_MODULES" --strip-java-debug-attributes --no-man-pages --no-header-files \
+      --generate-cds-archive --output /opt/jre \
  && rm /opt/jre/lib/security/cacerts \
  && cp "$(readlink -f /etc/ssl/certs/java/cacerts)" /opt/jre/lib/security/cacerts \
- && /opt/jre/bin/java --list-modules > /dev/null
+ && /opt/jre/bin/java --list-modules > /dev/null \
+ && /opt/jre/bin/java -Xshare:on -version
 
 FROM ${BASE_IMAGE}
 
@@ -41,14 +44,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# The Java 17 runtime of stage 1 for the Spark driver that pyspark launches, at an
-# arch-independent JAVA_HOME.
-COPY --from=jre /opt/jre /usr/lib/jvm/java-17
-RUN /usr/lib/jvm/java-17/bin/java -version
-
-ENV JAVA_HOME=/usr/lib/jvm/java-17 \
-    SPARK_LOCAL_IP=127.0.0.1
 
 # A fixed numeric uid/gid so Kubernetes' runAsNonRoot can verify it without /etc/passwd.
 RUN groupadd --system --gid 10001 icetail \
@@ -96,6 +91,15 @@ RUN dpkg-query -W -f '${Package}\n' | sort > /tmp/packages-before \
  && python -c 'import numpy, pyarrow.compute, pyarrow.dataset, pyarrow.parquet, py4j.java_gateway, fsspec, certifi, pyiceberg.table, pyspark.sql' \
  && python -c 'import zstandard as z, yaml, pyroaring, mmh3, pyiceberg.avro.decoder_fast, sqlalchemy.engine._row_cy, sqlalchemy.util._collections_cy; assert z.backend == "cext" and z.decompress(z.compress(b"icetail")) == b"icetail" and yaml.__with_libyaml__'
 
+# The Java 17 runtime of stage 1 for the Spark driver that pyspark launches, at an
+# arch-independent JAVA_HOME. After the Python dependencies: a change to the runtime rebuilds
+# neither them nor their layer.
+COPY --from=jre /opt/jre /usr/lib/jvm/java-17
+RUN /usr/lib/jvm/java-17/bin/java -version
+
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+    SPARK_LOCAL_IP=127.0.0.1
+
 # Then the packages themselves. README.md is optional: a glob may match nothing as long as
 # another source of the same COPY exists.
 COPY pyproject.toml README.m[d] ./
@@ -106,6 +110,17 @@ COPY monitor ./monitor
 RUN pip install --no-deps . \
  && rm -rf build ./*.egg-info \
  && icetail --help > /dev/null
+
+# The JVM class cache, written now rather than by the first start of every container (a start maps
+# the classes Spark's JVM loads, ~150 MB, instead of loading and verifying them: docs/performance.md
+# has the container's first start to /readyz with and without it). `icetail demo` runs a plan and a
+# pipeline on Spark here; its JVM writes the archive as it exits, which is checked and adopted. The
+# folder is root's: uid 10001 maps the archive and writes nothing there. The build's scratch (the
+# demo in its own folder, Spark's in /tmp) goes with the step.
+ENV ICETAIL_JVM_CLASS_CACHE=/opt/icetail/jvm-class-cache
+RUN python -m icetail.reader.spark.class_cache_build "$ICETAIL_JVM_CLASS_CACHE" \
+ && rm -rf /tmp/* /tmp/.[!.]* \
+ && chmod -R a+rX,go-w "$ICETAIL_JVM_CLASS_CACHE"
 
 # Writable places under a read-only root filesystem: /tmp (Spark scratch, java.io.tmpdir) and
 # /var/lib/icetail (SQLite checkpoint store, HOME, working directory).

@@ -13,7 +13,7 @@ STAMP4 := $(VENV4)/.icetail-installed
 DEMO_STAMP := $(VENV)/.icetail-demo-installed
 DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
 
-.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke image image-smoke image-standin-base
+.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke image image-smoke image-standin-base image-ci
 
 help:
 	@echo "make demo         - set up .venv (icetail and its runtime dependencies) and run the demo pipeline"
@@ -24,7 +24,8 @@ help:
 	@echo "make lint         - ruff and mypy"
 	@echo "make wheel-smoke  - build the sdist and the wheel, install the wheel in a fresh venv, run icetail demo"
 	@echo "make image        - build the container image icetail:VERSION (docker, else buildah; deploy/image/README.md)"
-	@echo "make image-smoke  - run that image with podman: pip check, demo read-only as uid 10001, serve, SIGTERM"
+	@echo "make image-smoke  - run that image with podman: pip check, demo, run, serve, replicas, SIGTERM (uid 10001, read-only)"
+	@echo "make image-ci     - what CI runs after the tests: the stand-in base if missing, make image, make image-smoke"
 	@echo "make image-standin-base - TEST FIXTURE: a local stand-in for python:3.11-slim-bookworm (no Docker Hub here)"
 
 $(STAMP): pyproject.toml requirements-dev.txt
@@ -42,12 +43,15 @@ $(STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
 	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt --config-settings editable_mode=compat -e '.[dev,connect]'
 	touch $(STAMP4)
 
-# The Java reference needs the SQLite JDBC driver; the scrape test needs a real Prometheus.
+# The Java reference needs the SQLite JDBC driver; the scrape test needs a real Prometheus; the image
+# is built and run with buildah, podman (runc where cgroups are hybrid) and a debootstrap'd stand-in base.
+# apt waits up to 10 minutes for another dpkg to finish (DPkg::Lock::Timeout).
+SYSTEM_PACKAGES := libxerial-sqlite-jdbc-java prometheus buildah podman runc debootstrap
 system-deps:
-	@if [ ! -e /usr/share/java/sqlite-jdbc.jar ] || ! command -v promtool >/dev/null; then \
-		echo "installing Debian packages libxerial-sqlite-jdbc-java prometheus"; \
+	@if [ ! -e /usr/share/java/sqlite-jdbc.jar ] || ! command -v promtool buildah podman runc debootstrap >/dev/null; then \
+		echo "installing Debian packages $(SYSTEM_PACKAGES)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq libxerial-sqlite-jdbc-java prometheus >/dev/null; \
+		$$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
 $(DEMO_STAMP): pyproject.toml requirements-dev.txt
@@ -127,3 +131,11 @@ image-smoke: $(STAMP4)
 # base, for machines that cannot pull it. Then: make image PULL=never && make image-smoke
 image-standin-base:
 	deploy/image/standin-base.sh
+
+# What CI runs after the tests (.ci/run): the image built on the stand-in base (made once per machine:
+# no Docker Hub here) and run by the smoke test. Its time goes into .ci/run's budget (60 minutes here).
+image-ci: system-deps
+	@buildah --storage-driver vfs inspect --type image python:3.11-slim-bookworm >/dev/null 2>&1 \
+		|| $(MAKE) image-standin-base
+	$(MAKE) image PULL=never
+	$(MAKE) image-smoke

@@ -10,7 +10,11 @@
    host (a mounted SQLite catalog and warehouse) into a mounted parquet sink, with its checkpoint
    store in PostgreSQL on the host's loopback; /healthz, /readyz and /metrics answer, the
    image's HEALTHCHECK passes, and `podman stop` (SIGTERM to PID 1) ends it with exit 0 within
-   its shutdown timeout.
+   its shutdown timeout. Its JVM maps the class cache the image's build wrote; the time to
+   /readyz 200 is printed.
+5. `run` once into a parquet sink (the `spark-submit`-style job, as uid 10001, read-only root).
+6. Two `serve` containers on one configuration (two tables, a PostgreSQL store): one is SIGKILLed
+   and the other takes its tables over and delivers the rows appended since, each row once.
 
 Runs as root with the project's venv Python (pyiceberg and pyarrow make the host table).
 Environment: IMAGE (default icetail:<version>), STORAGE_DRIVER (vfs), PODMAN_RUNTIME (default
@@ -36,9 +40,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
 
 ROOT = Path(__file__).resolve().parents[2]
 UID = 10001
+# the image's class cache folder (the Dockerfile's ICETAIL_JVM_CLASS_CACHE)
+CLASS_CACHE = "/opt/icetail/jvm-class-cache"
 T = TypeVar("T")
 
 
@@ -48,6 +56,7 @@ def version() -> str:
     return match.group(1)
 
 
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "item", StringType()))
 IMAGE = os.environ.get("IMAGE") or f"icetail:{version()}"
 STORAGE_DRIVER = os.environ.get("STORAGE_DRIVER", "vfs")
 PG = os.environ.get("ICETAIL_SMOKE_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -151,19 +160,44 @@ def check_version_and_demo(workdir: Path) -> None:
     print("    demo: " + done.stdout.strip().splitlines()[-1][:160])
 
 
-def make_table(workdir: Path) -> dict[str, str]:
-    """A SQLite pyiceberg catalog and a table with three rows, under `workdir`."""
-    import pyarrow as pa
-    from pyiceberg.catalog.sql import SqlCatalog
-
+def make_tables(workdir: Path, names: tuple[str, ...] = ("shop.orders",)) -> dict[str, str]:
+    """A SQLite pyiceberg catalog and tables of three rows (ids 1-3), under `workdir`."""
     (workdir / "warehouse").mkdir()
     props = {"uri": f"sqlite:///{workdir / 'catalog.db'}", "warehouse": f"file://{workdir / 'warehouse'}"}
-    catalog = SqlCatalog("smoke", **props)
+    catalog = _catalog(props)
     catalog.create_namespace("shop")
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("item", pa.string())])
-    table = catalog.create_table("shop.orders", schema=schema)
-    table.append(pa.table({"id": [1, 2, 3], "item": ["a", "b", "c"]}, schema=schema))
+    for name in names:
+        catalog.create_table(name, schema=SCHEMA).append(_rows(1, 4))
     return {f"PYICEBERG_CATALOG__SMOKE__{k.upper()}": v for k, v in props.items()}
+
+
+def append_rows(env: dict[str, str], name: str, first: int, end: int) -> None:
+    """Rows with ids `first` (inclusive) to `end` (exclusive) appended to table `name` of the host's catalog."""
+    prefix = "PYICEBERG_CATALOG__SMOKE__"
+    _catalog({k[len(prefix) :].lower(): v for k, v in env.items()}).load_table(name).append(_rows(first, end))
+
+
+def _catalog(props: dict[str, str]) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog("smoke", **props)
+
+
+def _rows(first: int, end: int) -> Any:
+    import pyarrow as pa
+
+    ids = list(range(first, end))
+    return pa.table({"id": ids, "item": [f"item-{i}" for i in ids]}, schema=SCHEMA.to_arrow())
+
+
+def sink_ids(sink: Path) -> list[int]:
+    """The ids of the INSERT rows a parquet sink holds, sorted (a duplicate shows twice)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(str(sink), format="parquet").to_table()
+    inserts = rows.filter(pc.equal(rows["_change_type"], "INSERT"))
+    return sorted(inserts["id"].to_pylist())
 
 
 def get(url: str) -> tuple[int, str] | None:
@@ -194,54 +228,83 @@ def logs(name: str) -> str:
     return (done.stdout + done.stderr)[-6000:]
 
 
+def deployment_container() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Deployment's container and its pod's volumes by name."""
+    dep = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/deployment.yaml").read_text()) if d)
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    return c, {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+
+
+def serve_flags(state_dir: Path, variables: dict[str, str]) -> list[str]:
+    """`locked_down`, the Deployment's literal variables (driver heap, spark.local.dir) and its emptyDir
+    mounts besides the two locked_down gives (/tmp, and /var/lib/icetail: an emptyDir since the
+    replicas' store is PostgreSQL), then `variables`."""
+    flags = locked_down(state_dir)
+    c, volumes = deployment_container()
+    for mount in c["volumeMounts"]:
+        if "emptyDir" in volumes[mount["name"]] and mount["mountPath"] not in ("/tmp", "/var/lib/icetail"):
+            flags += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
+    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert "PYSPARK_SUBMIT_ARGS" in literal, literal
+    return flags + [a for k, v in {**literal, **variables}.items() for a in ("--env", f"{k}={v}")]
+
+
+def write_config(conf: Path, port: int, settings: dict[str, Any]) -> None:
+    conf.mkdir()
+    base = {"catalog": "smoke", "interval": "1s", "metrics_host": "127.0.0.1", "metrics_port": port}
+    (conf / "icetail.yaml").write_text(yaml.safe_dump({**base, **settings}))
+
+
+def chown_tree(top: Path) -> None:
+    for path in [top, *top.rglob("*")]:
+        os.chown(path, UID, UID)
+
+
+def rows_emitted(metrics: str, table: str | None = None) -> float:
+    """icetail_rows_emitted_total of INSERT rows in a /metrics text (of `table`, else of all tables)."""
+    total = 0.0
+    for labels, value in re.findall(r"^icetail_rows_emitted_total\{([^}]*)\} (\S+)$", metrics, re.M):
+        if 'change_type="INSERT"' in labels and (table is None or f'table="{table}"' in labels):
+            total += float(value)
+    return total
+
+
+def owned(metrics: str) -> set[str]:
+    """The tables this replica holds the consumer of (icetail_consumer_owned 1)."""
+    found = re.findall(r'^icetail_consumer_owned\{[^}]*table="([^"]+)"[^}]*\} 1\.0$', metrics, re.M)
+    return set(found)
+
+
+def jvm_maps_class_cache(name: str) -> bool:
+    """Does a process in the container (its Spark JVM) map an archive of the image's class cache?"""
+    done = podman("exec", name, "sh", "-c", f"cat /proc/[0-9]*/maps 2>/dev/null | grep -c {CLASS_CACHE}/", check=False)
+    return done.stdout.strip() not in ("", "0")
+
+
 @step("serve: a host table into a parquet sink, PostgreSQL state, probes, HEALTHCHECK, SIGTERM")
 def check_serve(workdir: Path) -> None:
     import psycopg
 
     data = workdir / "serve"
     data.mkdir()
-    env = make_table(data)
+    env = make_tables(data)
     (data / "sink").mkdir()
-    conf = workdir / "conf"
-    conf.mkdir()
     with socket_port() as port:
         pass
     schema = "icetail_smoke_" + uuid.uuid4().hex[:8]
     shutdown_timeout = 30
-    (conf / "icetail.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "catalog": "smoke",
-                "state": f"{PG}?schema={schema}",
-                "interval": "1s",
-                "metrics_host": "127.0.0.1",
-                "metrics_port": port,
-                "shutdown_timeout": f"{shutdown_timeout}s",
-                "tables": [{"table": "shop.orders", "consumer": "smoke", "sink": f"parquet://{data / 'sink'}"}],
-            }
-        )
-    )
-    for path in [data, *data.rglob("*")]:
-        os.chown(path, UID, UID)
+    conf = workdir / "conf"
+    write_config(conf, port, {
+        "state": f"{PG}?schema={schema}",
+        "shutdown_timeout": f"{shutdown_timeout}s",
+        "tables": [{"table": "shop.orders", "consumer": "smoke", "sink": f"parquet://{data / 'sink'}"}],
+    })  # fmt: skip
+    chown_tree(data)
     name = "icetail-smoke-" + uuid.uuid4().hex[:8]
-    flags = locked_down(workdir / "serve-state")
-    # the Deployment's own variables (driver heap, spark.local.dir) and emptyDir mounts besides the
-    # two locked_down gives already (/tmp, and /var/lib/icetail: an emptyDir since the replicas' store is PostgreSQL)
-    dep = next(d for d in yaml.safe_load_all((ROOT / "deploy/k8s/deployment.yaml").read_text()) if d)
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
-    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    for mount in c["volumeMounts"]:
-        if "emptyDir" in volumes[mount["name"]] and mount["mountPath"] not in ("/tmp", "/var/lib/icetail"):
-            flags += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
-    literal = {e["name"]: e["value"] for e in c["env"] if "value" in e}
-    assert "PYSPARK_SUBMIT_ARGS" in literal, literal
-    variables = {**literal, **env, "ICETAIL_METRICS_PORT": str(port)}
-    env_flags = [a for k, v in variables.items() for a in ("--env", f"{k}={v}")]
+    flags = serve_flags(workdir / "serve-state", {**env, "ICETAIL_METRICS_PORT": str(port)})
     podman(
-        "run", "-d", "--name", name, *flags, *env_flags,
-        "--volume", f"{conf}:/etc/icetail:ro", "--volume", f"{data}:{data}",
-        IMAGE,
-    )  # fmt: skip
+        "run", "-d", "--name", name, *flags, "--volume", f"{conf}:/etc/icetail:ro", "--volume", f"{data}:{data}", IMAGE
+    )
     try:
         started = time.monotonic()
         base = f"http://127.0.0.1:{port}"
@@ -251,13 +314,13 @@ def check_serve(workdir: Path) -> None:
 
         def delivered() -> str | None:
             reply = get(base + "/metrics")
-            if reply and re.search(r'icetail_rows_emitted_total\{[^}]*change_type="INSERT"[^}]*\} 3\.0', reply[1]):
-                return reply[1]
-            return None
+            return reply[1] if reply and rows_emitted(reply[1]) == 3 else None
 
         metrics = wait_for(delivered, 120, "3 INSERT rows in /metrics", name)
         assert "icetail_build_info" in metrics and "process_resident_memory_bytes" in metrics
-        assert list((data / "sink").rglob("*.parquet")), "no parquet file in the sink"
+        assert sink_ids(data / "sink") == [1, 2, 3], sink_ids(data / "sink")
+        assert jvm_maps_class_cache(name), f"the Spark JVM maps nothing from {CLASS_CACHE}\n{logs(name)}"
+        print(f"    the Spark JVM maps the image's class cache ({CLASS_CACHE})")
         with psycopg.connect(PG) as conn:
             tables = conn.execute(
                 "select count(*) from information_schema.tables where table_schema = %s", (schema,)
@@ -280,8 +343,105 @@ def check_serve(workdir: Path) -> None:
         assert stopped_in < shutdown_timeout, f"took {stopped_in:.1f}s to stop\n{logs(name)}"
     finally:
         podman("rm", "-f", name, check=False)
-        with psycopg.connect(PG, autocommit=True) as conn:
-            conn.execute(f'drop schema if exists "{schema}" cascade')
+        drop_schema(schema)
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG, autocommit=True) as conn:
+        conn.execute(f'drop schema if exists "{schema}" cascade')
+
+
+@step("run: one pass into a parquet sink, uid 10001, read-only root")
+def check_run(workdir: Path) -> None:
+    data = workdir / "run"
+    data.mkdir()
+    env = make_tables(data)
+    chown_tree(data)
+    flags = locked_down(workdir / "run-state")
+    env_flags = [a for k, v in env.items() for a in ("--env", f"{k}={v}")]
+    done = podman(
+        "run", "--rm", *flags, *env_flags, "--volume", f"{data}:{data}", IMAGE,
+        "run", "--catalog", "smoke", "--table", "shop.orders", "--state", "sqlite:////var/lib/icetail/state.db",
+        "--sink", f"parquet://{data / 'sink'}",
+        timeout=600,
+    )  # fmt: skip
+    assert sink_ids(data / "sink") == [1, 2, 3], (sink_ids(data / "sink"), done.stderr[-2000:])
+    print("    " + (done.stderr.strip().splitlines() or ["(no output)"])[-1][:160])
+
+
+@step("two serve replicas on one configuration: one SIGKILLed, its tables taken over, each row once")
+def check_replicas(workdir: Path) -> None:
+    data = workdir / "replicas"
+    data.mkdir()
+    tables = ("shop.orders", "shop.refunds")
+    env = make_tables(data, tables)
+    schema = "icetail_smoke_" + uuid.uuid4().hex[:8]
+    sinks = {t: data / "sink" / t for t in tables}
+    for sink in sinks.values():
+        sink.mkdir(parents=True)
+    chown_tree(data)
+    names, ports = [], []
+    try:
+        for i in range(2):
+            with socket_port() as port:
+                pass
+            conf = workdir / f"replica-conf-{i}"
+            write_config(conf, port, {
+                "state": f"{PG}?schema={schema}",
+                "lease_ttl": "6s",
+                "tables": [
+                    {"table": t, "consumer": "smoke-" + t.split(".")[1], "sink": f"parquet://{sinks[t]}"}
+                    for t in tables
+                ],
+            })  # fmt: skip
+            name = f"icetail-smoke-replica{i}-" + uuid.uuid4().hex[:8]
+            flags = serve_flags(workdir / f"replica-state-{i}", {**env, "ICETAIL_METRICS_PORT": str(port)})
+            podman("run", "-d", "--name", name, *flags, "--volume", f"{conf}:/etc/icetail:ro",
+                   "--volume", f"{data}:{data}", IMAGE)  # fmt: skip
+            names.append(name)
+            ports.append(port)
+
+        def metrics(i: int) -> str:
+            reply = get(f"http://127.0.0.1:{ports[i]}/metrics")
+            return reply[1] if reply else ""
+
+        def all_delivered(expected: float, among: list[int]) -> bool:
+            return sum(rows_emitted(metrics(i)) for i in among) >= expected
+
+        for i, name in enumerate(names):
+            wait_for(
+                lambda i=i: (r := get(f"http://127.0.0.1:{ports[i]}/readyz")) and r[0] == 200, 180, "/readyz", name
+            )
+        wait_for(lambda: all_delivered(6, [0, 1]), 180, "6 INSERT rows in both replicas' /metrics", names[0])
+        holdings = [owned(metrics(i)) for i in range(2)]
+        victim = 0 if holdings[0] else 1
+        survivor = 1 - victim
+        print(f"    replica {victim} holds {sorted(holdings[victim])}, replica {survivor} {sorted(holdings[survivor])}")
+        podman("kill", "--signal", "KILL", names[victim])
+        for t in tables:
+            append_rows(env, t, 4, 6)
+        killed_at = time.monotonic()
+
+        def taken_over() -> str | None:
+            text = metrics(survivor)
+            return (
+                text
+                if owned(text) == set(tables) and all(sink_ids(s) == [1, 2, 3, 4, 5] for s in sinks.values())
+                else None
+            )
+
+        wait_for(taken_over, 180, "the survivor holding both tables and delivering rows 4-5", names[survivor])
+        print(
+            f"    the survivor holds both tables, rows 4-5 delivered {time.monotonic() - killed_at:.1f}s after the kill"
+        )
+        for t in tables:
+            assert sink_ids(sinks[t]) == [1, 2, 3, 4, 5], (t, sink_ids(sinks[t]))
+    finally:
+        for name in names:
+            podman("rm", "-f", name, check=False)
+        drop_schema(schema)
 
 
 class socket_port:
@@ -314,6 +474,8 @@ def main() -> int:
         check_pip()
         check_version_and_demo(workdir)
         check_serve(workdir)
+        check_run(workdir)
+        check_replicas(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"image smoke passed: {IMAGE} in {time.monotonic() - started:.0f}s")

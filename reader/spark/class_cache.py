@@ -159,9 +159,12 @@ def _adopt_finished_dump(cache: ClassCache) -> None:
     except (OSError, ValueError):
         return
     if "jvm_pid" not in record:  # the JVM is not up yet, or never came up
-        if _alive(int(record.get("python_pid", 0))) and time.time() - record.get("created", 0) < ABANDONED_SECONDS:
+        if (
+            process_alive(int(record.get("python_pid", 0)))
+            and time.time() - record.get("created", 0) < ABANDONED_SECONDS
+        ):
             return
-    elif _alive(record["jvm_pid"], record.get("jvm_started")):
+    elif process_alive(record["jvm_pid"], record.get("jvm_started")):
         return  # still running, or writing the archive now
     partial = cache.folder / os.path.basename(str(record.get("partial", "")))
     if partial.name.endswith(".partial.jsa"):  # never another file of the folder
@@ -245,7 +248,7 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _alive(pid: int, started: str | None = None) -> bool:
+def process_alive(pid: int, started: str | None = None) -> bool:
     if pid <= 0:
         return False
     try:
