@@ -12,13 +12,12 @@ A SQLite store lives on one host's disk: a replica from another host is refused.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from icetail.kernel.errors import ConfigError
-from icetail.kernel.processes import host_name, lease_holder_is_dead
+from icetail.kernel.processes import host_name, lease_holder_is_dead, process_token
 from icetail.state.backend import Tx
 from icetail.state.checkpoint import Lease
 from icetail.state.store import SqlCheckpointStore
@@ -52,7 +51,7 @@ class ReplicaId:
 
     @classmethod
     def of_this_process(cls) -> ReplicaId:
-        return cls(host_name(), os.getpid(), uuid.uuid4().hex[:8])
+        return cls(host_name(), os.getpid(), process_token())
 
 
 @dataclass(frozen=True)
@@ -78,8 +77,8 @@ class Replica:
 
 
 def process_gone(owner: str, me: str) -> bool:
-    """Whether the process `owner` names ran on this host and is gone (never this process `me`: a
-    container's pid 1 is every run's pid, and lease_holder_is_dead counts an older token of it gone)."""
+    """Whether the process `owner` names ran on this host, in this PID namespace, and is gone (never this
+    process `me`: lease_holder_is_dead counts another token of our own pid gone)."""
     return owner != me and lease_holder_is_dead(owner)
 
 

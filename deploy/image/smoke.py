@@ -187,7 +187,7 @@ def _rows(first: int, end: int) -> Any:
     import pyarrow as pa
 
     ids = list(range(first, end))
-    return pa.table({"id": ids, "item": [f"item-{i}" for i in ids]}, schema=SCHEMA.to_arrow())
+    return pa.table({"id": ids, "item": [f"item-{i}" for i in ids]}, schema=SCHEMA.as_arrow())
 
 
 def sink_ids(sink: Path) -> list[int]:

@@ -10,9 +10,8 @@ before a write its lease may no longer cover (`check_before`).
 from __future__ import annotations
 
 import os
-import uuid
 
-from icetail.kernel.processes import host_name, lease_holder_is_dead
+from icetail.kernel.processes import host_name, lease_holder_is_dead, process_token
 from icetail.monitor.engine.lease_clock import LeaseClock
 from icetail.monitor.engine.store_handle import StoreHandle
 from icetail.state.checkpoint import Checkpoint
@@ -20,7 +19,7 @@ from icetail.state.checkpoint import Checkpoint
 
 def run_owner() -> str:
     """The lease owner of a run that was given none: host:pid:token."""
-    return f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{host_name()}:{os.getpid()}:{process_token()}"
 
 
 class ConsumerLease:
