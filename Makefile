@@ -8,16 +8,17 @@ BIN := $(VENV)/bin
 BIN4 := $(VENV4)/bin
 STAMP := $(VENV)/.icetail-installed
 STAMP4 := $(VENV4)/.icetail-installed
-# the demo installs icetail, its runtime dependencies and the postgres extra (the same pins; a
-# PostgreSQL mirror or store then works from the demo's venv), not the dev extra
-DEMO_STAMP := $(VENV)/.icetail-demo-installed
-DEMO_STAMP4 := $(VENV4)/.icetail-demo-installed
+# The demo's venv is the install users get: pyspark 4 (the Spark 4 line's pins), icetail with its
+# runtime dependencies and the postgres extra (a PostgreSQL mirror or store works from it), no dev extra.
+DEMO_VENV ?= .venv-demo
+BIN_DEMO := $(DEMO_VENV)/bin
+DEMO_STAMP := $(DEMO_VENV)/.icetail-demo-installed
 
 .PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke image image-smoke image-standin-base image-ci
 
 help:
-	@echo "make demo         - set up .venv (icetail and its runtime dependencies) and run the demo pipeline"
-	@echo "make demo-spark4  - the demo, plus .venv-spark4 (pyspark 4) for the Spark data source example"
+	@echo "make demo         - set up .venv-demo (icetail as users get it: pyspark 4, runtime dependencies) and run the demo"
+	@echo "make demo-spark4  - the same as make demo (its old name: the demo venv is on pyspark 4)"
 	@echo "make test         - the whole suite on both Spark lines at once (test-spark35 and test-spark4)"
 	@echo "make test-spark35 - every test but the Spark 4 only ones (marker spark4), with the Java reference, on pyspark 3.5"
 	@echo "make test-spark4  - every test that needs no Java reference, on the newest pyspark 4 (.venv-spark4)"
@@ -54,23 +55,18 @@ system-deps:
 		$$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
-$(DEMO_STAMP): pyproject.toml requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements-dev.txt --config-settings editable_mode=compat -e '.[postgres]'
+$(DEMO_STAMP): pyproject.toml requirements-dev.txt requirements-spark4.txt
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(BIN_DEMO)/pip install -q --upgrade pip
+	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(DEMO_VENV)/constraints.txt
+	$(BIN_DEMO)/pip install -q -c $(DEMO_VENV)/constraints.txt --config-settings editable_mode=compat -e '.[postgres]'
 	touch $(DEMO_STAMP)
 
-$(DEMO_STAMP4): pyproject.toml requirements-dev.txt requirements-spark4.txt
-	$(PYTHON) -m venv $(VENV4)
-	$(BIN4)/pip install -q --upgrade pip
-	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(VENV4)/constraints.txt
-	$(BIN4)/pip install -q -c $(VENV4)/constraints.txt --config-settings editable_mode=compat -e '.[postgres]'
-	touch $(DEMO_STAMP4)
-
 demo: $(DEMO_STAMP)
-	$(BIN)/icetail demo
+	$(BIN_DEMO)/icetail demo
 
-demo-spark4: demo $(DEMO_STAMP4)
+# the old name, from when the demo ran on pyspark 3.5 and the data source needed a second venv
+demo-spark4: demo
 
 # Both lines at once: a line spends most of its time waiting on JVM starts, child processes and
 # services, so the two overlap well on two cores (tests/conftest.py: `once` tests run on one line).

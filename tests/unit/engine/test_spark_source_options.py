@@ -92,12 +92,21 @@ def test_offsets_of_every_format_version_are_read_and_newer_ones_refused() -> No
         StreamOffset.from_json({**offset.to_json(), "version": 3})
 
 
-def test_import_on_spark35_says_spark4_is_needed() -> None:
+def test_import_on_spark35_says_spark4_is_needed_in_one_line() -> None:
+    """On pyspark 3.5 a script's `import icetail.spark` ends in the one line the README promises (issue 48: it
+    was a traceback ending in that line), naming pyspark 4 and how to get it; caught, it is an ImportError."""
     result = subprocess.run([sys.executable, "-c", "import icetail.spark"], capture_output=True, text=True)
     if pyspark_major() >= 4:
         assert result.returncode == 0, result.stderr
         return
-    last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1
-    assert "SparkVersionError: icetail.spark (the 'icetail' Spark data source) needs Spark >= 4.0" in last
-    assert "icetail changes" in last and "icetail.read_changes" in last
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("icetail: error: icetail.spark (the 'icetail' Spark data source) needs Spark >= 4.0")
+    assert "pip install 'pyspark>=4,<5'" in lines[0] and "make demo" in lines[0]
+    assert "icetail changes" in lines[0] and "icetail.read_changes" in lines[0]
+
+    caught = "try:\n    import icetail.spark\nexcept ImportError as e:\n    print(type(e).__name__)\n1 / 0\n"
+    other = subprocess.run([sys.executable, "-c", caught], capture_output=True, text=True)
+    assert other.stdout == "SparkVersionError\n"
+    assert other.stderr.startswith("Traceback") and "ZeroDivisionError" in other.stderr  # other errors as before
