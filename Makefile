@@ -8,11 +8,14 @@ BIN := $(VENV)/bin
 BIN4 := $(VENV4)/bin
 STAMP := $(VENV)/.icetail-installed
 STAMP4 := $(VENV4)/.icetail-installed
-# The demo's venv is the install users get: pyspark 4 (the Spark 4 line's pins), icetail with its
-# runtime dependencies and the postgres extra (a PostgreSQL mirror or store works from it), no dev extra.
+# The demo's venv is the install users get: pyspark 4 (the Spark 4 line's pins), icetail built as a
+# wheel, not editable (compat mode prints setuptools' "transitional" warning; users never see it),
+# its runtime dependencies and the postgres extra (a PostgreSQL mirror or store works from it), no
+# dev extra. Rebuilt when the checkout's package files change, so the demo runs what is checked out.
 DEMO_VENV ?= .venv-demo
 BIN_DEMO := $(DEMO_VENV)/bin
 DEMO_STAMP := $(DEMO_VENV)/.icetail-demo-installed
+DEMO_SOURCES := $(shell find icetail monitor reader state -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke image image-smoke image-standin-base image-ci
 
@@ -55,11 +58,13 @@ system-deps:
 		$$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
-$(DEMO_STAMP): pyproject.toml requirements-dev.txt requirements-spark4.txt
-	$(PYTHON) -m venv $(DEMO_VENV)
-	$(BIN_DEMO)/pip install -q --upgrade pip
+# setuptools builds the wheel in build/ and keeps what it copied there: a module deleted from the
+# checkout would go into the wheel, so its build folders are emptied first.
+$(DEMO_STAMP): pyproject.toml requirements-dev.txt requirements-spark4.txt $(DEMO_SOURCES)
+	test -x $(BIN_DEMO)/pip || { $(PYTHON) -m venv $(DEMO_VENV) && $(BIN_DEMO)/pip install -q --upgrade pip; }
 	grep -v '^pyspark==' requirements-dev.txt | cat - requirements-spark4.txt > $(DEMO_VENV)/constraints.txt
-	$(BIN_DEMO)/pip install -q -c $(DEMO_VENV)/constraints.txt --config-settings editable_mode=compat -e '.[postgres]'
+	rm -rf build/lib build/bdist.*
+	$(BIN_DEMO)/pip install -q -c $(DEMO_VENV)/constraints.txt '.[postgres]'
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)

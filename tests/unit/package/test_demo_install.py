@@ -2,8 +2,9 @@
 
 It ran on pyspark 3.5 (the test venv's pin, for the Java reference) while `pip install icetail`
 resolves pyspark 4, so the Spark data source the README advertises failed from the Quick start's
-venv. The demo's venv now takes the Spark 4 line's pins (requirements-dev.txt with
-requirements-spark4.txt's pyspark).
+venv; and its editable install in setuptools' compat mode printed the "compat editable mode is
+transitional" warning. The demo's venv now takes the Spark 4 line's pins (requirements-dev.txt with
+requirements-spark4.txt's pyspark) and installs icetail as a wheel.
 
 Checked on the commands make would run (`make -n`, with the demo's venv in tmp_path so every step is
 due): the constraints step runs for real and the pyspark it pins is read back. The README's data source
@@ -62,6 +63,14 @@ def test_the_demo_venv_gets_pyspark_4(tmp_path: Path) -> None:
     extras = CHECKOUT.search(installs[0])
     assert extras and extras.group(1) == "postgres", installs[0]  # runtime dependencies and postgres, no test tools
     assert commands[-1] == f"{venv}/bin/icetail demo", commands
+
+
+def test_the_demo_installs_a_wheel_not_a_compat_editable(tmp_path: Path) -> None:
+    """No `-e`, no editable_mode: setuptools prints its "transitional" warning for compat mode only."""
+    (install,) = _install_lines(_demo_commands(tmp_path / "demo-venv"))
+    words = install.split()
+    assert "-e" not in words and "--editable" not in words, install
+    assert "editable_mode" not in install, install
 
 
 def test_the_readme_runs_its_examples_with_the_demo_venv() -> None:
