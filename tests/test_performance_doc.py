@@ -37,6 +37,19 @@ def test_its_first_screen_answers_the_usual_questions() -> None:
         assert needle in glance, needle
 
 
+def test_the_first_screen_opens_with_a_newcomers_three_answers() -> None:
+    """Issue 48 (the first hour): before any load note, one line each for a small range (about 1-2 s, no
+    JVM), 8M rows (seconds once Spark is up) and what `serve` holds idle (MiB or GiB)."""
+    first = PAGE.splitlines()[:15]
+    notes = next((i for i, line in enumerate(first) if "Measured on" in line or "load" in line.lower()), len(first))
+    answers = [line for line in first[:notes] if line.startswith("- ")]
+    assert len(answers) == 3, first
+    small, big, idle = answers
+    assert "small range" in small and re.search(r"1–2 s", small) and "no JVM" in small, small
+    assert "8M rows" in big and re.search(r"\d(\.\d)? s\b", big), big
+    assert "`serve`" in idle and "idle" in idle and re.search(r"\d[\d,.]* (MiB|GiB)", idle), idle
+
+
 def test_every_run_the_appendix_names_is_in_the_log() -> None:
     appendix = PAGE.split("\n## Appendix A", 1)[1]
     named = set(RUN_ID.findall(appendix))
