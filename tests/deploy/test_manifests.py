@@ -375,7 +375,16 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
         "monitor/cli/main.py",
     ):
         assert not ignored(needed), needed
-    for unwanted in (".venv", ".venv-demo", ".git", "tests", "icetail.egg-info", "monitor/__pycache__"):
+    for unwanted in (
+        ".venv",
+        ".venv-demo",
+        ".venv-spark4",
+        ".wheel-smoke",
+        ".git",
+        "tests",
+        "icetail.egg-info",
+        "monitor/__pycache__",
+    ):
         assert ignored(unwanted), unwanted
 
 
