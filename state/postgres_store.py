@@ -74,11 +74,19 @@ class PostgresTx:
             raise self._backend.translate(exc) from exc
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        """One statement per row, not psycopg's `executemany`: that runs in libpq's pipeline mode and
+        ends with a Flush after its Sync, which the server reads after it armed the session's
+        idle_in_transaction_session_timeout, and so disarms it. A client cut off right after it (a
+        replica whose link dropped after beginning a batch) then kept its transaction, and the
+        consumer's row lock, until the link healed: the replica taking the consumer over waited on
+        it, cycle after cycle (issue 47). A plain statement ends with its Sync and leaves the
+        timeout armed; psycopg prepares a statement repeated this often, so a row costs a round trip."""
         import psycopg
 
+        statement = _pg_sql(sql)
         try:
-            with self._conn.cursor() as cur:
-                cur.executemany(_pg_sql(sql), rows)
+            for row in rows:
+                self._conn.execute(statement, row)
         except psycopg.Error as exc:
             raise self._backend.translate(exc) from exc
 

@@ -13,6 +13,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from icetail.kernel.errors import StateError
 from icetail.state.checkpoint import Cursor
@@ -40,7 +41,11 @@ def test_store_and_mirror_sessions_carry_the_bounds(pg_schema: str) -> None:
         sink.close()
 
 
-def test_a_silent_session_holding_a_consumer_row_is_ended_by_the_server(pg_schema: str) -> None:
+@pytest.mark.parametrize("last_call", ["query", "execute_many"])
+def test_a_silent_session_holding_a_consumer_row_is_ended_by_the_server(pg_schema: str, last_call: str) -> None:
+    """`execute_many`: the holder's last call before it goes silent inserts rows as beginning a batch
+    does (its splits). With psycopg's executemany (pipeline mode: a Flush after the Sync disarms the
+    server's idle timeout) the server kept the silent transaction for good (issue 47)."""
     assert IDLE_IN_TRANSACTION_MS < DEFAULT_LOCK_TIMEOUT_MS  # else the taker-over gives up first
     url = f"{PG_URL}?schema={pg_schema}"
     with open_store(url) as setup:
@@ -53,6 +58,10 @@ def test_a_silent_session_holding_a_consumer_row_is_ended_by_the_server(pg_schem
 
             def work(tx: object) -> None:
                 tx.query("SELECT consumer FROM icetail_consumers WHERE consumer = ? FOR UPDATE", ("c",))  # type: ignore[attr-defined]
+                if last_call == "execute_many":
+                    tx.execute_many(  # type: ignore[attr-defined]
+                        "INSERT INTO icetail_meta (key, value) VALUES (?, ?)", [("probe-1", "a"), ("probe-2", "b")]
+                    )
                 locked.set()
                 release.wait(60)  # the client goes silent inside its transaction
 
