@@ -310,7 +310,10 @@ def check_serve(workdir: Path) -> None:
         base = f"http://127.0.0.1:{port}"
         wait_for(lambda: (r := get(base + "/healthz")) and r[0] == 200, 120, "/healthz 200", name)
         wait_for(lambda: (r := get(base + "/readyz")) and r[0] == 200, 180, "/readyz 200", name)
-        print(f"    /readyz 200 after {time.monotonic() - started:.1f}s")
+        ready_after = time.monotonic() - started
+        startup = deployment_container()[0]["startupProbe"]
+        budget = startup["periodSeconds"] * startup["failureThreshold"]
+        print(f"    /readyz 200 after {ready_after:.1f}s (the Deployment's startup probe allows {budget}s)")
 
         def delivered() -> str | None:
             reply = get(base + "/metrics")
