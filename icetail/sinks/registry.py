@@ -198,6 +198,8 @@ def formatted(sink: Sink, output_format: str, table: str) -> Sink:
 
     if output_format != "debezium" and not isinstance(sink, EnvelopeOnlySink):
         return sink
+    if output_format != "debezium" and not table:  # the caller wraps it once it knows the table
+        return sink
 
     return sink if isinstance(sink, EnvelopeSink) else EnvelopeSink(sink, table)
 

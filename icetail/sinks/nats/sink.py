@@ -94,9 +94,7 @@ def record_rows(ops: Sequence[str]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(widths)[:-1]]) if len(ops) else widths
 
 
-def messages(
-    key: ChunkKey, records: pa.Table, prefix: str, key_columns: Sequence[str] = ()
-) -> list[Message]:
+def messages(key: ChunkKey, records: pa.Table, prefix: str, key_columns: Sequence[str] = ()) -> list[Message]:
     """The messages of a chunk's envelope records, in order (module docstring)."""
     if not records.num_rows:
         return []
@@ -202,19 +200,37 @@ class _Connection:
         import nats
         import nats.errors
 
-        async def quiet(exc: Exception) -> None:  # nats-py logs every error itself otherwise
-            return None
+        failed: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+
+        async def on_error(exc: Exception) -> None:  # nats-py would log every error itself
+            if not failed.done():
+                failed.set_result(exc)
 
         where = self.target.where
-        try:
-            self.nc = await nats.connect(
+        # nats-py keeps retrying a refused first connect even with allow_reconnect=False: its first
+        # error (told to error_cb) ends the attempt
+        connecting = asyncio.ensure_future(
+            nats.connect(
                 servers=[self.target.server],
                 connect_timeout=int(CONNECT_TIMEOUT_SECONDS),
                 allow_reconnect=False,
                 max_reconnect_attempts=0,
-                error_cb=quiet,
+                error_cb=on_error,
                 name="icetail",
             )
+        )
+        either: list[asyncio.Future[Any]] = [connecting, failed]
+        await asyncio.wait(either, timeout=CONNECT_TIMEOUT_SECONDS * 2, return_when="FIRST_COMPLETED")
+        try:
+            if not connecting.done():
+                connecting.cancel()
+                await asyncio.gather(connecting, return_exceptions=True)
+                raise (
+                    failed.result()
+                    if failed.done()
+                    else asyncio.TimeoutError(f"no answer in {CONNECT_TIMEOUT_SECONDS * 2:g}s")
+                )
+            self.nc = connecting.result()
         except nats.errors.AuthorizationError as exc:
             raise SinkSetupError(
                 f"NATS server {where} refused the sink's credentials ({error_text(exc)}): fix USER:PASSWORD "
@@ -222,8 +238,7 @@ class _Connection:
             ) from exc
         except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
             raise SinkError(
-                f"NATS server {where} cannot be reached ({error_text(exc)}): start it, or fix HOST:PORT in "
-                "the sink URL"
+                f"NATS server {where} cannot be reached ({error_text(exc)}): start it, or fix HOST:PORT in the sink URL"
             ) from exc
         self.js = self.nc.jetstream(timeout=ACK_TIMEOUT_SECONDS, publish_async_max_pending=MAX_PENDING_ACKS)
         self.max_message = int(self.nc.max_payload)
@@ -378,6 +393,10 @@ class NatsSink:
             raise SinkRejectedError(f"NATS sink {self.target.identity} is closed")
         if key.consumer != self.consumer:
             raise ConfigError(f"NATS sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}")
+        if "source" not in rows.column_names:
+            raise SinkRejectedError(
+                "the NATS sink takes Debezium envelopes: open it with open_sink(url, consumer=..., table='NS.TABLE')"
+            )
         batch = messages(key, rows, self.target.subject_prefix, self.target.key)
         if not batch:
             return None
