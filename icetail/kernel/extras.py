@@ -28,6 +28,7 @@ HIVE = Extra("hive", ("thrift", "hive_metastore"))
 # pyspark.sql.connect's own check (pandas, pyarrow, grpc, grpcio-status, googleapis-common-protos)
 CONNECT = Extra("connect", ("pandas", "grpc", "grpc_status", "google.rpc"))
 DATAFRAME = Extra("dataframe", ("pandas",))
+NATS = Extra("nats", ("nats",))  # nats-py
 
 
 def missing_module(extra: Extra) -> str | None:

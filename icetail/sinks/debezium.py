@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -143,6 +144,15 @@ def _struct_of(rows: pa.Table, data_type: pa.StructType) -> pa.StructArray:
 def _epoch_ms(column: pa.ChunkedArray) -> pa.Array:
     as_ms = pc.cast(column, pa.timestamp("ms", tz=column.type.tz), safe=False)
     return pc.cast(as_ms, pa.int64()).combine_chunks()
+
+
+@runtime_checkable
+class EnvelopeOnlySink(Sink, Protocol):
+    """A sink whose messages are envelopes whatever `--format` says (a message bus, nats/): its
+    `write` gets the records `envelopes` makes, and `registry.formatted` always puts an EnvelopeSink
+    around it."""
+
+    envelopes_only: bool
 
 
 class EnvelopeSink:

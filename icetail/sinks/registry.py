@@ -12,6 +12,9 @@ Accepted forms (docs/sinks.md is the user's view):
 * `jsonl://PATH`                - appends JSON lines to a file; at least once
 * `postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE` - a PostgreSQL table kept equal to the
   source by key (a mirror, or `&mode=history`); exactly once (postgres/)
+* `nats://[USER:PASSWORD@]HOST:PORT/SUBJECT_PREFIX?stream=NAME[&create=true][&key=COL,...]` - a
+  NATS JetStream stream, one Debezium envelope per change on `SUBJECT_PREFIX.NS.TABLE[.KEY]`;
+  exactly once within the stream's duplicate window (nats/)
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 A URL is parsed once, without side effects and without importing any driver (urls.py: the forms,
@@ -35,6 +38,7 @@ import pyarrow as pa
 
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import Sink
+from icetail.sinks.nats.url import NatsTarget
 from icetail.sinks.postgres.url import MirrorTarget
 from icetail.sinks.urls import SinkTarget, parse_sink_url
 
@@ -66,6 +70,11 @@ def _table(target: SinkTarget) -> tuple[str, str]:
 def _mirror(target: SinkTarget) -> MirrorTarget:
     assert target.postgres is not None  # ... and every postgresql sink its connection
     return target.postgres
+
+
+def _nats(target: SinkTarget) -> NatsTarget:
+    assert target.nats is not None  # ... and every nats sink its server and stream
+    return target.nats
 
 
 def _open_parquet(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
@@ -128,6 +137,18 @@ def _reach_postgres(target: SinkTarget) -> None:
     check_reachable(_mirror(target))
 
 
+def _open_nats(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
+    from icetail.sinks.nats.sink import NatsSink  # nats-py is imported only when used
+
+    return NatsSink(_nats(target), consumer=consumer)
+
+
+def _reach_nats(target: SinkTarget) -> None:
+    from icetail.sinks.nats.sink import check_reachable
+
+    check_reachable(_nats(target))
+
+
 SINK_KINDS: dict[str, SinkKind] = {
     "parquet": SinkKind("parquet folder", _open_parquet),
     "parquet+store": SinkKind("parquet on an object store", _open_object_store),
@@ -137,6 +158,7 @@ SINK_KINDS: dict[str, SinkKind] = {
     "iceberg+mirror": SinkKind("Iceberg mirror", _open_iceberg_mirror, _reach_catalog),
     "iceberg+history": SinkKind("Iceberg history", _open_iceberg_history, _reach_catalog),
     "postgresql": SinkKind("PostgreSQL mirror or history", _open_postgres, _reach_postgres),
+    "nats": SinkKind("NATS JetStream stream", _open_nats, _reach_nats),
 }
 
 
@@ -170,10 +192,14 @@ def open_sink(
 
 
 def formatted(sink: Sink, output_format: str, table: str) -> Sink:
-    """`sink` as it takes rows in `output_format`: Debezium envelopes around it, or itself."""
-    if output_format != "debezium":
+    """`sink` as it takes rows in `output_format`: Debezium envelopes around it, or itself. A sink that
+    takes envelopes only (a message bus) gets them whatever the format."""
+    from icetail.sinks.debezium import EnvelopeOnlySink, EnvelopeSink
+
+    if output_format != "debezium" and not isinstance(sink, EnvelopeOnlySink):
         return sink
-    from icetail.sinks.debezium import EnvelopeSink
+    if output_format != "debezium" and not table:  # the caller wraps it once it knows the table
+        return sink
 
     return sink if isinstance(sink, EnvelopeSink) else EnvelopeSink(sink, table)
 
@@ -181,7 +207,8 @@ def formatted(sink: Sink, output_format: str, table: str) -> Sink:
 def check_sink_reachable(target: SinkTarget) -> None:
     """Reach the sink of a parsed URL without changing it, so a run refuses before it creates anything:
     a PostgreSQL sink's database, role and password (SinkSetupError, or SinkError if it cannot be
-    reached), an iceberg sink's catalog. The other sinks are checked by their URL alone."""
+    reached), an iceberg sink's catalog, a NATS sink's server and stream. The other sinks are checked
+    by their URL alone."""
     reach = kind_of(target).reach
     if reach is not None:
         reach(target)

@@ -1,11 +1,11 @@
 """Sink URLs parsed and normalized without side effects, importing only the standard library and the kernel.
 
 The accepted forms are registry.py's. Each URL takes only its own query parameters (an iceberg
-URL `mode`, a postgresql URL those of postgres/url.py and libpq's, the file sinks none), so a typo
-is refused with a did-you-mean instead of being ignored or passed on to a driver. `parse_sink_url`
-also checks that the driver a sink needs is installed (kernel/extras.py). `--help`, and every
-refusal that needs only the arguments, stay light: nothing here imports pyarrow, pyiceberg or
-psycopg.
+URL `mode`, a postgresql URL those of postgres/url.py and libpq's, a nats URL those of nats/url.py,
+the file sinks none), so a typo is refused with a did-you-mean instead of being ignored or passed
+on to a driver. `parse_sink_url` also checks that the driver a sink needs is installed
+(kernel/extras.py). `--help`, and every refusal that needs only the arguments, stay light: nothing
+here imports pyarrow, pyiceberg, psycopg or nats-py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from icetail.kernel.errors import ConfigError
-from icetail.kernel.secrets import redact_text
 from icetail.kernel.url_params import unknown_parameter
+from icetail.sinks.nats import url as nats_url
 from icetail.sinks.postgres import url as pg_url
 
 OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
@@ -35,6 +35,7 @@ ACCEPTED_FORMS = (
     "jsonl:///abs/file.jsonl",
     "jsonl://rel/file.jsonl",
     "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
+    "nats://HOST:PORT/SUBJECT_PREFIX?stream=NAME",
     "-",
     "stdout:",
 )
@@ -46,13 +47,14 @@ _URL_INSIDE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 class SinkTarget:
     """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
-    scheme: str  # parquet | parquet+STORE (an object store: s3, gs, abfs) | jsonl | iceberg | postgresql | stdout
+    scheme: str  # parquet | parquet+STORE (object store: s3, gs, abfs) | jsonl | iceberg | postgresql | nats | stdout
     path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
-    identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql the URL without its password
+    identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql and nats the URL without its password
     mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog), "mirror" or "history"
     # a postgresql sink's connection and tables, parsed once with the rest (its repr shows no password)
     postgres: pg_url.MirrorTarget | None = field(default=None, compare=False)
+    nats: nats_url.NatsTarget | None = field(default=None, compare=False)  # a nats sink's server and stream
 
     def normalized(self) -> str:
         """One spelling per sink, as a consumer records it: file paths absolute (relative ones against
@@ -65,7 +67,7 @@ class SinkTarget:
             return f"{self.scheme}://{os.path.normpath(os.path.abspath(self.path))}"
         if self.scheme.startswith("parquet+"):
             return f"{self.scheme}://{self.path}"
-        if self.scheme == "postgresql":
+        if self.scheme in ("postgresql", "nats"):
             assert self.identifier is not None
             return self.identifier
         query = f"?mode={self.mode}" if self.mode else ""
@@ -107,6 +109,9 @@ def parse_sink_url(url: str) -> SinkTarget:
     if scheme in POSTGRES_SCHEMES:  # its messages never show the password
         mirror = pg_url.parse_mirror_url(text)
         return SinkTarget("postgresql", identifier=mirror.identity, postgres=mirror)
+    if scheme == nats_url.SCHEME:  # nor a password or token
+        target = nats_url.parse_nats_url(text)
+        return SinkTarget("nats", identifier=target.identity, nats=target)
     raise _bad(url, f"unknown scheme {scheme!r}")
 
 
@@ -169,5 +174,5 @@ def _local_path(url: str, rest: str) -> str:
 
 
 def _bad(url: str, reason: str) -> ConfigError:
-    shown = redact_text(url)  # a mistyped postgresql:// URL may hold a password
+    shown = nats_url.shown(url)  # a mistyped postgresql:// or nats:// URL may hold a password or token
     return ConfigError(f"sink URL {shown!r} is not usable: {reason}; accepted forms: {', '.join(ACCEPTED_FORMS)}")

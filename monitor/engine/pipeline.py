@@ -242,7 +242,7 @@ class Pipeline:
     @property
     def sink(self) -> Sink:
         if self._sink is None:
-            self._sink = open_sink(self.config.sink_target, consumer=self.consumer)
+            self._sink = open_sink(self.config.sink_target, consumer=self.consumer, table=self.config.table)
         # the envelope (--format debezium) goes around an injected sink too, once
         self._sink = formatted(self._sink, self.config.output_format, self.config.table)
         return self._sink

@@ -1,0 +1,133 @@
+"""`nats://[USER[:PASSWORD]@]HOST[:PORT]/SUBJECT_PREFIX?stream=NAME[&create=true][&key=COL[,COL...]]`.
+
+Parsed with the standard library only, without side effects and without importing nats-py (whose
+presence is checked here, kernel/extras.py). Each change goes to subject
+`SUBJECT_PREFIX.<namespace>.<table>`, and with `key=` to `...<table>.<key>` (sink.py says how names
+and key values become subject tokens). `stream` names the JetStream stream that must take those
+subjects; it is created only with `create=true` (a stream made elsewhere is never changed). A
+password (or a token, `nats://TOKEN@HOST`) never leaves this module except inside `server`: the
+sink's identity, what the state records and `status` prints, is the URL without it and without
+`create` (creating is not part of where the changes go).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.extras import NATS, require
+from icetail.kernel.secrets import redact_text
+from icetail.kernel.url_params import has_control_character, unknown_parameter
+
+SCHEME = "nats"
+FORM = "nats://[USER[:PASSWORD]@]HOST[:PORT]/SUBJECT_PREFIX?stream=NAME[&create=true][&key=COL[,COL...]]"
+PARAMETERS = ("stream", "create", "key")
+DEFAULT_PORT = 4222
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+")  # a subject token icetail writes: no wildcard, no space, no dot
+_STREAM = re.compile(r"[A-Za-z0-9_-]{1,255}")  # JetStream's names: no ., *, >, spaces or path separators
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+@dataclass(frozen=True)
+class NatsTarget:
+    """Where the sink publishes: the server, the subject prefix and the stream that stores them."""
+
+    server: str  # nats://[USER[:PASSWORD]@]HOST:PORT as nats-py connects; may hold a password: never print it
+    identity: str  # the normalized URL without any password: recorded per consumer, printed
+    host: str
+    port: int
+    subject_prefix: str  # dot-separated tokens, e.g. `icetail` or `cdc.prod`
+    stream: str
+    create: bool = False  # create the stream when it is missing
+    key: tuple[str, ...] = ()  # key columns: the `Icetail-Key` header and the subject's last token
+
+    def __repr__(self) -> str:  # a repr in a traceback must not show the server's password
+        return f"NatsTarget({self.identity!r})"
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_nats_url(url: str) -> NatsTarget:
+    """The target of a NATS sink URL, without touching it; ConfigError (one line, no password) if unusable."""
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port or DEFAULT_PORT
+    except ValueError as exc:  # a port that is not a number
+        raise _bad(text, f"{exc}") from None
+    if parts.scheme.lower() != SCHEME:
+        raise _bad(text, "the scheme must be nats://")
+    if parts.fragment:
+        raise _bad(text, "it takes no #fragment")
+    host = parts.hostname
+    if not host:
+        raise _bad(text, "it names no server (nats://HOST:PORT/...)")
+    prefix = unquote(parts.path.strip("/"))
+    if not prefix:
+        raise _bad(text, "it names no subject prefix after the server (nats://HOST:PORT/SUBJECT_PREFIX?stream=NAME)")
+    bad_tokens = [t for t in prefix.split(".") if not _TOKEN.fullmatch(t)]
+    if bad_tokens:
+        raise _bad(
+            text,
+            f"subject prefix {prefix!r} must be dot-separated tokens of letters, digits, _ and - "
+            "(no wildcard, space or empty token)",
+        )
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    unknown = unknown_parameter((k for k, _ in params), PARAMETERS)
+    if unknown is not None:
+        raise _bad(text, unknown)
+    given = {k: [v for name, v in params if name == k] for k in PARAMETERS}
+    for name, values in given.items():
+        if len(values) > 1:
+            raise _bad(text, f"{name}= is given more than once")
+    if not given["stream"]:
+        raise _bad(text, "it names no stream (add ?stream=NAME: the JetStream stream that stores the subjects)")
+    stream = given["stream"][0]
+    if not _STREAM.fullmatch(stream):
+        raise _bad(text, f"stream={stream!r} is not a JetStream stream name (letters, digits, _ and -)")
+    create = _flag(text, "create", given["create"])
+    key: tuple[str, ...] = ()
+    if given["key"]:
+        key = tuple(c.strip() for c in given["key"][0].split(","))
+        if not all(key) or any(has_control_character(c) for c in key):
+            raise _bad(text, f"key={given['key'][0]!r} must name columns: key=COL or key=COL1,COL2")
+    require(NATS, f"the NATS sink {shown(text)}")  # now: before anything is created
+    netloc = parts.netloc.rsplit("@", 1)
+    userinfo = netloc[0] if len(netloc) == 2 else ""
+    user = userinfo.split(":", 1)[0]
+    server = f"nats://{userinfo + '@' if userinfo else ''}{_host(host)}:{port}"
+    query = f"?stream={stream}" + (f"&key={','.join(key)}" if key else "")
+    # a user name alone may be a token (nats://TOKEN@HOST): the identity shows no userinfo at all then
+    shown_user = f"{user}@" if user and ":" in userinfo else ""
+    identity = f"nats://{shown_user}{_host(host)}:{port}/{prefix}{query}"
+    return NatsTarget(server, identity, host, port, prefix, stream, create, key)
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address
+
+
+def _flag(url: str, name: str, values: list[str]) -> bool:
+    if not values:
+        return False
+    value = values[0].lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _bad(url, f"{name}={values[0]!r} must be true or false")
+
+
+def shown(url: str) -> str:
+    """`url` as it may be printed: a password, and a token (`nats://TOKEN@HOST`, which redact_text
+    cannot tell from a user name), replaced by ***."""
+    text = redact_text(url)
+    return re.sub(r"^(\s*nats://)([^/@:\s]+)@", r"\1***@", text, flags=re.IGNORECASE)
+
+
+def _bad(url: str, reason: str) -> ConfigError:
+    return ConfigError(f"sink URL {shown(url)!r} is not usable: {reason}; expected {FORM}")

@@ -1,0 +1,290 @@
+"""The NATS JetStream sink against a real server (NATS_URL, default nats://127.0.0.1:4222, with
+JetStream): URL parsing, a pipeline run whose stream replays to the table's rows, a replayed chunk
+stored once, and the refusals (missing stream, short duplicate window, unreachable server,
+a message over the server's max payload). Skipped, saying why, without a reachable server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pytest
+
+from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, TerminalError, TransientError
+from icetail.kernel.model import ChangeType
+from icetail.sinks.registry import check_sink_reachable, open_sink
+from icetail.sinks.urls import parse_sink_url
+from tests.sinks import CONSUMER, change_rows, key
+from tests.support.catalogs import catalogs_in_process, new_catalog
+
+NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+_PARTS = urlsplit(NATS_URL)
+SERVER = f"{_PARTS.hostname}:{_PARTS.port or 4222}"
+
+
+def _unreachable() -> str | None:
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return "nats-py is not installed (pip install 'icetail[nats]')"
+    try:
+        with socket.create_connection((_PARTS.hostname or "127.0.0.1", _PARTS.port or 4222), timeout=2):
+            return None
+    except OSError as exc:
+        return f"no NATS server at {SERVER} ({exc}); start one with `nats-server -js`"
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _admin(action: str, name: str, **config: Any) -> Any:
+    import nats
+    from nats.js.api import StreamConfig
+
+    nc = await nats.connect(NATS_URL)
+    try:
+        js = nc.jetstream()
+        if action == "add":
+            return await js.add_stream(StreamConfig(name=name, **config))
+        if action == "delete":
+            try:
+                return await js.delete_stream(name)
+            except Exception:
+                return None
+        if action == "info":
+            return await js.stream_info(name)
+        assert action == "read"
+        messages = []
+        info = await js.stream_info(name)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            messages.append(await js.get_msg(name, seq))
+        return messages
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def stream() -> Iterator[str]:
+    """A fresh stream name (not created), deleted at teardown."""
+    if reason := _unreachable():
+        pytest.skip(reason)
+    name = f"ICETAIL_TEST_{uuid.uuid4().hex[:10]}"
+    yield name
+    _run(_admin("delete", name))
+
+
+def _url(stream: str, prefix: str = "cdc", query: str = "&create=true") -> str:
+    return f"nats://{SERVER}/{prefix}?stream={stream}{query}"
+
+
+# URL parsing: no server needed -------------------------------------------------------
+
+
+def test_the_url_is_parsed_once_without_a_password() -> None:
+    target = parse_sink_url("nats://app:s3cret@nats.internal/cdc.prod?stream=CDC&create=true&key=id,region")
+    assert target.scheme == "nats" and target.nats is not None
+    assert target.nats.server == "nats://app:s3cret@nats.internal:4222"
+    assert (target.nats.subject_prefix, target.nats.stream, target.nats.create) == ("cdc.prod", "CDC", True)
+    assert target.nats.key == ("id", "region")
+    assert target.normalized() == "nats://app@nats.internal:4222/cdc.prod?stream=CDC&key=id,region"
+    assert "s3cret" not in repr(target) and "s3cret" not in repr(target.nats)
+    # create= is not where the changes go: the same sink with or without it
+    same = parse_sink_url("NATS://app:other@nats.internal:4222/cdc.prod?key=id,region&stream=CDC")
+    assert same.normalized() == target.normalized()
+    token = parse_sink_url("nats://t0ken@h:4333/p?stream=S")
+    assert token.normalized() == "nats://h:4333/p?stream=S"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("nats://h:4222/cdc", "it names no stream"),
+        ("nats://h:4222/?stream=S", "it names no subject prefix"),
+        ("nats://h:4222/cdc.*?stream=S", "subject prefix"),
+        ("nats://h:4222/a..b?stream=S", "subject prefix"),
+        ("nats://h:4222/cdc?stream=a.b", "is not a JetStream stream name"),
+        ("nats://h:4222/cdc?stream=S&streem=T", "did you mean stream?"),
+        ("nats://h:4222/cdc?stream=S&create=maybe", "must be true or false"),
+        ("nats://h:4222/cdc?stream=S&key=id,,x", "must name columns"),
+        ("nats://h:port/cdc?stream=S", "not usable"),
+        ("nats://u:hunter22@h/cdc?stream=S&stream=T", "more than once"),
+    ],
+)
+def test_bad_urls_are_refused_in_one_line(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason) as caught:
+        parse_sink_url(url)
+    assert "\n" not in str(caught.value) and "hunter22" not in str(caught.value)
+
+
+def test_a_token_in_a_refused_url_is_not_shown() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_sink_url("nats://supersecrettoken@h/cdc")
+    assert "supersecrettoken" not in str(caught.value)
+
+
+def test_parsing_imports_no_driver() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from icetail.sinks.urls import parse_sink_url; "
+        "parse_sink_url('nats://h/p?stream=S'); print('nats' in sys.modules, 'pyarrow' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+# against the server --------------------------------------------------------------------
+
+
+def test_a_replayed_chunk_is_stored_once(stream: str) -> None:
+    sink = open_sink(_url(stream, query="&create=true&key=id"), consumer=CONSUMER, table="ns.orders")
+    try:
+        rows = change_rows([1, 2, 3])
+        first = sink.write(key(0, 100), rows)
+        again = sink.write(key(0, 100), rows)  # the crash between the write and the offset commit, replayed
+        assert first == again == f"{stream}:1-3"
+        update = pa.concat_tables(
+            [
+                change_rows([2], change_type=ChangeType.UPDATE_BEFORE),
+                change_rows([2], change_type=ChangeType.UPDATE_AFTER),
+            ]
+        )
+        sink.write(key(1, 0), pa.concat_tables([update, change_rows([4])]))  # an update is one record of two rows
+    finally:
+        sink.close()
+    messages = _run(_admin("read", stream))
+    assert len(messages) == 5
+    first_message = messages[0]
+    assert first_message.subject == "cdc.ns.orders.1"
+    headers = first_message.headers
+    assert headers["Nats-Msg-Id"] == f"{CONSUMER}:1001:0:{key(0).batch_id}:0:100"
+    assert (headers["Icetail-Op"], headers["Icetail-Table"], headers["Icetail-Snapshot-Id"]) == (
+        "c",
+        "ns.orders",
+        "1001",
+    )
+    assert (headers["Icetail-Change-Ordinal"], headers["Icetail-Key"]) == ("0", "[1]")
+    record = json.loads(first_message.data)
+    assert record["after"] == {"id": 1, "name": "n1"} and record["op"] == "c" and record["before"] is None
+    assert [m.headers["Nats-Msg-Id"].split(":", 4)[4] for m in messages] == ["0:100", "0:101", "0:102", "1:0", "1:2"]
+    assert [m.headers["Icetail-Op"] for m in messages[3:]] == ["u", "c"]
+
+
+def test_a_missing_stream_is_refused_naming_the_fix(stream: str) -> None:
+    url = _url(stream, query="")
+    with pytest.raises(ConfigError, match=f"stream '{stream}' does not exist.*add &create=true") as caught:
+        check_sink_reachable(parse_sink_url(url))
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match="does not exist"):
+        open_sink(url, consumer=CONSUMER)
+    check_sink_reachable(parse_sink_url(url + "&create=true"))  # reaching creates nothing ...
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_sink_reachable(parse_sink_url(url))  # ... as this shows
+
+
+def test_a_short_duplicate_window_and_foreign_subjects_are_refused(stream: str) -> None:
+    _run(_admin("add", stream, subjects=["cdc.>"], duplicate_window=30.0))
+    with pytest.raises(ConfigError, match=r"duplicate window of 30s.*--dupe-window 5m") as caught:
+        open_sink(_url(stream, query=""), consumer=CONSUMER)
+    assert "\n" not in str(caught.value) and isinstance(caught.value, TerminalError)
+    with pytest.raises(ConfigError, match=r"takes subjects cdc.>, not other.>: .*--subjects 'other.>'"):
+        open_sink(_url(stream, prefix="other", query=""), consumer=CONSUMER)
+
+
+def test_an_unreachable_server_is_a_transient_error_in_one_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    url = f"nats://127.0.0.1:{port}/cdc?stream=S"
+    with pytest.raises(SinkError, match=rf"NATS server 127.0.0.1:{port} cannot be reached .*start it") as caught:
+        check_sink_reachable(parse_sink_url(url))
+    assert "\n" not in str(caught.value) and isinstance(caught.value, TransientError)
+    with pytest.raises(SinkError, match="cannot be reached"):
+        open_sink(url, consumer=CONSUMER)
+
+
+def test_a_message_over_the_max_payload_is_refused_naming_the_fix(stream: str) -> None:
+    _run(_admin("add", stream, subjects=["cdc.>"], duplicate_window=120.0, max_msg_size=2048))
+    sink = open_sink(_url(stream, query=""), consumer=CONSUMER, table="ns.t")
+    try:
+        big = change_rows([1], extra={"blob": pa.array(["x" * 4096])})
+        with pytest.raises(SinkRejectedError, match="larger than .*max_payload.*max-msg-size") as caught:
+            sink.write(key(0), big)
+        assert "\n" not in str(caught.value)
+        assert sink.write(key(0, 1), change_rows([2])) == f"{stream}:1-1"  # the sink still works
+    finally:
+        sink.close()
+
+
+# a pipeline run --------------------------------------------------------------------------
+
+
+def _replayed(records: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    rows: Counter[tuple[Any, ...]] = Counter()
+    for record in records:
+        if record["op"] in ("u", "d"):
+            before = (record["before"]["id"], record["before"]["v"])
+            assert rows[before] > 0, f"{record['op']} of a row that is not there: {record}"
+            rows[before] -= 1
+        if record["op"] in ("c", "r", "u"):
+            rows[(record["after"]["id"], record["after"]["v"])] += 1
+    return +rows
+
+
+def test_a_pipeline_run_replays_to_the_tables_rows(
+    stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from icetail.monitor.engine.config import PipelineConfig
+    from icetail.monitor.engine.pipeline import Pipeline
+
+    monkeypatch.setenv("ICETAIL_LOCAL_MAX_BYTES", str(1 << 30))  # the in-process engine: no Spark needed
+    local = new_catalog(tmp_path / "cat", "natscat")
+    catalog = local.catalog()
+    catalog.create_namespace("ns")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
+    )
+    table = catalog.create_table("ns.orders", schema)
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    config = PipelineConfig(
+        "natscat", "ns.orders", f"sqlite:///{tmp_path}/state.db", _url(stream, query="&create=true&key=id"),
+        consumer="orders-nats",
+    )  # fmt: skip
+    steps = [
+        lambda t: t.append(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}, schema=arrow)),
+        lambda t: t.delete("id = 2"),
+        lambda t: t.upsert(pa.table({"id": [3, 5], "v": ["c2", "e"]}, schema=arrow)),
+        lambda t: t.append(pa.table({"id": [6], "v": ["f"]}, schema=arrow)),
+    ]
+    with catalogs_in_process(local):
+        for step in steps:
+            step(table)
+            table = catalog.load_table("ns.orders")
+            with Pipeline(config) as pipeline:
+                pipeline.run()
+            messages = _run(_admin("read", stream))
+            records = [json.loads(m.data) for m in messages]
+            expected = Counter(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "v")), strict=True))
+            assert _replayed(records) == expected
+    assert {"c", "d"} <= {r["op"] for r in records}  # pyiceberg's upsert commits a delete, then an append
+    ids = [m.headers["Nats-Msg-Id"] for m in messages]
+    assert len(set(ids)) == len(ids)
+    assert all(m.subject == f"cdc.ns.orders.{m.headers['Icetail-Key'][1:-1]}" for m in messages)
+    ordinals = [int(m.headers["Icetail-Change-Ordinal"]) for m in messages]
+    assert ordinals == sorted(ordinals)  # in change-ordinal order
