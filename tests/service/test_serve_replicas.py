@@ -78,8 +78,14 @@ CONSUMERS = [f"{CATALOG_NAME}.{NAMESPACE}.{t}" for t in TABLES]
 KIND = {t: ("parquet", "jsonl", "mirror")[i % 3] for i, t in enumerate(TABLES)}
 TTL_S = 8.0
 INTERVAL_S = 1.0
-STARTUP_S = 300.0  # JVMs starting together on a busy 2-core machine
-MOVE_S = 120.0  # consumers moving between replicas and delivering what the writer added meanwhile
+# Every wait below is on an event (shares, batches, audit rows, bytes through the proxy, an exit),
+# never on a time the event must happen by: the product bounds none of them in wall time on a busy
+# machine (its takeover "within the TTL plus a beat and a poll", docs/delivery.md, assumes the
+# replicas get the CPU to beat and poll). What it does promise about time is what the audit checks
+# on the store's own clock: no progress write under an expired lease, leases changing hands only
+# expired, released or from a killed process. HANG_S only turns a hang into a failure: JVMs
+# starting, consumers moving one at a time at batch boundaries, on a loaded 2-core machine.
+HANG_S = 900.0
 WRITER_PAUSE_S = 0.05
 
 
@@ -283,7 +289,7 @@ class Cluster:
     def wait_delivered(self, consumers: set[str], by: set[int], after_id: int, what: str) -> None:
         wait_until(
             lambda: self.delivered_by(consumers, by, after_id) == consumers or None,
-            timeout=MOVE_S,
+            timeout=HANG_S,
             what=what,
             interval=0.5,
         )
@@ -369,7 +375,7 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
     try:
         a, b, c = (cluster.start(name) for name in ("a", "b", "c"))
         writer.start()
-        cluster.wait_shares({a: 10, b: 10, c: 10}, STARTUP_S, "three replicas holding ten consumers each")
+        cluster.wait_shares({a: 10, b: 10, c: 10}, HANG_S, "three replicas holding ten consumers each")
         phase("start")
 
         # SIGKILL a (its JVM too): the others take its consumers over and deliver them again
@@ -377,7 +383,7 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
         of_a = cluster.held_by(a)
         a.kill_group()
         writer.nudge(of_a)
-        cluster.wait_shares({b: 15, c: 15}, MOVE_S, "a's consumers taken over by b and c")
+        cluster.wait_shares({b: 15, c: 15}, HANG_S, "a's consumers taken over by b and c")
         cluster.wait_delivered(of_a, {b.pid, c.pid}, mark, "a's consumers delivered by b and c")
         phase("kill")
 
@@ -385,8 +391,8 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
         # leases can expire, and c takes them over once they did, finishing b's batches
         proxy = cluster.proxies["b"]
         while True:
-            wait_until(lambda: cluster.in_flight(b) or None, timeout=MOVE_S, what="b with a batch in flight")
-            sent = proxy.held_bytes
+            wait_until(lambda: cluster.in_flight(b) or None, timeout=HANG_S, what="b with a batch in flight")
+            held = proxy.held_traffic
             proxy.cut()
             cut_batches = cluster.in_flight_batches(b)  # committed before the cut: b cannot change them now
             if cut_batches:
@@ -396,33 +402,40 @@ def test_replicas_deliver_30_tables_exactly_once_through_a_kill_a_cut_a_sigterm_
         of_b = cluster.held_by(b)
         mark = serve_audit.last_id(cluster.schema)
         writer.nudge(of_b)
-        proxy.wait_for_held_bytes(sent, timeout=TTL_S)  # b reached for the store meanwhile
-        cluster.wait_shares({b: 0, c: 30}, TTL_S + MOVE_S, "b's consumers taken over by c")
-        taken = time.monotonic() - cut_at
+        cluster.wait_shares({b: 0, c: 30}, HANG_S, "b's consumers taken over by c")
+        taken = time.monotonic() - cut_at  # printed, not asserted: a time, not a promise (HANG_S)
         cluster.wait_delivered(of_b, {c.pid}, mark, "b's consumers delivered by c")
+        # the cut held b's store traffic: a call b sent meanwhile (a renewal, a beat, a progress
+        # write), or the reply to one it sent just before (its store calls are serialized, so it
+        # then waits for that reply until the heal and sends nothing more: issue 47's "no client
+        # sent anything", seen with py-spy as b's threads behind one COMMIT whose reply the cut
+        # held). Either way the heal delivers it late and b is refused. When b reaches for the store
+        # is not promised (a replica starved of CPU may not within a TTL), and it need not be: b
+        # can write nothing after its lease's expiry on the store's clock, which the audit checks.
+        proxy.wait_for_held_traffic(held, timeout=HANG_S)
         assert b.alive(), b.diagnostics()
         proxy.heal()
         phase("cut")
         # b's late writes are refused by the store; it rejoins and takes a share back (c hands them
         # over one at a time at batch boundaries: the whole share is awaited after d joins, not here)
-        wait_until(lambda: cluster.counts(b)["b"] > 0 or None, timeout=MOVE_S, what="b back", child=b, interval=0.25)
+        wait_until(lambda: cluster.counts(b)["b"] > 0 or None, timeout=HANG_S, what="b back", child=b, interval=0.25)
         phase("heal")
 
         # SIGTERM c: it releases its leases before it exits (none is left to expire), b takes them all
         c.signal(signal.SIGTERM)
-        assert c.wait(60) == 0, c.diagnostics()
+        assert c.wait(HANG_S) == 0, c.diagnostics()  # its batch in flight commits first: no bound
         released = time.monotonic()
         assert not cluster.held_by(c), "c exited holding leases"
-        cluster.wait_shares({b: 30}, MOVE_S, "b holding every consumer")
+        cluster.wait_shares({b: 30}, HANG_S, "b holding every consumer")
         handed = time.monotonic() - released
         phase("sigterm")
 
         # d joins and takes its share
         d = cluster.start("d")
-        cluster.wait_shares({b: 15, d: 15}, STARTUP_S, "b and d holding fifteen each")
+        cluster.wait_shares({b: 15, d: 15}, HANG_S, "b and d holding fifteen each")
         phase("join")
         writer.stop()
-        wait_until(cluster.caught_up, timeout=MOVE_S, what="every consumer caught up", interval=0.5)
+        wait_until(cluster.caught_up, timeout=HANG_S, what="every consumer caught up", interval=0.5)
         assert cluster.counts(b, d) == {"b": 15, "d": 15}
         assert b.alive() and d.alive(), b.diagnostics() + d.diagnostics()
         phase("catch_up")
@@ -490,6 +503,6 @@ def test_a_sqlite_store_refuses_a_replica_of_another_host(
         port=0,
     )
     children.append(serve)
-    assert serve.wait(60) == 2
+    assert serve.wait(HANG_S) == 2  # refused before Spark starts: no JVM to wait for, but no time promised
     errors = [line for line in serve.stderr().splitlines() if "other-host" in line]
     assert len(errors) == 1 and "--state postgresql://" in errors[0], serve.diagnostics()

@@ -3,7 +3,10 @@
 While cut, nothing is forwarded either way, but every socket stays open: the process's calls hang
 (no reset, no error), as they do when a link drops packets. What a client sends meanwhile is kept
 and counted (`held_bytes`, `wait_for_held_bytes`: a test sees the moment the process tried to reach
-the store), and forwarded once healed, as TCP retransmits it after a partition heals. New
+the store), and forwarded once healed, as TCP retransmits it after a partition heals. Replies kept
+by the cut are counted too (`held_traffic`, `wait_for_held_traffic`): a client whose call was sent
+just before the cut waits for its reply and may send nothing more until the heal (a process that
+serializes its store calls then sends nothing at all), yet it is cut off as surely. New
 connections are accepted while cut and join the partition.
 """
 
@@ -29,6 +32,7 @@ class PartitionProxy:
         self._closed = False
         self._changed = threading.Condition()
         self._held = 0
+        self._held_replies = 0
         self._sockets: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
         self._spawn(self._accept_loop)
@@ -53,6 +57,23 @@ class PartitionProxy:
         """Bytes clients sent while cut, since the proxy started."""
         with self._changed:
             return self._held
+
+    @property
+    def held_traffic(self) -> tuple[int, int]:
+        """(bytes clients sent, bytes of replies to them) kept by a cut, since the proxy started."""
+        with self._changed:
+            return self._held, self._held_replies
+
+    def wait_for_held_traffic(self, since: tuple[int, int], timeout: float) -> tuple[int, int]:
+        """Until a cut kept more than `since` (a `held_traffic`) either way: a client reached for the
+        target, or a reply it waits for was held; the counts, or AssertionError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._held <= since[0] and self._held_replies <= since[1]:
+                left = deadline - time.monotonic()
+                assert left > 0, f"the cut proxy kept nothing either way within {timeout}s"
+                self._changed.wait(left)
+            return self._held, self._held_replies
 
     def wait_for_held_bytes(self, more_than: int, timeout: float) -> int:
         """Until clients sent more than `more_than` bytes while cut; the count, or AssertionError."""
@@ -118,8 +139,11 @@ class PartitionProxy:
                         sink.sendall(data)
                         continue
                     pending += data
-                    if from_client and not self._flowing:
-                        self._held += len(data)
+                    if not self._flowing:
+                        if from_client:
+                            self._held += len(data)
+                        else:
+                            self._held_replies += len(data)
                         self._changed.notify_all()
         except OSError:
             pass
