@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from tests.service.test_serve_prometheus import PROMETHEUS, prometheus_config, query
+from tests.service.test_serve_prometheus import EVALUATION_SECONDS, PROMETHEUS, prometheus_config, query
 from tests.support.processes import child_env
 from tests.support.serve import CATALOG_NAME, NAMESPACE, Child, Serve, Warehouse, free_port, wait_until
 from tests.support.summaries import doctor_summary
@@ -72,12 +72,17 @@ def test_prometheus_sees_a_summary_mismatch(tmp_path: Path, warehouse: Warehouse
         rows = query(prom_port, f"sum(icetail_rows_emitted_total{{{SERIES}}})")
         return rows if rows and float(rows[0]["value"][1]) == 5.0 else None
 
-    wait_until(delivered, timeout=20, interval=0.5, what="warn delivers every row read", child=prometheus)
+    # the batch ends and is scraped: an event, no time promised (a guard against a hang, issue 47)
+    wait_until(
+        delivered, timeout=EVALUATION_SECONDS, interval=0.5, what="warn delivers every row read", child=prometheus
+    )
 
     def alert_pending() -> list[dict[str, Any]] | None:
         return query(prom_port, 'ALERTS{alertname="IcetailSnapshotCheckMismatch"}') or None
 
-    (alert,) = wait_until(alert_pending, timeout=20, interval=0.5, what="the alert evaluated", child=prometheus)
+    (alert,) = wait_until(
+        alert_pending, timeout=EVALUATION_SECONDS, interval=0.5, what="the alert evaluated", child=prometheus
+    )
     assert alert["metric"]["rule"] == "added-records" and alert["metric"]["consumer"] == CONSUMER
     (event,) = [e for e in serve.events() if e.get("logger") == "icetail.verify"]
     assert (event["snapshot_id"], event["rule"], event["expected"], event["found"]) == (liar, "added-records", 4, 3)
