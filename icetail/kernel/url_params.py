@@ -84,6 +84,21 @@ def unknown_parameter(given: Iterable[str], own: Sequence[str], *, libpq: bool =
     return None
 
 
+def parameter_values(params: Sequence[tuple[str, str]], own: Sequence[str], *, libpq: bool = False) -> dict[str, str]:
+    """The value of each of `own` that `params` (parse_qsl's pairs) gives; ValueError with the reason if
+    a name is unknown (see unknown_parameter) or one of `own` is given more than once."""
+    unknown = unknown_parameter((k for k, _ in params), own, libpq=libpq)
+    if unknown is not None:
+        raise ValueError(unknown)
+    values: dict[str, str] = {}
+    for name, value in params:
+        if name in own:
+            if name in values:
+                raise ValueError(f"{name}= is given more than once")
+            values[name] = value
+    return values
+
+
 def has_control_character(text: str) -> bool:
     """A newline, tab or other control character: refused in names, which messages print on one line."""
     return bool(_CONTROL.search(text))

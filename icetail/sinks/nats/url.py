@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import NATS, require
 from icetail.kernel.secrets import redact_text
-from icetail.kernel.url_params import has_control_character, unknown_parameter
+from icetail.kernel.url_params import has_control_character, parameter_values
 
 SCHEME = "nats"
 FORM = "nats://[USER[:PASSWORD]@]HOST[:PORT]/SUBJECT_PREFIX?stream=NAME[&create=true][&key=COL[,COL...]]"
@@ -77,24 +77,21 @@ def parse_nats_url(url: str) -> NatsTarget:
             "(no wildcard, space or empty token)",
         )
     params = parse_qsl(parts.query, keep_blank_values=True)
-    unknown = unknown_parameter((k for k, _ in params), PARAMETERS)
-    if unknown is not None:
-        raise _bad(text, unknown)
-    given = {k: [v for name, v in params if name == k] for k in PARAMETERS}
-    for name, values in given.items():
-        if len(values) > 1:
-            raise _bad(text, f"{name}= is given more than once")
-    if not given["stream"]:
+    try:
+        given = parameter_values(params, PARAMETERS)
+    except ValueError as problem:
+        raise _bad(text, str(problem)) from None
+    if "stream" not in given:
         raise _bad(text, "it names no stream (add ?stream=NAME: the JetStream stream that stores the subjects)")
-    stream = given["stream"][0]
+    stream = given["stream"]
     if not _STREAM.fullmatch(stream):
         raise _bad(text, f"stream={stream!r} is not a JetStream stream name (letters, digits, _ and -)")
-    create = _flag(text, "create", given["create"])
+    create = _flag(text, "create", given.get("create"))
     key: tuple[str, ...] = ()
-    if given["key"]:
-        key = tuple(c.strip() for c in given["key"][0].split(","))
+    if "key" in given:
+        key = tuple(c.strip() for c in given["key"].split(","))
         if not all(key) or any(has_control_character(c) for c in key):
-            raise _bad(text, f"key={given['key'][0]!r} must name columns: key=COL or key=COL1,COL2")
+            raise _bad(text, f"key={given['key']!r} must name columns: key=COL or key=COL1,COL2")
     require(NATS, f"the NATS sink {shown(text)}")  # now: before anything is created
     netloc = parts.netloc.rsplit("@", 1)
     userinfo = netloc[0] if len(netloc) == 2 else ""
@@ -111,15 +108,15 @@ def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else host  # an IPv6 address
 
 
-def _flag(url: str, name: str, values: list[str]) -> bool:
-    if not values:
+def _flag(url: str, name: str, given: str | None) -> bool:
+    if given is None:
         return False
-    value = values[0].lower()
+    value = given.lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    raise _bad(url, f"{name}={values[0]!r} must be true or false")
+    raise _bad(url, f"{name}={given!r} must be true or false")
 
 
 def shown(url: str) -> str:

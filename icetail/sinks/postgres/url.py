@@ -22,7 +22,7 @@ from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, url
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import POSTGRES, require
 from icetail.kernel.secrets import is_secret_key, redact_text
-from icetail.kernel.url_params import has_control_character, unknown_parameter
+from icetail.kernel.url_params import has_control_character, parameter_values
 
 SCHEMES = ("postgresql", "postgres")
 FORM = "postgresql://USER[:PASSWORD]@HOST:PORT/DB?table=SCHEMA.TABLE[&mode=mirror][&ledger=SCHEMA][&lock_timeout=30s]"
@@ -61,29 +61,25 @@ def parse_mirror_url(url: str) -> MirrorTarget:
     if not parts.path.strip("/"):
         raise _bad(text, "it names no database after the host")
     params = parse_qsl(parts.query, keep_blank_values=True)
-    unknown = unknown_parameter((k for k, _ in params), PARAMETERS, libpq=True)
-    if unknown is not None:
-        raise _bad(text, unknown)
-    own = {k: [v for key, v in params if key == k] for k in _OWN}
-    for key, values in own.items():
-        if len(values) > 1:
-            raise _bad(text, f"{key}= is given more than once")
-    tables = own["table"]
-    if not tables:
+    try:
+        own = parameter_values(params, _OWN, libpq=True)
+    except ValueError as problem:
+        raise _bad(text, str(problem)) from None
+    if "table" not in own:
         raise _bad(text, "it names no target table (add ?table=SCHEMA.TABLE)")
-    schema, table = _schema_and_table(text, tables[0], parts.path.strip("/"))
+    schema, table = _schema_and_table(text, own["table"], parts.path.strip("/"))
     for name in (schema, table):
         if has_control_character(name):
             raise _bad(text, f"{name!r} holds a control character (a newline, a tab, ...)")
         if len(name.encode()) > _MAX_NAME_BYTES:
             raise _bad(text, f"{name!r} is longer than PostgreSQL's {_MAX_NAME_BYTES}-byte names")
-    mode = own["mode"][0] if own["mode"] else "mirror"
+    mode = own.get("mode", "mirror")
     if mode not in MODES:
         raise _bad(text, f"mode={mode!r} is not one of {', '.join(MODES)}")
-    ledger = own["ledger"][0] if own["ledger"] else schema
+    ledger = own.get("ledger", schema)
     if not ledger:
         raise _bad(text, "ledger= names no schema")
-    lock_timeout = own["lock_timeout"][0] if own["lock_timeout"] else LOCK_TIMEOUT
+    lock_timeout = own.get("lock_timeout", LOCK_TIMEOUT)
     if not _DURATION.fullmatch(lock_timeout):
         raise _bad(text, f"lock_timeout={lock_timeout!r} is not a positive duration such as 30s, 500ms or 2min")
     if has_control_character(ledger):
