@@ -140,3 +140,5 @@ image-ci: system-deps
 		|| $(MAKE) image-standin-base
 	$(MAKE) image PULL=never
 	$(MAKE) image-smoke
+	@# vfs keeps a whole copy per layer (~10 GB a build): earlier builds' untagged images go
+	-buildah --storage-driver vfs rmi --prune >/dev/null
