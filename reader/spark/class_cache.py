@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from icetail.kernel.processes import process_is_running
 from icetail.reader.spark.java_runtime import java_binary
 
 CACHE_ENV = "ICETAIL_JVM_CLASS_CACHE"
@@ -249,12 +250,7 @@ def _process_start(pid: int) -> str | None:
 
 
 def process_alive(pid: int, started: str | None = None) -> bool:
-    if pid <= 0:
+    """Process `pid` runs, and (given its `started` time) is the one that started then, not a later one of its pid."""
+    if pid <= 0 or not process_is_running(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
     return started is None or _process_start(pid) in (None, started)

@@ -79,7 +79,7 @@ def _ask(java: str, options: list[str], environ: Mapping[str, str]) -> JvmProbe:
 
 
 def _run(java: str, options: list[str], environ: Mapping[str, str]) -> str | None:
-    """None when `java <options> -version` starts and exits 0; else the JVM's last line of complaint."""
+    """None when `java <options> -version` starts and exits 0; else what the JVM said why, on one line."""
     try:
         done = subprocess.run(
             [java, *options, "-XX:ErrorFile=/dev/null", "-version"],
