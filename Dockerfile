@@ -15,8 +15,9 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 # Stage 1: a Java 17 runtime holding only the JDK modules Spark and py4j use (jlink), instead of
 # Debian's whole openjdk-17-jre-headless and the libraries it pulls in (deploy/image/README.md
 # has the sizes), with its base class data archive (`--generate-cds-archive`, checked by
-# `-Xshare:on`): every JVM maps the JDK's own classes from it, and the class cache below needs it. Spark 4's launcher adds jdk.incubator.vector and opens java.base and
-# java.security.jgss (JavaModuleOptions); `make image-smoke` runs Spark on this runtime.
+# `-Xshare:on`): every JVM maps the JDK's own classes from it, and the class cache below needs it.
+# Spark 4's launcher adds jdk.incubator.vector and opens java.base and java.security.jgss
+# (JavaModuleOptions); `make image-smoke` runs Spark on this runtime.
 # /usr/share/man/man1 is missing in slim images and openjdk's postinst needs it. Not
 # version-pinned on purpose: bookworm point releases carry the JDK security fixes, so rebuild
 # to take them. The trust store is Debian's, resolved (the JDK's
@@ -112,7 +113,7 @@ RUN pip install --no-deps . \
  && icetail --help > /dev/null
 
 # The JVM class cache, written now rather than by the first start of every container (a start maps
-# the classes Spark's JVM loads, ~150 MB, instead of loading and verifying them: docs/performance.md
+# the classes Spark's JVM loads, ~118 MB, instead of loading and verifying them: docs/performance.md
 # has the container's first start to /readyz with and without it). `icetail demo` runs a plan and a
 # pipeline on Spark here; its JVM writes the archive as it exits, which is checked and adopted. The
 # folder is root's: uid 10001 maps the archive and writes nothing there. The build's scratch (the
