@@ -29,6 +29,7 @@ HIVE = Extra("hive", ("thrift", "hive_metastore"))
 CONNECT = Extra("connect", ("pandas", "grpc", "grpc_status", "google.rpc"))
 DATAFRAME = Extra("dataframe", ("pandas",))
 NATS = Extra("nats", ("nats",))  # nats-py
+REDIS = Extra("redis", ("redis",))  # redis-py
 
 
 def missing_module(extra: Extra) -> str | None:

@@ -15,6 +15,8 @@ Accepted forms (docs/sinks.md is the user's view):
 * `nats://[USER:PASSWORD@]HOST:PORT/SUBJECT_PREFIX?stream=NAME[&create=true][&key=COL,...]` - a
   NATS JetStream stream, one Debezium envelope per change on `SUBJECT_PREFIX.NS.TABLE[.KEY]`;
   exactly once within the stream's duplicate window (nats/)
+* `redis-stream://[USER:PASSWORD@]HOST:PORT/KEY[?create=true][&key=COL,...][&maxlen=N]` - a Redis
+  stream, one Debezium envelope per change as an entry; exactly once by a per-consumer mark (redis/)
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 A URL is parsed once, without side effects and without importing any driver (urls.py: the forms,
@@ -40,6 +42,7 @@ from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import Sink
 from icetail.sinks.nats.url import NatsTarget
 from icetail.sinks.postgres.url import MirrorTarget
+from icetail.sinks.redis.url import RedisTarget
 from icetail.sinks.urls import SinkTarget, parse_sink_url
 
 __all__ = ["SINK_KINDS", "SinkKind", "check_sink_reachable", "formatted", "kind_of", "open_sink"]
@@ -75,6 +78,11 @@ def _mirror(target: SinkTarget) -> MirrorTarget:
 def _nats(target: SinkTarget) -> NatsTarget:
     assert target.nats is not None  # ... and every nats sink its server and stream
     return target.nats
+
+
+def _redis(target: SinkTarget) -> RedisTarget:
+    assert target.redis is not None  # ... and every redis-stream sink its server and key
+    return target.redis
 
 
 def _open_parquet(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
@@ -149,6 +157,18 @@ def _reach_nats(target: SinkTarget) -> None:
     check_reachable(_nats(target))
 
 
+def _open_redis(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
+    from icetail.sinks.redis.sink import RedisStreamSink  # redis-py is imported only when used
+
+    return RedisStreamSink(_redis(target), consumer=consumer)
+
+
+def _reach_redis(target: SinkTarget) -> None:
+    from icetail.sinks.redis.sink import check_reachable
+
+    check_reachable(_redis(target))
+
+
 SINK_KINDS: dict[str, SinkKind] = {
     "parquet": SinkKind("parquet folder", _open_parquet),
     "parquet+store": SinkKind("parquet on an object store", _open_object_store),
@@ -159,6 +179,7 @@ SINK_KINDS: dict[str, SinkKind] = {
     "iceberg+history": SinkKind("Iceberg history", _open_iceberg_history, _reach_catalog),
     "postgresql": SinkKind("PostgreSQL mirror or history", _open_postgres, _reach_postgres),
     "nats": SinkKind("NATS JetStream stream", _open_nats, _reach_nats),
+    "redis-stream": SinkKind("Redis stream", _open_redis, _reach_redis),
 }
 
 
@@ -207,8 +228,8 @@ def formatted(sink: Sink, output_format: str, table: str) -> Sink:
 def check_sink_reachable(target: SinkTarget) -> None:
     """Reach the sink of a parsed URL without changing it, so a run refuses before it creates anything:
     a PostgreSQL sink's database, role and password (SinkSetupError, or SinkError if it cannot be
-    reached), an iceberg sink's catalog, a NATS sink's server and stream. The other sinks are checked
-    by their URL alone."""
+    reached), an iceberg sink's catalog, a NATS sink's server and stream, a Redis stream sink's server
+    and key. The other sinks are checked by their URL alone."""
     reach = kind_of(target).reach
     if reach is not None:
         reach(target)

@@ -2,10 +2,11 @@
 
 The accepted forms are registry.py's. Each URL takes only its own query parameters (an iceberg
 URL `mode`, a postgresql URL those of postgres/url.py and libpq's, a nats URL those of nats/url.py,
+a redis-stream URL those of redis/url.py,
 the file sinks none), so a typo is refused with a did-you-mean instead of being ignored or passed
 on to a driver. `parse_sink_url` also checks that the driver a sink needs is installed
 (kernel/extras.py). `--help`, and every refusal that needs only the arguments, stay light: nothing
-here imports pyarrow, pyiceberg, psycopg or nats-py.
+here imports pyarrow, pyiceberg, psycopg, nats-py or redis-py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.url_params import unknown_parameter
 from icetail.sinks.nats import url as nats_url
 from icetail.sinks.postgres import url as pg_url
+from icetail.sinks.redis import url as redis_url
 
 OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
 ICEBERG_PARAMETERS = ("mode",)
@@ -36,6 +38,7 @@ ACCEPTED_FORMS = (
     "jsonl://rel/file.jsonl",
     "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
     "nats://HOST:PORT/SUBJECT_PREFIX?stream=NAME",
+    "redis-stream://HOST:PORT/KEY",
     "-",
     "stdout:",
 )
@@ -47,14 +50,17 @@ _URL_INSIDE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 class SinkTarget:
     """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
-    scheme: str  # parquet | parquet+STORE (object store: s3, gs, abfs) | jsonl | iceberg | postgresql | nats | stdout
+    # parquet | parquet+STORE (object store: s3, gs, abfs) | jsonl | iceberg | postgresql | nats | redis-stream | stdout
+    scheme: str
     path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
-    identifier: str | None = None  # NS.TABLE of an iceberg sink; for postgresql and nats the URL without its password
+    # NS.TABLE of an iceberg sink; for postgresql, nats and redis-stream the URL without its password
+    identifier: str | None = None
     mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog), "mirror" or "history"
     # a postgresql sink's connection and tables, parsed once with the rest (its repr shows no password)
     postgres: pg_url.MirrorTarget | None = field(default=None, compare=False)
     nats: nats_url.NatsTarget | None = field(default=None, compare=False)  # a nats sink's server and stream
+    redis: redis_url.RedisTarget | None = field(default=None, compare=False)  # a redis-stream sink's server and key
 
     def normalized(self) -> str:
         """One spelling per sink, as a consumer records it: file paths absolute (relative ones against
@@ -67,7 +73,7 @@ class SinkTarget:
             return f"{self.scheme}://{os.path.normpath(os.path.abspath(self.path))}"
         if self.scheme.startswith("parquet+"):
             return f"{self.scheme}://{self.path}"
-        if self.scheme in ("postgresql", "nats"):
+        if self.scheme in ("postgresql", "nats", redis_url.SCHEME):
             assert self.identifier is not None
             return self.identifier
         query = f"?mode={self.mode}" if self.mode else ""
@@ -112,6 +118,9 @@ def parse_sink_url(url: str) -> SinkTarget:
     if scheme == nats_url.SCHEME:  # nor a password or token
         target = nats_url.parse_nats_url(text)
         return SinkTarget("nats", identifier=target.identity, nats=target)
+    if scheme == redis_url.SCHEME:  # nor a password
+        stream = redis_url.parse_redis_url(text)
+        return SinkTarget(redis_url.SCHEME, identifier=stream.identity, redis=stream)
     raise _bad(url, f"unknown scheme {scheme!r}")
 
 

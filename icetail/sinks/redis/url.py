@@ -1,0 +1,131 @@
+"""`redis-stream://[[USER]:PASSWORD@]HOST[:PORT]/KEY[?db=N][&create=true][&key=COL,...][&maxlen=N][&max_message_bytes=N]`.
+
+Parsed with the standard library only, without side effects and without importing redis-py
+(whose presence is checked here, kernel/extras.py). `KEY` (URL-decoded, one path segment) is
+the stream every change goes to; it must exist unless `create=true`. `maxlen` trims the stream
+to about that many entries as it grows (XADD MAXLEN ~). A password never leaves this module
+except inside `password`: the sink's identity, what the state records and `status` prints, is
+the URL without it and without `create` (creating is not part of where the changes go).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from icetail.kernel.errors import ConfigError
+from icetail.kernel.extras import REDIS, require
+from icetail.kernel.secrets import redact_text
+from icetail.kernel.url_params import has_control_character, parameter_values
+
+SCHEME = "redis-stream"
+FORM = (
+    "redis-stream://[[USER]:PASSWORD@]HOST[:PORT]/KEY"
+    "[?db=N][&create=true][&key=COL[,COL...]][&maxlen=N][&max_message_bytes=N]"
+)
+PARAMETERS = ("db", "create", "key", "maxlen", "max_message_bytes")
+DEFAULT_PORT = 6379
+MIN_MAXLEN = 1000  # trimming keeps at least this many entries: a reader far behind still finds its place
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where the sink appends: the server, the database and the stream key."""
+
+    identity: str  # the normalized URL without any password: recorded per consumer, printed
+    host: str
+    port: int
+    stream: str  # the stream's key
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)  # never print it
+    create: bool = False  # create the stream when it is missing
+    key: tuple[str, ...] = ()  # key columns: each entry's `key` field
+    maxlen: int | None = None  # XADD MAXLEN ~ this
+    max_message_bytes: int | None = None  # a lower limit than the server's for one entry's envelope
+
+    def __repr__(self) -> str:  # a repr in a traceback must not show the password
+        return f"RedisTarget({self.identity!r})"
+
+    @property
+    def where(self) -> str:
+        return f"{_host(self.host)}:{self.port}"
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """The target of a Redis stream sink URL, without touching it; ConfigError (one line, no password) if unusable."""
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port or DEFAULT_PORT
+    except ValueError as exc:  # a port that is not a number
+        raise _bad(text, f"{exc}") from None
+    if parts.scheme.lower() != SCHEME:
+        raise _bad(text, f"the scheme must be {SCHEME}://")
+    if parts.fragment:
+        raise _bad(text, "it takes no #fragment")
+    host = parts.hostname
+    if not host:
+        raise _bad(text, "it names no server (redis-stream://HOST:PORT/KEY)")
+    stream = unquote(parts.path.removeprefix("/"))
+    if not stream:
+        raise _bad(text, "it names no stream key after the server (redis-stream://HOST:PORT/KEY)")
+    if "/" in parts.path.removeprefix("/") or has_control_character(stream) or stream != stream.strip():
+        raise _bad(text, f"stream key {stream!r} must be one path segment without spaces at its ends (%2F for a /)")
+    try:
+        given = parameter_values(parse_qsl(parts.query, keep_blank_values=True), PARAMETERS)
+    except ValueError as problem:
+        raise _bad(text, str(problem)) from None
+    db = _count(text, "db", given.get("db"), minimum=0) or 0
+    maxlen = _count(text, "maxlen", given.get("maxlen"), minimum=MIN_MAXLEN)
+    max_bytes = _count(text, "max_message_bytes", given.get("max_message_bytes"), minimum=1)
+    create = _flag(text, "create", given.get("create"))
+    key: tuple[str, ...] = ()
+    if "key" in given:
+        key = tuple(c.strip() for c in given["key"].split(","))
+        if not all(key) or any(has_control_character(c) for c in key):
+            raise _bad(text, f"key={given['key']!r} must name columns: key=COL or key=COL1,COL2")
+    require(REDIS, f"the Redis stream sink {shown(text)}")  # now: before anything is created
+    username = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    query = [f"db={db}"] if db else []
+    query += [f"key={','.join(key)}"] if key else []
+    query += [f"maxlen={maxlen}"] if maxlen is not None else []
+    query += [f"max_message_bytes={max_bytes}"] if max_bytes is not None else []
+    user = f"{quote(username, safe='')}@" if username else ""
+    path = quote(stream, safe=":{}-_.~")
+    identity = f"{SCHEME}://{user}{_host(host)}:{port}/{path}" + ("?" + "&".join(query) if query else "")
+    return RedisTarget(identity, host, port, stream, db, username, password, create, key, maxlen, max_bytes)
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address
+
+
+def _count(url: str, name: str, given: str | None, *, minimum: int) -> int | None:
+    if given is None:
+        return None
+    if not given.isdigit() or int(given) < minimum:
+        raise _bad(url, f"{name}={given!r} must be a whole number of at least {minimum}")
+    return int(given)
+
+
+def _flag(url: str, name: str, given: str | None) -> bool:
+    if given is None:
+        return False
+    value = given.lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _bad(url, f"{name}={given!r} must be true or false")
+
+
+def shown(url: str) -> str:
+    """`url` as it may be printed: a password (`USER:PASSWORD@`, `:PASSWORD@`) replaced by ***."""
+    return redact_text(url)
+
+
+def _bad(url: str, reason: str) -> ConfigError:
+    return ConfigError(f"sink URL {shown(url)!r} is not usable: {reason}; expected {FORM}")
