@@ -116,7 +116,7 @@ wheel-smoke:
 # mypy runs on a view of the package as installed (.ci/typecheck: it cannot follow package-dir)
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	PYTHON=$(BIN)/python .ci/typecheck
+	PYTHON=$(CURDIR)/$(BIN)/python .ci/typecheck
 
 # The container image (deploy/image/README.md). Not part of `make test`: a build takes minutes of
 # CPU. IMAGE, BASE_IMAGE, BUILDER, PULL pass through to deploy/image/build.sh.
