@@ -30,6 +30,7 @@ CONNECT = Extra("connect", ("pandas", "grpc", "grpc_status", "google.rpc"))
 DATAFRAME = Extra("dataframe", ("pandas",))
 NATS = Extra("nats", ("nats",))  # nats-py
 REDIS = Extra("redis", ("redis",))  # redis-py
+RABBITMQ = Extra("rabbitmq", ("rstream",))
 
 
 def missing_module(extra: Extra) -> str | None:

@@ -17,6 +17,8 @@ Accepted forms (docs/sinks.md is the user's view):
   exactly once within the stream's duplicate window (nats/)
 * `redis-stream://[USER:PASSWORD@]HOST:PORT/KEY[?create=true][&key=COL,...][&maxlen=N]` - a Redis
   stream, one Debezium envelope per change as an entry; exactly once by a per-consumer mark (redis/)
+* `rabbitmq-stream://[USER:PASSWORD@]HOST:PORT/STREAM[?create=true][&key=COL,...]` - a RabbitMQ
+  stream (the stream protocol), one Debezium envelope per change; exactly once (rabbitmq/)
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 A URL is parsed once, without side effects and without importing any driver (urls.py: the forms,
@@ -43,6 +45,7 @@ from icetail.sinks.base import Sink
 from icetail.sinks.nats.url import NatsTarget
 from icetail.sinks.postgres.url import MirrorTarget
 from icetail.sinks.redis.url import RedisTarget
+from icetail.sinks.rabbitmq.url import RabbitStreamTarget
 from icetail.sinks.urls import SinkTarget, parse_sink_url
 
 __all__ = ["SINK_KINDS", "SinkKind", "check_sink_reachable", "formatted", "kind_of", "open_sink"]
@@ -83,6 +86,9 @@ def _nats(target: SinkTarget) -> NatsTarget:
 def _redis(target: SinkTarget) -> RedisTarget:
     assert target.redis is not None  # ... and every redis-stream sink its server and key
     return target.redis
+def _rabbitmq(target: SinkTarget) -> RabbitStreamTarget:
+    assert target.rabbitmq is not None  # ... and every rabbitmq-stream sink its broker and stream
+    return target.rabbitmq
 
 
 def _open_parquet(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
@@ -167,6 +173,16 @@ def _reach_redis(target: SinkTarget) -> None:
     from icetail.sinks.redis.sink import check_reachable
 
     check_reachable(_redis(target))
+def _open_rabbitmq(target: SinkTarget, consumer: str, schema: pa.Schema | None) -> Sink:
+    from icetail.sinks.rabbitmq.sink import RabbitStreamSink  # rstream is imported only when used
+
+    return RabbitStreamSink(_rabbitmq(target), consumer=consumer)
+
+
+def _reach_rabbitmq(target: SinkTarget) -> None:
+    from icetail.sinks.rabbitmq.sink import check_reachable
+
+    check_reachable(_rabbitmq(target))
 
 
 SINK_KINDS: dict[str, SinkKind] = {
@@ -180,6 +196,7 @@ SINK_KINDS: dict[str, SinkKind] = {
     "postgresql": SinkKind("PostgreSQL mirror or history", _open_postgres, _reach_postgres),
     "nats": SinkKind("NATS JetStream stream", _open_nats, _reach_nats),
     "redis-stream": SinkKind("Redis stream", _open_redis, _reach_redis),
+    "rabbitmq-stream": SinkKind("RabbitMQ stream", _open_rabbitmq, _reach_rabbitmq),
 }
 
 
@@ -228,8 +245,8 @@ def formatted(sink: Sink, output_format: str, table: str) -> Sink:
 def check_sink_reachable(target: SinkTarget) -> None:
     """Reach the sink of a parsed URL without changing it, so a run refuses before it creates anything:
     a PostgreSQL sink's database, role and password (SinkSetupError, or SinkError if it cannot be
-    reached), an iceberg sink's catalog, a NATS sink's server and stream, a Redis stream sink's server
-    and key. The other sinks are checked by their URL alone."""
+    reached), an iceberg sink's catalog, a NATS or RabbitMQ sink's server and stream, a Redis stream
+    sink's server and key. The other sinks are checked by their URL alone."""
     reach = kind_of(target).reach
     if reach is not None:
         reach(target)

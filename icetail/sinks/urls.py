@@ -2,11 +2,11 @@
 
 The accepted forms are registry.py's. Each URL takes only its own query parameters (an iceberg
 URL `mode`, a postgresql URL those of postgres/url.py and libpq's, a nats URL those of nats/url.py,
-a redis-stream URL those of redis/url.py,
+a redis-stream URL those of redis/url.py, a rabbitmq-stream URL those of rabbitmq/url.py,
 the file sinks none), so a typo is refused with a did-you-mean instead of being ignored or passed
 on to a driver. `parse_sink_url` also checks that the driver a sink needs is installed
 (kernel/extras.py). `--help`, and every refusal that needs only the arguments, stay light: nothing
-here imports pyarrow, pyiceberg, psycopg, nats-py or redis-py.
+here imports pyarrow, pyiceberg, psycopg, nats-py, redis-py or rstream.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from icetail.kernel.url_params import unknown_parameter
 from icetail.sinks.nats import url as nats_url
 from icetail.sinks.postgres import url as pg_url
 from icetail.sinks.redis import url as redis_url
+from icetail.sinks.rabbitmq import url as rabbitmq_url
 
 OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
 ICEBERG_PARAMETERS = ("mode",)
@@ -39,6 +40,7 @@ ACCEPTED_FORMS = (
     "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
     "nats://HOST:PORT/SUBJECT_PREFIX?stream=NAME",
     "redis-stream://HOST:PORT/KEY",
+    "rabbitmq-stream://USER@HOST:PORT/STREAM",
     "-",
     "stdout:",
 )
@@ -50,17 +52,20 @@ _URL_INSIDE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 class SinkTarget:
     """What a sink URL names, parsed without touching it: `scheme` plus a path or a table."""
 
-    # parquet | parquet+STORE (object store: s3, gs, abfs) | jsonl | iceberg | postgresql | nats | redis-stream | stdout
+    # parquet | parquet+STORE (object store: s3, gs, abfs) | jsonl | iceberg | postgresql | nats | redis-stream
+    # | rabbitmq-stream | stdout
     scheme: str
     path: str | None = None  # a local path for parquet/jsonl, BUCKET/PREFIX for an object store
     catalog: str | None = None
-    # NS.TABLE of an iceberg sink; for postgresql, nats and redis-stream the URL without its password
+    # NS.TABLE of an iceberg sink; for postgresql, nats, redis-stream and rabbitmq-stream the URL without its password
     identifier: str | None = None
     mode: str | None = None  # an iceberg sink's ?mode=: None (the changelog), "mirror" or "history"
     # a postgresql sink's connection and tables, parsed once with the rest (its repr shows no password)
     postgres: pg_url.MirrorTarget | None = field(default=None, compare=False)
     nats: nats_url.NatsTarget | None = field(default=None, compare=False)  # a nats sink's server and stream
     redis: redis_url.RedisTarget | None = field(default=None, compare=False)  # a redis-stream sink's server and key
+    # a rabbitmq-stream sink's broker and stream
+    rabbitmq: rabbitmq_url.RabbitStreamTarget | None = field(default=None, compare=False)
 
     def normalized(self) -> str:
         """One spelling per sink, as a consumer records it: file paths absolute (relative ones against
@@ -73,7 +78,7 @@ class SinkTarget:
             return f"{self.scheme}://{os.path.normpath(os.path.abspath(self.path))}"
         if self.scheme.startswith("parquet+"):
             return f"{self.scheme}://{self.path}"
-        if self.scheme in ("postgresql", "nats", redis_url.SCHEME):
+        if self.scheme in ("postgresql", "nats", redis_url.SCHEME, rabbitmq_url.SCHEME):
             assert self.identifier is not None
             return self.identifier
         query = f"?mode={self.mode}" if self.mode else ""
@@ -121,6 +126,9 @@ def parse_sink_url(url: str) -> SinkTarget:
     if scheme == redis_url.SCHEME:  # nor a password
         stream = redis_url.parse_redis_url(text)
         return SinkTarget(redis_url.SCHEME, identifier=stream.identity, redis=stream)
+    if scheme == rabbitmq_url.SCHEME:  # nor a password
+        stream = rabbitmq_url.parse_rabbitmq_stream_url(text)
+        return SinkTarget(rabbitmq_url.SCHEME, identifier=stream.identity, rabbitmq=stream)
     raise _bad(url, f"unknown scheme {scheme!r}")
 
 

@@ -1,0 +1,1 @@
+"""The RabbitMQ Streams sink: rabbitmq-stream:// URLs, one Debezium envelope per message, exactly once."""

@@ -1,0 +1,157 @@
+"""Changes onto a RabbitMQ stream, one Debezium envelope per message (messages.py), exactly once.
+
+**Exactly once.** The pipeline writes a chunk, then commits its offset; a crash between the two
+replays the chunk under the same key. Every message carries a publishing id under a named producer
+(ids.py), the same on a replay, and the broker stores at most one message per (producer, id): a
+replayed chunk's messages the stream already holds are skipped (the broker is asked for the
+highest id it stored under the name) or, sent through a race, dropped by the broker. `write`
+returns only when the broker confirmed every message it sent, so a chunk whose offset is
+committed is stored whole. Two `serve` replicas publish the same chunk under the same name and ids,
+so one taking over a dead one's consumer replays without duplicates too.
+
+**Order.** A chunk's messages go on one connection in delivery order (change-ordinal order; an
+update pair is one message), their confirms awaited before the next chunk, so the stream holds
+each key's changes of a table in order. The connection never reconnects by itself: a lost one
+fails the chunk (SinkError), the next write opens a new connection and sends what the stream
+lacks, still in order.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from icetail.kernel.errors import ConfigError, IcetailError, SinkError, SinkRejectedError
+from icetail.kernel.names import check_consumer_id
+from icetail.sinks.base import ChunkKey
+from icetail.sinks.rabbitmq.connection import (
+    CONNECT_TIMEOUT_SECONDS,
+    MESSAGE_OVERHEAD,
+    PUBLISH_FRAME_OVERHEAD,
+    REQUEST_TIMEOUT_SECONDS,
+    StreamConnection,
+    StreamMissingError,
+)
+from icetail.sinks.rabbitmq.ids import producer_name
+from icetail.sinks.rabbitmq.loop import AsyncLoop
+from icetail.sinks.rabbitmq.messages import stream_messages
+from icetail.sinks.rabbitmq.url import RabbitStreamTarget
+
+CONFIRM_TIMEOUT_SECONDS = 30.0  # a chunk's wait grows with its size (write)
+
+
+class RabbitStreamSink:
+    """Publishes each chunk's envelope records to a RabbitMQ stream (module docstring); exactly once.
+
+    It takes Debezium envelopes only (`envelopes_only`): registry.formatted puts the envelope
+    around it whatever `--format` says.
+    """
+
+    exactly_once: bool = True
+    envelopes_only: bool = True
+
+    def __init__(self, target: RabbitStreamTarget, *, consumer: str) -> None:
+        self.target = target
+        self.consumer = check_consumer_id(consumer)
+        self.duplicates = 0  # messages of replayed chunks the stream already held
+        self._loop = AsyncLoop("icetail-rabbitmq")
+        self._connection: StreamConnection | None = None
+        self._closed = False
+        try:
+            self._connection = self._open(create=target.create)
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    def _open(self, *, create: bool) -> StreamConnection:
+        return open_connection(self._loop, self.target, create=create)
+
+    def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
+        """Publish the records `rows` (envelopes) and await their confirms; the token names the producer and ids."""
+        if self._closed:
+            raise SinkRejectedError(f"RabbitMQ stream sink {self.target.identity} is closed")
+        if key.consumer != self.consumer:
+            raise ConfigError(
+                f"RabbitMQ stream sink opened for consumer {self.consumer!r} got a chunk of {key.consumer!r}"
+            )
+        if "source" not in rows.column_names:
+            raise SinkRejectedError(
+                "the RabbitMQ stream sink takes Debezium envelopes: open it with open_sink(url, consumer=..., "
+                "table='NS.TABLE')"
+            )
+        batch = stream_messages(key, rows, self.target.key)
+        if not batch:
+            return None
+        if self._connection is None or self._connection.closed:
+            self._drop_connection()
+            self._connection = self._open(create=False)  # a stream deleted since is refused, not made again
+        connection = self._connection
+        largest = max(batch, key=lambda m: len(m.data))
+        limit = connection.frame_max - PUBLISH_FRAME_OVERHEAD - MESSAGE_OVERHEAD
+        if len(largest.data) > limit:
+            raise SinkRejectedError(
+                f"RabbitMQ stream sink: message {largest.message_id} is {len(largest.data)} bytes, over the {limit} "
+                f"one frame of {self.target.where} holds: raise stream.frame_max in rabbitmq.conf (it is "
+                f"{connection.frame_max} bytes)"
+            )
+        name = producer_name(key)
+        budget = CONFIRM_TIMEOUT_SECONDS + len(batch) / 1000  # a chunk of a million messages gets ~17 minutes
+        try:
+            sent, stored = self._loop.run(connection.publish(name, batch), budget)
+        except IcetailError:
+            self._drop_connection()
+            raise
+        except TimeoutError:
+            self._drop_connection()
+            raise SinkError(
+                f"RabbitMQ stream sink: chunk {key.name} was not confirmed by {self.target.where} within {budget:.0f}s"
+            ) from None
+        self.duplicates += stored
+        return f"{self.target.stream}:{name}:{batch[0].publishing_id}-{batch[-1].publishing_id}"
+
+    def _drop_connection(self) -> None:
+        """After a failed chunk: the next write starts on a fresh connection (its replay stays in order)."""
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            try:
+                self._loop.run(connection.close(), REQUEST_TIMEOUT_SECONDS + 1)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._drop_connection()
+        finally:
+            self._loop.stop()
+
+
+def open_connection(loop: AsyncLoop, target: RabbitStreamTarget, *, create: bool) -> StreamConnection:
+    """A connection with the stream checked (created with `create`); closed again if that fails."""
+    connection = StreamConnection(target)
+    try:
+        loop.run(connection.connect(), CONNECT_TIMEOUT_SECONDS + REQUEST_TIMEOUT_SECONDS + 1)
+        loop.run(connection.check_stream(create=create), REQUEST_TIMEOUT_SECONDS * 2)
+    except BaseException as exc:
+        try:
+            loop.run(connection.close(), REQUEST_TIMEOUT_SECONDS + 1)
+        except Exception:
+            pass
+        if isinstance(exc, TimeoutError):
+            raise SinkError(f"RabbitMQ stream port {target.where} did not answer in time") from None
+        raise
+    return connection
+
+
+def check_reachable(target: RabbitStreamTarget) -> None:
+    """Reach the broker and the stream without changing anything (a missing stream passes with create=true)."""
+    loop = AsyncLoop("icetail-rabbitmq-check")
+    try:
+        connection = open_connection(loop, target, create=False)
+        loop.run(connection.close(), REQUEST_TIMEOUT_SECONDS + 1)
+    except StreamMissingError:
+        if not target.create:  # the run creates it when it opens the sink
+            raise
+    finally:
+        loop.stop()
