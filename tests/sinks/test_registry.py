@@ -107,6 +107,7 @@ def test_every_kind_of_sink_is_named_by_a_url() -> None:
         "postgresql://u@localhost:5432/db?table=public.t",
         "nats://localhost:4222/cdc?stream=CDC",
         "redis-stream://localhost:6379/cdc",
+        "rabbitmq-stream://localhost:5552/cdc",
     ]
     kinds = [kind_of(parse_sink_url(url)) for url in urls]
     assert sorted(kind.name for kind in kinds) == sorted(kind.name for kind in SINK_KINDS.values())

@@ -159,18 +159,21 @@ class StreamConnection:
         self._confirmed = asyncio.get_running_loop().create_future()
         frame: list[Any] = []
         size = PUBLISH_FRAME_OVERHEAD
-        for message in todo:
-            grown = size + MESSAGE_OVERHEAD + len(message.data)
-            if frame and (grown > self.frame_max or len(frame) >= MAX_MESSAGES_PER_FRAME):
-                await self._send_frame(schema.Publish(publisher_id=PUBLISHER_ID, messages=frame))
-                frame, grown = [], PUBLISH_FRAME_OVERHEAD + MESSAGE_OVERHEAD + len(message.data)
-            frame.append(schema.Message(publishing_id=message.publishing_id, filter_value=None, data=message.data))
-            size = grown
-        await self._send_frame(schema.Publish(publisher_id=PUBLISHER_ID, messages=frame))
+        confirmed = self._confirmed
         try:
-            await self._confirmed
+            for message in todo:
+                grown = size + MESSAGE_OVERHEAD + len(message.data)
+                if frame and (grown > self.frame_max or len(frame) >= MAX_MESSAGES_PER_FRAME):
+                    await self._send_frame(schema.Publish(publisher_id=PUBLISHER_ID, messages=frame))
+                    frame, grown = [], PUBLISH_FRAME_OVERHEAD + MESSAGE_OVERHEAD + len(message.data)
+                frame.append(schema.Message(publishing_id=message.publishing_id, filter_value=None, data=message.data))
+                size = grown
+            await self._send_frame(schema.Publish(publisher_id=PUBLISHER_ID, messages=frame))
+            await confirmed
         finally:
             self._confirmed = None
+            if confirmed.done() and not confirmed.cancelled():
+                confirmed.exception()  # retrieved: no "never retrieved" warning when a send raised first
 
     async def _send_frame(self, frame: Any) -> None:
         await self.client.send_publish_frame(frame)
