@@ -17,7 +17,7 @@ BIN_DEMO := $(DEMO_VENV)/bin
 DEMO_STAMP := $(DEMO_VENV)/.icetail-demo-installed
 DEMO_SOURCES := $(shell find icetail monitor reader state -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps wheel-smoke image image-smoke image-standin-base image-ci
+.PHONY: help demo demo-spark4 test test-spark35 test-spark4 lint system-deps services wheel-smoke image image-smoke image-standin-base image-ci
 
 help:
 	@echo "make demo         - set up .venv-demo (icetail as users get it: pyspark 4, runtime dependencies) and run the demo"
@@ -58,6 +58,20 @@ system-deps:
 		$$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 
+# The RabbitMQ Streams sink's tests need RabbitMQ's stream protocol (port 5552): the broker is started
+# if it is installed and down, its stream plugin enabled (idempotent), and the port waited for (30 s).
+# Without RabbitMQ installed nothing happens (those tests skip, saying why).
+services:
+	@if command -v rabbitmq-plugins >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO rabbitmqctl -q status >/dev/null 2>&1 || $$SUDO rabbitmq-server -detached; \
+		$$SUDO rabbitmq-plugins -q enable rabbitmq_stream >/dev/null; \
+		for i in $$(seq 60); do \
+			$(PYTHON) -c "import socket; socket.create_connection(('127.0.0.1', 5552), 1)" 2>/dev/null && exit 0; \
+			sleep 0.5; \
+		done; echo "RabbitMQ's stream port 127.0.0.1:5552 did not open in 30 s"; exit 1; \
+	fi
+
 # setuptools builds the wheel in build/ and keeps what it copied there: a module deleted from the
 # checkout would go into the wheel, so its build folders are emptied first.
 $(DEMO_STAMP): pyproject.toml requirements-dev.txt requirements-spark4.txt $(DEMO_SOURCES)
@@ -76,7 +90,7 @@ demo-spark4: demo
 # Both lines at once: a line spends most of its time waiting on JVM starts, child processes and
 # services, so the two overlap well on two cores (tests/conftest.py: `once` tests run on one line).
 # Each line writes its own log, printed whole once both are done; either failing fails the target.
-test: $(STAMP) $(STAMP4) system-deps
+test: $(STAMP) $(STAMP4) system-deps services
 	@rm -rf .test-logs && mkdir -p .test-logs
 	@echo "running the Spark 3.5 and Spark 4 lines at once (logs in .test-logs/)"
 	@( $(BIN)/pytest -q -p no:cacheprovider --durations=30 -m "not spark4" --basetemp=/tmp/icetail-tests-spark35 \
@@ -89,11 +103,11 @@ test: $(STAMP) $(STAMP4) system-deps
 	@test "$$(cat .test-logs/spark35.rc)" = 0 && test "$$(cat .test-logs/spark4.rc)" = 0
 
 # Tests marked spark4 need Spark 4: the Python data source API, a Spark Connect server from pip.
-test-spark35: $(STAMP) system-deps
+test-spark35: $(STAMP) system-deps services
 	$(BIN)/pytest -q -m "not spark4"
 
 # The Java reference (iceberg-spark-runtime-3.5) cannot load on Spark 4: its tests run on 3.5 only.
-test-spark4: $(STAMP4) system-deps
+test-spark4: $(STAMP4) system-deps services
 	$(BIN4)/pytest -q -m "not java"
 
 # What a user gets: the sdist and the wheel built from a clean tree, the wheel checked to hold every
