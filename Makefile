@@ -59,10 +59,12 @@ system-deps:
 	fi
 
 # The RabbitMQ Streams sink's tests need RabbitMQ's stream protocol (port 5552): the broker is started
-# if it is installed and down, its stream plugin enabled (idempotent), and the port waited for (30 s).
+# if it is installed and down, its stream plugin enabled (idempotent), and the port waited for (30 s);
+# nothing is done when the port answers already (the plugin CLI takes seconds).
 # Without RabbitMQ installed nothing happens (those tests skip, saying why).
 services:
-	@if command -v rabbitmq-plugins >/dev/null; then \
+	@if command -v rabbitmq-plugins >/dev/null \
+		&& ! $(PYTHON) -c "import socket; socket.create_connection(('127.0.0.1', 5552), 1)" 2>/dev/null; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO rabbitmqctl -q status >/dev/null 2>&1 || $$SUDO rabbitmq-server -detached; \
 		$$SUDO rabbitmq-plugins -q enable rabbitmq_stream >/dev/null; \
