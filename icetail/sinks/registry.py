@@ -44,8 +44,8 @@ from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import Sink
 from icetail.sinks.nats.url import NatsTarget
 from icetail.sinks.postgres.url import MirrorTarget
-from icetail.sinks.redis.url import RedisTarget
 from icetail.sinks.rabbitmq.url import RabbitStreamTarget
+from icetail.sinks.redis.url import RedisTarget
 from icetail.sinks.urls import SinkTarget, parse_sink_url
 
 __all__ = ["SINK_KINDS", "SinkKind", "check_sink_reachable", "formatted", "kind_of", "open_sink"]

@@ -20,8 +20,8 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.url_params import unknown_parameter
 from icetail.sinks.nats import url as nats_url
 from icetail.sinks.postgres import url as pg_url
-from icetail.sinks.redis import url as redis_url
 from icetail.sinks.rabbitmq import url as rabbitmq_url
+from icetail.sinks.redis import url as redis_url
 
 OBJECT_STORES = ("s3", "gs", "abfs")  # parquet+STORE://
 ICEBERG_PARAMETERS = ("mode",)
@@ -127,8 +127,8 @@ def parse_sink_url(url: str) -> SinkTarget:
         stream = redis_url.parse_redis_url(text)
         return SinkTarget(redis_url.SCHEME, identifier=stream.identity, redis=stream)
     if scheme == rabbitmq_url.SCHEME:  # nor a password
-        stream = rabbitmq_url.parse_rabbitmq_stream_url(text)
-        return SinkTarget(rabbitmq_url.SCHEME, identifier=stream.identity, rabbitmq=stream)
+        rabbit = rabbitmq_url.parse_rabbitmq_stream_url(text)
+        return SinkTarget(rabbitmq_url.SCHEME, identifier=rabbit.identity, rabbitmq=rabbit)
     raise _bad(url, f"unknown scheme {scheme!r}")
 
 
