@@ -170,7 +170,7 @@ def test_a_replayed_chunk_is_stored_once(stream: str) -> None:
     first_message = messages[0]
     assert first_message.subject == "cdc.ns.orders.1"
     headers = first_message.headers
-    assert headers["Nats-Msg-Id"] == f"{CONSUMER}:1001:0:{key(0).batch_id}:0:100"
+    assert headers["Nats-Msg-Id"] == f"{CONSUMER}:1001:0:{key(0).batch_id}:0:100:0"
     assert (headers["Icetail-Op"], headers["Icetail-Table"], headers["Icetail-Snapshot-Id"]) == (
         "c",
         "ns.orders",
@@ -179,7 +179,9 @@ def test_a_replayed_chunk_is_stored_once(stream: str) -> None:
     assert (headers["Icetail-Change-Ordinal"], headers["Icetail-Key"]) == ("0", "[1]")
     record = json.loads(first_message.data)
     assert record["after"] == {"id": 1, "name": "n1"} and record["op"] == "c" and record["before"] is None
-    assert [m.headers["Nats-Msg-Id"].split(":", 4)[4] for m in messages] == ["0:100", "0:101", "0:102", "1:0", "1:2"]
+    assert [m.headers["Nats-Msg-Id"].split(":", 4)[4] for m in messages] == [
+        "0:100:0", "0:100:1", "0:100:2", "1:0:0", "1:0:1",
+    ]  # fmt: skip
     assert [m.headers["Icetail-Op"] for m in messages[3:]] == ["u", "c"]
 
 
@@ -333,3 +335,10 @@ def test_chunks_of_a_snapshot_in_partitions_are_stored_whole(
     assert len(set(ids)) == len(ids)
     deletes = [m.headers["Nats-Msg-Id"].split(":") for m in messages if m.headers["Icetail-Op"] == "d"]
     assert len({tuple(parts[4:6]) for parts in deletes}) >= 3  # the delete went out in 3 partitions or more
+    ordinals = [int(m.headers["Icetail-Change-Ordinal"]) for m in messages]
+    by_key: dict[int, list[int]] = {}
+    for record, ordinal in zip(records, ordinals, strict=True):
+        by_key.setdefault((record["after"] or record["before"])["id"], []).append(ordinal)
+    assert all(o == sorted(o) for o in by_key.values())  # each key's changes in change-ordinal order
+    # across keys, a batch folded in partitions comes partition after partition
+    assert (ordinals == sorted(ordinals)) is not net

@@ -4,9 +4,10 @@ Each change record (debezium.py: an UPDATE pair is one record) becomes one messa
 `PREFIX.<namespace>.<table>` (with `key=`, `.<key>` appended), its payload the envelope as one
 strict-JSON object (the jsonl sink's encoding), with headers:
 
-* `Nats-Msg-Id`: `<consumer>:<snapshot id>:<change ordinal>:<batch id>:<split index>:<row>`, the
-  record's place in the consumer's stream (`row`: its first change row's offset in the split), so
-  a replayed chunk publishes the same ids and JetStream drops the copies it still remembers;
+* `Nats-Msg-Id`: `<consumer>:<snapshot id>:<change ordinal>:<batch id>:<split index>:<row start>:<record>`,
+  the record's place in the consumer's stream (`message_id`: the chunk key's parts and the record's
+  index in the chunk), so a replayed chunk (the same key, the same rows: BatchShape keeps a resumed
+  batch's cut) publishes the same ids and JetStream drops the copies it still remembers;
 * `Icetail-Op` (c, u, d, r), `Icetail-Table` (NS.TABLE), `Icetail-Snapshot-Id`,
   `Icetail-Change-Ordinal`, and with `key=` `Icetail-Key` (the key values as a JSON array).
 
@@ -19,11 +20,13 @@ shorter than MIN_DUPLICATE_WINDOW_SECONDS (2 minutes, four default lease TTLs: a
 takes a dead run's consumer over after one TTL and replays within seconds); a stream it creates
 (`create=true`) gets CREATED_DUPLICATE_WINDOW_SECONDS.
 
-**Order.** Messages are published on one connection in delivery order (change-ordinal order;
-an update pair is one message) and their acks awaited in that order before the next chunk, so
-the stream holds each key's changes in order. The connection does not reconnect on its own (a
-reconnecting client would send what it buffered after messages lost with the old connection);
-the next write opens a new one, and the failed chunk is replayed whole.
+**Order.** Messages are published on one connection in delivery order (an update pair is one
+message) and their acks awaited in that order before the next chunk, so the stream holds each
+key's changes (by identifier columns) in change-ordinal order. Across keys a batch is in
+change-ordinal order except a `--net` batch folded in partitions: one record per key, partition
+after partition (docs/sinks.md says what holds without identifier columns). The connection does
+not reconnect on its own (a reconnecting client would send what it buffered after messages lost
+with the old connection); the next write opens a new one, and the failed chunk is replayed whole.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -88,10 +90,15 @@ def subject_token(text: str) -> str:
     return quote(text, safe="_-~").replace(".", "%2E").replace("~", "%7E")
 
 
-def record_rows(ops: Sequence[str]) -> np.ndarray:
-    """The offset of each record's first change row in its chunk: an update record is two rows."""
-    widths = np.fromiter((2 if op == "u" else 1 for op in ops), dtype=np.int64, count=len(ops))
-    return np.concatenate([[0], np.cumsum(widths)[:-1]]) if len(ops) else widths
+def message_id(key: ChunkKey, snapshot_id: Any, ordinal: Any, record: int) -> str:
+    """The record's place in the consumer's delivery: its chunk key's parts and its index in the chunk.
+
+    `row_start_inclusive` is a row offset for a chunk read from a split but the partition's index
+    for a snapshot reconciled (or a `--net` batch folded) in partitions, so it is kept as a field
+    of its own beside the record's index: adding the two would give partition 0's record 1 and
+    partition 1's record 0 one id, and JetStream would drop the second as a copy.
+    """
+    return f"{key.consumer}:{snapshot_id}:{ordinal}:{key.batch_id}:{key.split_index}:{key.row_start_inclusive}:{record}"
 
 
 def messages(key: ChunkKey, records: pa.Table, prefix: str, key_columns: Sequence[str] = ()) -> list[Message]:
@@ -105,7 +112,6 @@ def messages(key: ChunkKey, records: pa.Table, prefix: str, key_columns: Sequenc
     tables = source.field("table").to_pylist()
     snapshots = source.field("snapshot_id").to_pylist()
     ordinals = source.field("change_ordinal").to_pylist()
-    rows = record_rows(ops) + key.row_start_inclusive
     keys = _key_values(records, key_columns) if key_columns else None
     subjects: dict[tuple[str, str], str] = {}
     out = []
@@ -116,7 +122,7 @@ def messages(key: ChunkKey, records: pa.Table, prefix: str, key_columns: Sequenc
             tokens = [subject_token(t) for t in db.split(".")] + [subject_token(table)]
             base = subjects[(db, table)] = ".".join([prefix, *tokens])
         headers = {
-            MSG_ID: f"{key.consumer}:{snapshots[i]}:{ordinals[i]}:{key.batch_id}:{key.split_index}:{rows[i]}",
+            MSG_ID: message_id(key, snapshots[i], ordinals[i], i),
             HEADER_OP: ops[i],
             HEADER_TABLE: f"{db}.{table}" if db else table,
             HEADER_SNAPSHOT: str(snapshots[i]),
