@@ -1,7 +1,9 @@
 """The NATS JetStream sink against a real server (NATS_URL, default nats://127.0.0.1:4222, with
 JetStream): URL parsing, a pipeline run whose stream replays to the table's rows, a replayed chunk
 stored once, and the refusals (missing stream, short duplicate window, unreachable server,
-a message over the server's max payload). Skipped, saying why, without a reachable server.
+a message over the server's max payload); on Spark, a snapshot reconciled (and a `--net` batch
+folded) in partitions stored whole; `icetail run` SIGKILLed at seeded moments (ICETAIL_CRASH_SEED),
+on the in-process engine and on Spark. Skipped, saying why, without a reachable server.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import socket
 import uuid
 from collections import Counter
@@ -25,11 +28,15 @@ from icetail.kernel.model import ChangeType
 from icetail.sinks.registry import check_sink_reachable, open_sink
 from icetail.sinks.urls import parse_sink_url
 from tests.sinks import CONSUMER, change_rows, key
-from tests.support.catalogs import catalogs_in_process, new_catalog
+from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
+from tests.support.crash import Attempt, KillTrigger, crash_loop
+from tests.support.processes import child_env, icetail_command
+from tests.support.stores import view_state
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
 _PARTS = urlsplit(NATS_URL)
 SERVER = f"{_PARTS.hostname}:{_PARTS.port or 4222}"
+SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261204"))
 
 
 def _unreachable() -> str | None:
@@ -342,3 +349,138 @@ def test_chunks_of_a_snapshot_in_partitions_are_stored_whole(
     assert all(o == sorted(o) for o in by_key.values())  # each key's changes in change-ordinal order
     # across keys, a batch folded in partitions comes partition after partition
     assert (ordinals == sorted(ordinals)) is not net
+
+
+# `icetail run` SIGKILLed at seeded moments ------------------------------------------------
+
+
+class _StreamWatch:
+    """The stream as crash_loop watches it, on one connection: `probe` counts its messages (both
+    kinds: a message lands as its publish is stored), `read` returns their ids and envelopes."""
+
+    def __init__(self, stream: str) -> None:
+        from icetail.sinks.nats.sink import _Loop
+
+        self.stream = stream
+        self._loop = _Loop()
+        self._nc: Any = self._loop.run(self._connect(), 10)
+
+    async def _connect(self) -> Any:
+        import nats
+
+        return await nats.connect(NATS_URL)
+
+    async def _count(self) -> int:
+        from nats.js.errors import NotFoundError
+
+        try:
+            return int((await self._nc.jetstream().stream_info(self.stream)).state.messages)
+        except NotFoundError:  # before the first run creates it
+            return 0
+
+    async def _messages(self) -> list[Any]:
+        js = self._nc.jetstream()
+        if not await self._count():
+            return []
+        info = await js.stream_info(self.stream)
+        return [await js.get_msg(self.stream, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+
+    def probe(self, kind: str) -> int:
+        return self._loop.run(self._count(), 10)
+
+    def messages(self) -> list[Any]:
+        return self._loop.run(self._messages(), 60)
+
+    def read(self) -> pa.Table:
+        messages = self.messages()
+        return pa.table(
+            {"id": [m.headers["Nats-Msg-Id"] for m in messages], "envelope": [m.data.decode() for m in messages]}
+        )
+
+    def close(self) -> None:
+        self._loop.run(self._nc.close(), 10)
+        self._loop.stop()
+
+
+def _crash_source(local: LocalCatalog) -> Any:
+    """Three appends of 150 rows, a copy-on-write delete rewriting every file (45 deletes, the rest
+    carry-overs), an upsert (a delete, then an append) and an append: about 600 changes."""
+    from pyiceberg.expressions import In
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    catalog = local.catalog()
+    catalog.create_namespace("ns")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
+    )
+    table = catalog.create_table("ns.events", schema, properties={"write.delete.mode": "copy-on-write"})
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    steps = [
+        *(
+            lambda t, f=f: t.append(pa.table({"id": range(f * 150, f * 150 + 150), "v": [f"v{f}"] * 150}, schema=arrow))
+            for f in range(3)
+        ),
+        lambda t: t.delete(In("id", [i for i in range(450) if i % 10 == 3])),
+        lambda t: t.upsert(pa.table({"id": [40, 50, 1000], "v": ["x", "y", "z"]}, schema=arrow)),
+        lambda t: t.append(pa.table({"id": range(2000, 2080), "v": ["w"] * 80}, schema=arrow)),
+    ]
+    for step in steps:
+        step(table)
+        table = catalog.load_table("ns.events")
+    return table
+
+
+@pytest.mark.parametrize("engine", ["in-process", "spark"])
+def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path, engine: str) -> None:
+    """`icetail run` into the stream, SIGKILLed at seeded moments (inside sink writes, between a write
+    and its offset commit), then run to the end: the stream replays onto the empty table to its
+    rows. On Spark the delete is reconciled in partitions, so kills land between partitions too."""
+    local = new_catalog(tmp_path / "cat", "natscrash")
+    table = _crash_source(local)
+    rng = random.Random(f"{SEED}:nats:{engine}")
+    state_url, consumer = f"sqlite:///{tmp_path}/state.db", "events-nats"
+    spark = engine == "spark"
+    env = child_env([local], tmp_path / "spark", extra={} if spark else {"ICETAIL_LOCAL_MAX_BYTES": ""})
+    cmd = [
+        *icetail_command(), "run", "--catalog", local.name, "--table", "ns.events", "--state", state_url,
+        "--sink", _url(stream, query="&create=true&key=id"), "--consumer", consumer, "--until-caught-up",
+        "--max-snapshots-per-batch", "1", "--chunk-rows", "25", "--reconcile-partition-bytes", "1500",
+    ]  # fmt: skip
+    schedule = (
+        [KillTrigger("written", rng.uniform(0.0, 0.005), rng.randint(200, 480))]  # in the delete's partitions or before
+        if spark
+        else [
+            KillTrigger("written", rng.uniform(0.0, 0.003), rng.randint(1, 10)),
+            KillTrigger("started", rng.uniform(0.0, 0.01), rng.randint(20, 120)),
+        ]
+    )
+
+    def check(attempt: Attempt, rows: pa.Table | None) -> None:
+        assert rows is not None
+        ids = rows.column("id").to_pylist()
+        assert len(set(ids)) == len(ids), f"a message id twice after run {attempt.index}"
+        replayed = _replayed([json.loads(e) for e in rows.column("envelope").to_pylist()])  # no change of a missing row
+        assert all(n == 1 for n in replayed.values()), f"a change stored twice after run {attempt.index}"
+
+    watch = _StreamWatch(stream)
+    try:
+        report = crash_loop(
+            cmd, env, state_url=state_url, consumer=consumer, sink=watch,  # type: ignore[arg-type]
+            schedule=schedule, logs=tmp_path / "logs", check=check, timeout=60, final_timeout=120,
+        )  # fmt: skip
+        messages = watch.messages()
+    finally:
+        watch.close()
+    summary = f"seed {SEED}, {engine}\n{report.summary()}"
+    print(summary)
+    final = report.attempts[-1]
+    assert not final.killed and final.returncode == 0, summary
+    assert report.kills >= 1, summary
+    assert view_state(state_url, consumer).cursor == table.metadata.current_snapshot_id, summary
+    records = [json.loads(m.data) for m in messages]
+    expected = Counter(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "v")), strict=True))
+    assert _replayed(records) == expected, summary
+    if spark:  # the delete went out in partitions (row start: the partition's index)
+        deletes = {tuple(m.headers["Nats-Msg-Id"].split(":")[4:6]) for m in messages if m.headers["Icetail-Op"] == "d"}
+        assert len(deletes) >= 3, summary
