@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalo
 from tests.support.crash import Attempt, KillTrigger, crash_loop
 from tests.support.partition_proxy import PartitionProxy
 from tests.support.processes import child_env, icetail_command
+from tests.support.serve import Serve, free_port, wait_until
 from tests.support.stores import view_state
 
 BROKER_URL = os.environ.get("RABBITMQ_STREAM_URL", "rabbitmq-stream://guest:guest@127.0.0.1:5552")
@@ -632,7 +634,7 @@ def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
     stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Snapshots of two tables (append, delete, an overwrite updating rows, pyiceberg's overwrite of all rows),
-    each table its own consumer onto one stream: after every run, each table's messages replayed onto
+    each table its own consumer onto one stream: after each round of runs, each table's messages replayed onto
     nothing give its rows, and each snapshot's onto the snapshot before give that snapshot's rows."""
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import Pipeline
@@ -658,10 +660,11 @@ def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
     watch = _StreamWatch(stream)
     try:
         with catalogs_in_process(local):
-            for step in steps:
+            for round_steps in (steps[:2], steps[2:]):  # each run delivers two snapshots (few runs: each is seconds)
                 for name in names:
-                    step(tables[name])
-                    tables[name] = local.load(f"ns.{name}")
+                    for step in round_steps:
+                        step(tables[name])
+                        tables[name] = local.load(f"ns.{name}")
                     with Pipeline(configs[name]) as pipeline:
                         pipeline.run()
                 messages = watch.messages()
@@ -677,3 +680,66 @@ def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
         assert {m.message_id.split(":", 1)[0] for m in mine} == {f"{name}-rabbit"}
         ordinals = [int(m.properties["Icetail-Change-Ordinal"]) for m in mine]
         assert ordinals == sorted(ordinals)  # each table's messages in change-ordinal order
+
+
+def test_serve_delivers_a_pattern_of_two_tables_onto_one_stream(stream: str, tmp_path: Path) -> None:
+    """`icetail serve` with a namespace pattern whose tables share one stream (docs/sinks.md's YAML): both
+    tables' changes arrive, each replaying to its rows, the table told by `subject`."""
+    import yaml
+
+    local = new_catalog(tmp_path / "cat", "rabbitserve")
+    catalog = local.catalog()
+    catalog.create_namespace("sales")
+    names = ["orders_eu", "orders_us"]
+    schema = ARROW
+    for n, name in enumerate(names):
+        ids = list(range(n * 10, n * 10 + 5))
+        catalog.create_table(f"sales.{name}", schema).append(pa.table({"id": ids, "v": ["a"] * 5}, schema=schema))
+    catalog.create_table("sales.returns", schema).append(pa.table({"id": [99], "v": ["r"]}, schema=schema))
+    port = free_port()
+    config = tmp_path / "icetail.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "catalog": local.name,
+                "state": f"sqlite:///{tmp_path / 'state.db'}",
+                "interval": "0.5s",
+                "metrics_host": "127.0.0.1",
+                "metrics_port": port,
+                "tables": [
+                    {
+                        "namespace": "sales",
+                        "include": "orders_*",
+                        "consumer": "sales-{table}",
+                        "sink": _url(stream, "?create=true&key=id"),
+                    }
+                ],
+            }
+        )
+    )
+    _run(_admin("create", stream))
+    watch = _StreamWatch(stream)
+    env = child_env([local], tmp_path / "spark", extra={"ICETAIL_LOCAL_MAX_BYTES": str(1 << 30)})
+    serve = Serve(["--config", str(config)], env=env, cwd=tmp_path, name="serve", port=port)
+
+    def delivered() -> list[Read] | None:
+        messages = watch.messages()
+        for name in names:
+            mine = [m for m in messages if m.subject == f"sales.{name}"]
+            if _replay([m.body for m in mine]) != _rows(local.load(f"sales.{name}")):
+                return None
+        return messages
+
+    try:
+        wait_until(delivered, timeout=90, what="both tables delivered", child=serve, interval=0.5)
+        local.load("sales.orders_us").delete("id = 11")  # a later commit, found by the next poll
+        messages = wait_until(delivered, timeout=60, what="the delete delivered", child=serve, interval=0.5)
+        serve.signal(signal.SIGTERM)
+        assert serve.wait(60) == 0, serve.diagnostics()
+    finally:
+        serve.kill_group()
+        watch.close()
+    assert {m.subject for m in messages} == {"sales.orders_eu", "sales.orders_us"}  # not sales.returns
+    assert {m.message_id.split(":", 1)[0] for m in messages} == {"sales-orders_eu", "sales-orders_us"}
+    ids = [m.message_id for m in messages]
+    assert len(set(ids)) == len(ids)
