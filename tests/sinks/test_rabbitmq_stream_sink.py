@@ -1,7 +1,10 @@
 """The RabbitMQ Streams sink against a real broker (RABBITMQ_STREAM_URL, default
 rabbitmq-stream://guest:guest@127.0.0.1:5552, the stream plugin on): URL parsing, the envelope and its
 properties, a replayed chunk stored once, the refusals (missing stream, unreachable port, wrong
-credentials, a message over the frame size), and a connection lost mid-chunk then replayed.
+credentials, a message over the frame size), a connection lost mid-chunk then replayed, pipeline
+runs of two tables onto one stream, `icetail run` SIGKILLed at seeded moments (one inside a chunk's
+write) and `icetail serve` with a pattern of two tables onto one stream: each read back from the
+stream's first offset and its Debezium envelopes replayed onto the previous snapshot's rows.
 Each test's stream is new and deleted after. Skipped, saying why, without a reachable broker.
 """
 
@@ -34,7 +37,6 @@ from icetail.sinks.urls import parse_sink_url
 from tests.sinks import CONSUMER, change_rows, key
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
-from tests.support.partition_proxy import PartitionProxy
 from tests.support.processes import child_env, icetail_command
 from tests.support.serve import Serve, free_port, wait_until
 from tests.support.stores import view_state
@@ -293,7 +295,64 @@ def test_a_message_over_the_frame_size_is_refused_naming_the_fix(stream: str) ->
     assert [m.body["after"]["id"] for m in _run(_read_all(stream))] == [3]  # ... and sent nothing of the big chunk
 
 
-async def _cut_once_stored(stream: str, producer: str, proxy: PartitionProxy, started: threading.Event) -> None:
+class _PacedProxy:
+    """127.0.0.1:`port` forwarded to the broker, what clients send paced to `rate` bytes a second (replies are
+    not): a sink write of a chunk of a few MB takes about a second, long enough for a kill to land inside it
+    with part of the chunk stored. What a killed client sent before it died still reaches the broker, as
+    from a socket's buffers."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = False
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="paced-proxy").start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection((HOST, PORT), timeout=10)
+            except OSError:
+                return
+            upstream.settimeout(None)
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, paced: bool) -> None:
+        piece = max(1, self.rate // 100)  # 10 ms worth of bytes at a time
+        try:
+            while True:
+                data = source.recv(piece if paced else 65536)
+                if not data:
+                    break
+                sink.sendall(data)
+                if paced:
+                    time.sleep(len(data) / self.rate)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        for sock in [self._listener, *self._sockets]:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+PACED_RATE = 2 << 20  # bytes a second a paced link carries: a chunk of 5000 small changes takes ~1-2 s
+
+
+async def _cut_once_stored(stream: str, producer: str, proxy: _PacedProxy, started: threading.Event) -> None:
     """Close `proxy` (the broker gone, every socket reset) as soon as the broker stored part of `producer`'s chunk."""
     client = await _client()
     try:
@@ -307,10 +366,13 @@ async def _cut_once_stored(stream: str, producer: str, proxy: PartitionProxy, st
 
 
 def test_a_connection_lost_mid_chunk_is_replayed_without_loss_or_duplicates(stream: str) -> None:
-    count = 30_000
+    count = 5000
     rows = change_rows(list(range(count)), extra={"pad": pa.array(["p" * 100] * count)})
     chunk = key(0, 0)
-    with PartitionProxy(HOST, PORT) as proxy:
+    # a paced link: the chunk's frames of 1000 messages reach the broker over ~2 s, so the cut lands with part
+    # of the chunk stored (on a link at full speed the broker often stored all of it before the cut)
+    proxy = _PacedProxy(PACED_RATE)
+    try:
         sink = open_sink(_url(stream, port=proxy.port), consumer=CONSUMER, table="ns.t")
         started = threading.Event()
         watcher = threading.Thread(target=_run, args=(_cut_once_stored(stream, producer_name(chunk), proxy, started),))
@@ -322,6 +384,8 @@ def test_a_connection_lost_mid_chunk_is_replayed_without_loss_or_duplicates(stre
         finally:
             watcher.join(30)
             sink.close()
+    finally:
+        proxy.close()
     assert "\n" not in str(caught.value) and PASSWORD not in str(caught.value)
     stored = _run(_admin("sequence", stream, producer_name(chunk)))
     assert 0 < stored < count  # part of the chunk is on the stream
@@ -433,6 +497,24 @@ _MARKER = b"icetail-test-end-"
 ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
 
+def _rewrite(table: Any, changed: dict[int, str | None]) -> None:
+    """One overwrite snapshot replacing every live file by one file of the rows with `changed` applied (id to
+    its new v; None: the row deleted; a new id: added): updates, deletes and inserts in one snapshot, which
+    the pipeline pairs into updates by id. (pyiceberg's upsert and overwrite commit a delete then an append.)"""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    rows = {r["id"]: r["v"] for r in table.scan().to_arrow().to_pylist()}
+    rows.update(changed)
+    kept = sorted((i, v) for i, v in rows.items() if v is not None)
+    rewritten = pa.table({"id": [i for i, _ in kept], "v": [v for _, v in kept]}, schema=ARROW)
+    new_files = list(_dataframe_to_data_files(table.metadata, rewritten, table.io))
+    with table.transaction() as tx, tx.update_snapshot().overwrite() as overwrite:
+        for task in table.scan().plan_files():
+            overwrite.delete_data_file(task.file)
+        for data_file in new_files:
+            overwrite.append_data_file(data_file)
+
+
 def _replay(envelopes: list[dict[str, Any]], onto: Counter[tuple[Any, ...]] | None = None) -> Counter[tuple[Any, ...]]:
     """The rows `envelopes` leave when applied in stream order onto `onto` (default: nothing); an update or a
     delete of a row that is not there fails."""
@@ -484,80 +566,7 @@ def _tables(local: LocalCatalog, names: list[str]) -> list[Any]:
     return [catalog.create_table(f"ns.{name}", schema) for name in names]
 
 
-class _PacedProxy:
-    """127.0.0.1:`port` forwarded to the broker, what clients send paced to `rate` bytes a second (replies are
-    not): a sink write of a chunk of a few MB takes about a second, long enough for a kill to land inside it
-    with part of the chunk stored. What a killed client sent before it died still reaches the broker, as
-    from a socket's buffers."""
-
-    def __init__(self, rate: int) -> None:
-        self.rate = rate
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._closed = False
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True, name="paced-proxy").start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-                upstream = socket.create_connection((HOST, PORT), timeout=10)
-            except OSError:
-                return
-            upstream.settimeout(None)
-            self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, paced: bool) -> None:
-        piece = max(1, self.rate // 100)  # 10 ms worth of bytes at a time
-        try:
-            while True:
-                data = source.recv(piece if paced else 65536)
-                if not data:
-                    break
-                sink.sendall(data)
-                if paced:
-                    time.sleep(len(data) / self.rate)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._closed = True
-        for sock in [self._listener, *self._sockets]:
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-
-def _rewrite(table: Any, changed: dict[int, str | None]) -> None:
-    """One overwrite snapshot replacing every live file by one file of the rows with `changed` applied (id to
-    its new v; None: the row deleted; a new id: added): updates, deletes and inserts in one snapshot, which
-    the pipeline pairs into updates by id. (pyiceberg's upsert and overwrite commit a delete then an append.)"""
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-    rows = {r["id"]: r["v"] for r in table.scan().to_arrow().to_pylist()}
-    rows.update(changed)
-    kept = sorted((i, v) for i, v in rows.items() if v is not None)
-    rewritten = pa.table({"id": [i for i, _ in kept], "v": [v for _, v in kept]}, schema=ARROW)
-    new_files = list(_dataframe_to_data_files(table.metadata, rewritten, table.io))
-    with table.transaction() as tx, tx.update_snapshot().overwrite() as overwrite:
-        for task in table.scan().plan_files():
-            overwrite.delete_data_file(task.file)
-        for data_file in new_files:
-            overwrite.append_data_file(data_file)
-
-
 CRASH_CHUNK = 5000  # changes of one chunk of the first, large append: 5 frames of 1000 messages
-CRASH_RATE = 2 << 20  # bytes a second the run's link to the broker carries: a chunk of the large append ~1 s
 
 
 def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None:
@@ -579,7 +588,7 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None
     table = local.load("ns.events")
     _run(_admin("create", stream))
     watch = _StreamWatch(stream)
-    proxy = _PacedProxy(CRASH_RATE)
+    proxy = _PacedProxy(PACED_RATE)
     state_url = f"sqlite:///{tmp_path}/state.db"
     consumer = "events-rabbit"
     env = child_env([local], tmp_path / "spark", extra={"ICETAIL_LOCAL_MAX_BYTES": str(1 << 30)})
