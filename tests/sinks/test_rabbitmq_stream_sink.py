@@ -231,7 +231,7 @@ def test_a_replayed_chunk_is_stored_once_with_its_properties(stream: str) -> Non
     assert len(messages) == 5
     first_message = messages[0]
     assert first_message.subject == "ns.orders"
-    assert first_message.message_id == f"{CONSUMER}:1001:0:{key(0).batch_id}:0:100"
+    assert first_message.message_id == f"{CONSUMER}:1001:0:{key(0).batch_id}:0:100:0"
     assert first_message.properties == {
         "Icetail-Op": "c",
         "Icetail-Table": "ns.orders",
@@ -240,8 +240,10 @@ def test_a_replayed_chunk_is_stored_once_with_its_properties(stream: str) -> Non
         "Icetail-Key": "[1]",
     }
     assert first_message.body["after"] == {"id": 1, "name": "n1"} and first_message.body["before"] is None
-    assert [m.message_id.rsplit(":", 2)[1:] for m in messages] == [["0", "100"], ["0", "101"], ["0", "102"],
-                                                                   ["1", "0"], ["1", "2"]]  # fmt: skip
+    # split index, the chunk's first row (or partition), the record's index in the chunk
+    assert [m.message_id.rsplit(":", 3)[1:] for m in messages] == [["0", "100", "0"], ["0", "100", "1"],
+                                                                   ["0", "100", "2"], ["1", "0", "0"],
+                                                                   ["1", "0", "1"]]  # fmt: skip
     assert [m.properties["Icetail-Op"] for m in messages[3:]] == ["u", "c"]
     assert _run(_admin("sequence", stream, producer_name(key(1)))) > 0
 
