@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from icetail.kernel.settings import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_LOCAL_MAX_BYTES,
+    DEFAULT_SPARK_IDLE_STOP_SECONDS,
     ENGINES,
     FORMATS,
     LOCAL_MAX_BYTES_ENV,
@@ -138,13 +139,15 @@ def register_changes(subparsers: SubParsers) -> None:
     plan.set_defaults(handler="changes_cmd:cmd_plan")
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where `changes` reads its range (`plan` says which it would use, and why)."""
+def add_engine_arguments(parser: argparse.ArgumentParser, *, per_batch: bool = False) -> None:
+    """Where `changes` reads its range (`plan` says which it would use, and why), or `run` and
+    `serve` each batch (`per_batch`: no default here, so --config and ICETAIL_ENGINE may set it)."""
+    what = "a batch" if per_batch else "the plan"
     parser.add_argument(
         "--engine",
         choices=ENGINES,
-        default="auto",
-        help="auto (default): read in this process, with no JVM, when the plan reads at most --local-max-bytes, "
+        default=None if per_batch else "auto",
+        help=f"auto (default): read in this process, with no JVM, when {what} reads at most --local-max-bytes, "
         "else on Spark; spark or local: always there (the rows are the same)",
     )
     parser.add_argument(
@@ -248,6 +251,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="v3 tables: add _row_id and _last_updated_sequence_number to the change rows",
     )
+    add_engine_arguments(parser, per_batch=True)
     parser.add_argument(
         "--config", default=None, help="icetail.yaml with the same keys; ICETAIL_* variables override it, flags both"
     )
@@ -295,6 +299,12 @@ def register_serve(subparsers: SubParsers) -> None:
         "the others keep delivering with several (5)",
     )
     serve.add_argument("--shutdown-timeout", default=None, help="bound on a graceful stop (30s)")
+    serve.add_argument(
+        "--spark-idle-stop",
+        default=None,
+        help="the Spark session a big batch started stops after this long with no batch on it, e.g. 10m "
+        f"(default {DEFAULT_SPARK_IDLE_STOP_SECONDS / 60:g}m)",
+    )
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
     serve.set_defaults(handler="serve_cmd:cmd_serve")
 

@@ -57,5 +57,5 @@ def describe(outcome: BatchOutcome) -> str:
         f"batch {outcome.batch_id}: snapshots ({outcome.from_snapshot_exclusive}, {outcome.to_snapshot_inclusive}]"
         f" schema {outcome.schema_id}{collapsed}{' resumed' if outcome.resumed else ''}: "
         f"{rows} in {outcome.chunks} chunks, "
-        f"{outcome.batch_seconds:.2f}s{state}{mismatches}"
+        f"{outcome.batch_seconds:.2f}s {'in process' if outcome.engine == 'local' else 'on Spark'}{state}{mismatches}"
     )

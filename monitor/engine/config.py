@@ -17,9 +17,11 @@ from icetail.kernel.settings import (
     DEFAULT_MANIFEST_CACHE_ENTRIES,
     DEFAULT_RECONCILE_PARTITION_BYTES,
     DEFAULT_TARGET_SPLIT_BYTES,
+    ENGINES,
     HISTORY_LIMIT,
     MAIN_BRANCH,
     MIN_LEASE_TTL_SECONDS,
+    check_choice,
     check_format,
     parse_missing_cursor_policy,
     verify_mode_name,
@@ -27,6 +29,7 @@ from icetail.kernel.settings import (
 from icetail.monitor.engine.start_mode import parse_start
 from icetail.sinks.urls import SinkTarget, parse_sink_url
 
+AUTO = "auto"
 MAX_CHUNKS_PER_COMMIT = 100  # every chunk id is named in the sink snapshot's summary: keep it small
 
 
@@ -94,6 +97,11 @@ class PipelineConfig:
     # finished batches kept in the store's history per consumer (older ones are pruned as each batch
     # finishes); recovery needs only the newest (the next batch's ordinals, a replayed finish)
     history_retention: int = HISTORY_LIMIT
+    # where each batch's splits are read (monitor/engine/batch_engine.py): auto | spark | local; auto
+    # reads a batch of at most `local_max_bytes` (None: ICETAIL_LOCAL_MAX_BYTES, else 64 MiB) in this
+    # process, with no JVM, and a bigger one on Spark
+    engine: str = AUTO
+    local_max_bytes: int | None = None
     # sink_url parsed once, here (sinks/urls.py), or why it cannot be: see `sink_target`
     _sink: SinkTarget | ConfigError = field(init=False, repr=False, compare=False)
 
@@ -102,6 +110,9 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         check_format(self.output_format)
+        check_choice(self.engine, ENGINES, "engine")
+        if self.local_max_bytes is not None and self.local_max_bytes < 0:
+            raise ConfigError(f"--local-max-bytes must be >= 0 (0: every batch on Spark), got {self.local_max_bytes}")
         try:
             object.__setattr__(self, "_sink", parse_sink_url(self.sink_url))
         except ConfigError as exc:  # refused when the sink is needed: a Pipeline given its sink needs no URL

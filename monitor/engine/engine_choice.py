@@ -30,6 +30,7 @@ from icetail.reader.spark.payloads import SplitRequest
 from icetail.reader.spark.waves import run_splits
 from icetail.reader.split.context import ReadContext
 from icetail.reader.split.read import Chunk
+from icetail.sinks.base import ChunkStager
 
 LOCAL = "local"
 SPARK = "spark"
@@ -54,12 +55,18 @@ class EngineChoice:
     reason: str
 
     def read(
-        self, session: Callable[[], Any], context: ReadContext, requests: Sequence[SplitRequest], chunk_rows: int | None
+        self,
+        session: Callable[[], Any],
+        context: ReadContext,
+        requests: Sequence[SplitRequest],
+        chunk_rows: int | None,
+        stager: ChunkStager | None = None,
     ) -> Iterator[Chunk]:
-        """The chunks of `requests` in order, read here or by Spark tasks (`session()` is called only then)."""
+        """The chunks of `requests` in order, read here or by Spark tasks (`session()` is called only
+        then); `stager`: the sink's task-side writer, run where the split is read."""
         if self.local:
-            return run_splits_in_process(context, requests, chunk_rows)
-        return run_splits(session(), context, requests, chunk_rows=chunk_rows)
+            return run_splits_in_process(context, requests, chunk_rows, stager=stager)
+        return run_splits(session(), context, requests, chunk_rows=chunk_rows, stager=stager)
 
     def reconcile_partition_bytes(self, given: int | None) -> int:
         """Spark reconciles a big snapshot in partitions of `given` bytes (None: the default); in this
@@ -141,11 +148,11 @@ def choose_engine(engine: str, read_bytes: int | None, max_bytes: int, *, spark_
     if read_bytes is None:
         return EngineChoice(SPARK, "the snapshot summaries do not tell the range's size")
     if max_bytes and read_bytes <= max_bytes:  # 0: never in process
-        return EngineChoice(LOCAL, f"reads {_size(read_bytes)}, at most --local-max-bytes {_size(max_bytes)}")
-    return EngineChoice(SPARK, f"reads {_size(read_bytes)}, more than --local-max-bytes {_size(max_bytes)}")
+        return EngineChoice(LOCAL, f"reads {size_text(read_bytes)}, at most --local-max-bytes {size_text(max_bytes)}")
+    return EngineChoice(SPARK, f"reads {size_text(read_bytes)}, more than --local-max-bytes {size_text(max_bytes)}")
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from pyiceberg.table import Table
 
+from icetail.monitor.engine.batch_engine import BatchEngines
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.sessions import PipelineSession
 from icetail.monitor.engine.start_mode import StartMode, parse_start
@@ -27,20 +28,29 @@ from icetail.state.checkpoint import BatchShape, Checkpoint, Cursor, InflightBat
 
 
 class NextBatch:
-    """Plans `config`'s consumer's batches; `session` is started as soon as a batch is known to exist.
+    """Plans `config`'s consumer's batches; `session` is started as soon as a batch is known to exist
+    and its snapshots' summaries say it is too big for this process (`engines`).
 
     Holds the planner (its manifest cache lives across batches) and whether the next batch is a
     full read (--start full, or a lost cursor recovered by a full read).
     """
 
     def __init__(
-        self, config: PipelineConfig, stores: StoreHandle, owner: str, session: PipelineSession, *, share_cache: bool
+        self,
+        config: PipelineConfig,
+        stores: StoreHandle,
+        owner: str,
+        session: PipelineSession,
+        engines: BatchEngines,
+        *,
+        share_cache: bool,
     ) -> None:
         self._config = config
         self._consumer = config.consumer_id
         self._stores = stores
         self._owner = owner
         self._session = session
+        self._engines = engines
         # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
         self._share_manifest_cache = share_cache
         self._planner: Planner | None = None
@@ -82,8 +92,9 @@ class NextBatch:
         if problem is not None:
             action = recovery_for(problem, config.on_missing_cursor, config.protect_cursor)
             if action == DIFF and problem.current_snapshot_id is not None and problem.cursor_snapshot_id is not None:
-                # repair: the net change from the (kept) cursor snapshot to the current one, one batch
-                self._session.start()
+                # repair: the net change from the (kept) cursor snapshot to the current one, one batch;
+                # its size is known only once planned
+                self._start_spark_if(not self._engines.of_full(table, problem.current_snapshot_id).local)
                 return self._planner.plan_direct(
                     problem.cursor_snapshot_id, problem.current_snapshot_id, ordinal_base=self._next_ordinal(cursor)
                 )
@@ -93,10 +104,10 @@ class NextBatch:
             if problem is not None:  # recovered onto the current snapshot (latest): a success, so it is stored
                 self._stores.store.reset_cursor(self._consumer, cursor, owner=self._owner)
             return None
-        self._session.start()  # there is a batch: the JVM starts while it is planned and begun
         base = self._next_ordinal(cursor) if problem is None else 0
         full = self._full_next or full
         if cursor.snapshot_id is None and full:
+            self._start_spark_if(not self._engines.of_full(table, current).local)
             self._full_next = False
             plan = self._planner.plan_full(current, ordinal_base=base)
             # the batch starts where the stored cursor is (CAS), even when that snapshot is gone
@@ -106,12 +117,18 @@ class NextBatch:
         if config.max_snapshots_per_batch is not None:
             chain = chain[: config.max_snapshots_per_batch]
         to_snapshot = chain[-1].snapshot_id
+        # a batch its summaries say is big: the JVM starts while it is planned and begun
+        self._start_spark_if(not self._engines.estimate(table, [s.snapshot_id for s in chain]).local)
         plan = self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
         if problem is not None:
             # the recovered cursor is stored only by the batch written ahead from the stored one (CAS):
             # a run that fails before that leaves the consumer as it found it
             return replace(plan, from_snapshot_id_exclusive=checkpoint.cursor.snapshot_id)
         return plan
+
+    def _start_spark_if(self, needed: bool) -> None:
+        if needed:
+            self._session.start()
 
     def _next_ordinal(self, cursor: Cursor) -> int:
         """`_change_ordinal` of the next snapshot: ordinals count from the consumer's (re)start.
@@ -141,19 +158,20 @@ class NextBatch:
             raise type(error)(f"--on-missing-cursor {policy}: {error}")
         return cursor
 
-    def to_write_ahead(self, table: Table, checkpoint: Checkpoint, plan: ChangePlan) -> InflightBatch:
-        """The planned batch as it is written ahead: its range, its ordered splits and its shape."""
+    def to_write_ahead(self, table: Table, checkpoint: Checkpoint, plan: ChangePlan, *, local: bool) -> InflightBatch:
+        """The planned batch as it is written ahead: its range, its ordered splits and its shape
+        (`local`: read in this process, so reconciled whole: no partitions, which are Spark tasks)."""
         to_snapshot = table.metadata.snapshot_by_id(plan.to_snapshot_id_inclusive or -1)
         return InflightBatch(
-            batch_id=self._new_batch_id(checkpoint, plan),
+            batch_id=self._new_batch_id(checkpoint, plan, local=local),
             from_snapshot_exclusive=plan.from_snapshot_id_exclusive,
             to_snapshot_inclusive=plan.to_snapshot_id_inclusive,  # type: ignore[arg-type]
             to_timestamp_ms=to_snapshot.timestamp_ms if to_snapshot else 0,
             splits=plan.splits,
-            shape=self._shape_of(checkpoint, plan),
+            shape=self._shape_of(checkpoint, plan, local=local),
         )
 
-    def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan) -> BatchShape:
+    def _shape_of(self, checkpoint: Checkpoint, plan: ChangePlan, *, local: bool) -> BatchShape:
         """Stored with the batch: a resumed batch cuts chunks exactly as before, the next one's ordinals follow."""
         first = plan.commits[0].ordinal if plan.commits else self._next_ordinal(checkpoint.cursor)
         return BatchShape(
@@ -163,21 +181,21 @@ class NextBatch:
             plan.collapsed,
             net=self._config.net,
             schema_id=plan.schema_id,
-            reconcile_partition_bytes=self._reconcile_partition_bytes(),
-            net_partitioned=self._config.net,
+            reconcile_partition_bytes=None if local else self._reconcile_partition_bytes(),
+            net_partitioned=self._config.net and not local,
         )
 
     def _reconcile_partition_bytes(self) -> int | None:
         """Stored with the batch: None on Spark Connect, which has no RDDs to shuffle with."""
         return None if self._session.on_connect() else self._config.reconcile_partition_bytes or None
 
-    def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan) -> str:
+    def _new_batch_id(self, checkpoint: Checkpoint, plan: ChangePlan, *, local: bool) -> str:
         """A label for people and sink file names; the batch's shape is read from BatchShape, never from here.
 
         It repeats the shape (`-c<chunk rows>-o<first ordinal>-n<snapshots>`, `-d1` for a repair
         batch) so that sink files and logs show it (docs/delivery.md).
         """
-        shape = self._shape_of(checkpoint, plan)
+        shape = self._shape_of(checkpoint, plan, local=local)
         return (
             f"b{checkpoint.generation + 1:06d}-{uuid.uuid4().hex[:8]}"
             f"-c{shape.chunk_rows or 0}-o{shape.first_ordinal}-n{shape.snapshot_count}"

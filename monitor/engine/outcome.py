@@ -38,6 +38,7 @@ class BatchOutcome:
     check_mismatches: int = 0  # rules those snapshots failed (delivered anyway: --verify warn)
     schema_id: int | None = None  # the table schema the batch's rows are projected onto (one per batch)
     sink_duplicate_keys: int = 0  # inserts of a key the mirror's target held already, counted since the last outcome
+    engine: str = "spark"  # where its splits were read: `local` (this process) or `spark`
 
     @property
     def rows(self) -> int:
@@ -54,6 +55,7 @@ def batch_outcome(
     completed: bool,
     schema_id: int | None,
     sink_duplicate_keys: int,
+    engine: str,
 ) -> BatchOutcome:
     """The batch's outcome: its range and files from what was written ahead, its rows from `tally`,
     how it ran from the pipeline."""
@@ -80,4 +82,5 @@ def batch_outcome(
         check_mismatches=tally.check_mismatches,
         schema_id=schema_id,
         sink_duplicate_keys=sink_duplicate_keys,
+        engine=engine,
     )

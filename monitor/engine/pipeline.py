@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError, RefNotFoundError
+from icetail.monitor.engine.batch_engine import BatchEngines
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.cursor_tag import check_can_tag, keep_cursor_tag
@@ -45,7 +47,6 @@ from icetail.monitor.engine.store_handle import StoreHandle
 from icetail.monitor.engine.verify import parse_verify_mode
 from icetail.reader.changes.checks import SnapshotCheck
 from icetail.reader.changes.read_setup import check_row_lineage
-from icetail.reader.spark.background import BackgroundSession
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import CommitFencedSink, Sink
 from icetail.sinks.keyed.contract import SparkTaskSink
@@ -54,6 +55,8 @@ from icetail.state.checkpoint import Checkpoint
 from icetail.state.store import CheckpointStore
 
 __all__ = ["BatchOutcome", "Pipeline"]
+
+RELEASE_AFTER_BYTES = 8 * 1024 * 1024  # a batch read in process that read this much hands its memory back
 
 
 class Pipeline:
@@ -85,8 +88,10 @@ class Pipeline:
         self._stores = StoreHandle(config.state_url, config.history_retention, store)
         self._sink = sink
         self._sink_duplicates_seen = 0  # the sink's `duplicates` as last reported in a BatchOutcome
-        # a SparkSession, a BackgroundSession still starting, or None: our own
+        # a SparkSession, a BackgroundSession still starting, serve's SparkOnDemand, or None: our own
         self._session = PipelineSession(spark)
+        # which engine reads each batch (batch_engine.py): a given session or spark-submit means Spark
+        self._engines = BatchEngines.of(config.engine, config.local_max_bytes, spark_given=self._session.spark_given)
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
         self._on_chunk = on_chunk
@@ -96,7 +101,9 @@ class Pipeline:
         self._owner = owner or run_owner()
         self._lease = ConsumerLease(self._stores, self.consumer, self._owner, config.lease_ttl_seconds)
         # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
-        self._next = NextBatch(config, self._stores, self._owner, self._session, share_cache=share_manifest_cache)
+        self._next = NextBatch(
+            config, self._stores, self._owner, self._session, self._engines, share_cache=share_manifest_cache
+        )
         self._created = False  # this run created the consumer and has not begun a batch yet
         self._sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
         # opened once and reused: opening a catalog costs more than loading a table (a SQL catalog:
@@ -212,9 +219,9 @@ class Pipeline:
         return self._stores.store
 
     @property
-    def _own_session(self) -> BackgroundSession | None:
-        """icetail's own Spark session, once started (None while the run reads with a given one)."""
-        return self._session.own
+    def started_own_session(self) -> bool:
+        """Whether this pipeline started a Spark session of its own (a batch on Spark, or about to be)."""
+        return self._session.started_own
 
     def checkpoint(self) -> Checkpoint | None:
         """The consumer's stored state (cursor, in-flight batch)."""
@@ -292,15 +299,17 @@ class Pipeline:
         check_row_lineage(table, self.config.with_row_lineage)
         checkpoint = stored or self._next.create_consumer(table)
         resumed = checkpoint.inflight is not None
-        if resumed:
-            self._session.start()
         planning_seconds = 0.0
-        if checkpoint.inflight is None:
+        if checkpoint.inflight is not None:
+            written = checkpoint.inflight.batch
+            engine = self._engines.for_resumed(written.splits, written.shape)
+        else:
             plan = self._next.plan(table, checkpoint)
             planning_seconds = time.monotonic() - started
             if plan is None:
                 return None
-            ahead = self._next.to_write_ahead(table, checkpoint, plan)
+            engine = self._engines.for_plan(plan.splits, net=self.config.net)
+            ahead = self._next.to_write_ahead(table, checkpoint, plan, local=engine.local)
             self._lease.check_before("batch's write-ahead")
             self._store.begin_batch(self.consumer, ahead, owner=self._owner)
             loaded = self._store.load(self.consumer)
@@ -308,8 +317,15 @@ class Pipeline:
             checkpoint = loaded
         inflight = checkpoint.inflight
         assert inflight is not None
+        if not engine.local:
+            self._session.start()  # the JVM starts while the sink's batch preparation runs
         tally = Tally()
-        completed = self._delivery().deliver(table, inflight, tally)
+        # a batch that may use Spark (its reads, or a sink's Spark tasks) keeps a shared session up
+        with self._session.held(not engine.local or isinstance(self.sink, SparkTaskSink)):
+            completed = self._delivery().deliver(table, inflight, tally, engine)
+        if engine.local and tally.bytes_read >= RELEASE_AFTER_BYTES:
+            # a big batch read here leaves its peak in Arrow's pool; a long-lived `serve` hands it back
+            pa.default_memory_pool().release_unused()
         if completed:
             self._lease.check_before("batch's commit")
             self._store.finish_batch(self.consumer, inflight.batch.batch_id, owner=self._owner)
@@ -325,6 +341,7 @@ class Pipeline:
             completed=completed,
             schema_id=batch_schema_id(table, batch),
             sink_duplicate_keys=self._new_sink_duplicates(),
+            engine=engine.engine,
         )
         if self._on_batch is not None:
             self._on_batch(outcome)

@@ -17,7 +17,7 @@ from typing import Any
 from icetail.kernel.errors import ConfigError, message_line
 from icetail.kernel.extras import CONNECT, require
 from icetail.kernel.secrets import redacted_repr
-from icetail.kernel.settings import FORMATS, VERIFY_MODES
+from icetail.kernel.settings import DEFAULT_SPARK_IDLE_STOP_SECONDS, ENGINES, FORMATS, VERIFY_MODES
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.service.table_patterns import TablePattern, build_pattern, pattern_parts
 from icetail.state.urls import parse_store_url
@@ -47,6 +47,8 @@ PIPELINE_KEYS = {
     "manifest_cache_entries": "manifest_cache_entries",
     "history_retention": "history_retention",
     "lease_ttl": "lease_ttl_seconds",
+    "engine": "engine",
+    "local_max_bytes": "local_max_bytes",
 }
 SERVICE_KEYS = (
     "interval",
@@ -57,6 +59,7 @@ SERVICE_KEYS = (
     "log_level",
     "concurrent_tables",
     "spark_scheduler_mode",
+    "spark_idle_stop",
 )
 INT_KEYS = {
     "concurrent_tables",
@@ -68,12 +71,18 @@ INT_KEYS = {
     "max_failures",
     "reconcile_partition_bytes",
     "manifest_cache_entries",
+    "local_max_bytes",
 }
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
-DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval", "lease_ttl"}
+DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval", "lease_ttl", "spark_idle_stop"}
 LIST_KEYS = {"identifier_columns"}
 SPARK_SCHEDULER_MODES = ("fair", "fifo")
-CHOICE_KEYS = {"verify": VERIFY_MODES, "format": FORMATS, "spark_scheduler_mode": SPARK_SCHEDULER_MODES}
+CHOICE_KEYS = {
+    "verify": VERIFY_MODES,
+    "format": FORMATS,
+    "spark_scheduler_mode": SPARK_SCHEDULER_MODES,
+    "engine": ENGINES,
+}
 # Tables whose cycles may run at once by default: one scheduler thread each, up to this many.
 # A thread holds little while it waits (its stack, a Py4J connection while a job runs); a
 # running cycle holds its table's chunk in flight, so the bound caps the driver's memory, not idle tables.
@@ -100,6 +109,9 @@ class ServiceConfig:
     # Spark's scheduler mode on the session `serve` builds: "fair" (a pool per table) or "fifo";
     # None: FAIR with several tables, Spark's default (FIFO) with one
     spark_scheduler_mode: str | None = None
+    # icetail's own Spark session, started by the first batch that needs Spark, is stopped after this
+    # long with no batch on it (its JVM's memory back); a later big batch starts it again
+    spark_idle_stop_seconds: float = DEFAULT_SPARK_IDLE_STOP_SECONDS
 
     def __repr__(self) -> str:
         return redacted_repr(self)  # URLs in it may hold a password
@@ -301,6 +313,9 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
     interval = layered.get("interval", 5.0)
     if interval <= 0:
         raise ConfigError(f"interval must be positive, got {interval!r}")
+    idle_stop = layered.get("spark_idle_stop", DEFAULT_SPARK_IDLE_STOP_SECONDS)
+    if idle_stop <= 0:
+        raise ConfigError(f"spark_idle_stop must be positive, e.g. 5m, got {idle_stop!r}")
     concurrent = layered.get("concurrent_tables")
     if concurrent is not None and concurrent < 1:
         raise ConfigError(f"concurrent_tables must be >= 1, got {concurrent}; leave it out for one per table")
@@ -315,6 +330,7 @@ def build_service_config(args: argparse.Namespace, environ: Mapping[str, str] | 
         log_level=log_level,
         concurrent_tables=concurrent,
         spark_scheduler_mode=layered.get("spark_scheduler_mode"),
+        spark_idle_stop_seconds=idle_stop,
     )
 
 
@@ -385,6 +401,8 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "reconcile_partition_bytes": getattr(args, "reconcile_partition_bytes", None),
         "output_format": getattr(args, "output_format", None),
         "manifest_cache_entries": getattr(args, "manifest_cache_entries", None),
+        "engine": getattr(args, "engine", None),
+        "local_max_bytes": getattr(args, "local_max_bytes", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     missing = [k for k in ("catalog", "table", "state_url", "sink_url") if not values.get(k)]

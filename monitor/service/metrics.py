@@ -69,6 +69,7 @@ __all__ = [
 
 CONSUMER_LABELS = ("table", "consumer")
 HANDOVER_CAUSES = ("joined", "left", "expired", "stopped")
+ENGINE_LABELS = ("local", "spark")  # where a batch was read (icetail_batches_total)
 CURSOR_CONDITIONS = ("cursor_expired", "chain_expired", "not_descendant")  # lineage.CursorCondition values
 
 # A batch runs from well under a second (one small commit) to an hour (a backfill).
@@ -133,6 +134,7 @@ class BatchReport:
     batch_seconds: float = 0.0
     collapsed: bool = False  # a repair batch (direct diff)
     sink_duplicate_keys: int = 0  # inserts of a key a mirror's target held already
+    engine: str = "spark"  # where the batch was read: local (this process) or spark
 
     def __post_init__(self) -> None:
         if not self.table or not self.consumer:
@@ -217,6 +219,9 @@ class Metrics:
     replicas_alive: Gauge
     consumer_owned: Gauge
     handovers: Counter
+    batches: Counter
+    spark_session_up: Gauge
+    spark_session_starts: Counter
 
     @classmethod
     def create(
@@ -352,12 +357,34 @@ class Metrics:
                 "Consumers handed over between replicas, by cause (joined, left, expired, stopped).",
                 ("cause",),
             ),
+            batches=counter(
+                "icetail_batches",
+                "Batches delivered (or interrupted), by the engine that read them: local (this process) or spark.",
+                ("engine",),
+            ),
+            spark_session_up=Gauge(
+                "icetail_spark_session_up",
+                "1 while this process's Spark session is up or starting (a batch on Spark started it; it "
+                "stops after --spark-idle-stop with none), 0 otherwise.",
+                registry=reg,
+            ),
+            spark_session_starts=Counter(
+                "icetail_spark_session_starts",
+                "Spark sessions this process started (each costs a JVM's start).",
+                registry=reg,
+            ),
         )
         metrics.replicas_alive.set(1)
         metrics.manifest_cache_entries.set_function(_manifest_cache_weight)
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
         return metrics
+
+    def spark_session_changed(self, up: bool, started: bool) -> None:
+        """This process's Spark session started (`started`) or stopped (SparkOnDemand's hook)."""
+        self.spark_session_up.set(1 if up else 0)
+        if started:
+            self.spark_session_starts.inc()
 
     def register_consumer(self, table: str, consumer: str) -> None:
         """Create a consumer's series at zero so rates and alerts see it before its first batch.
@@ -384,6 +411,8 @@ class Metrics:
             self.failures.labels(table, consumer, stage.value)
         for cause in HANDOVER_CAUSES:
             self.handovers.labels(table, consumer, cause)
+        for engine in ENGINE_LABELS:
+            self.batches.labels(table, consumer, engine)
         for rule in RULES:
             self.snapshot_checks.labels(table, consumer, rule)
             self.snapshot_check_mismatches.labels(table, consumer, rule)
@@ -414,6 +443,7 @@ class Metrics:
         self.splits_committed.labels(t, c).inc(report.splits)
         self.chunks_committed.labels(t, c).inc(report.chunks)
         self.sink_duplicate_keys.labels(t, c).inc(report.sink_duplicate_keys)
+        self.batches.labels(t, c, report.engine).inc()
         if report.collapsed and report.snapshots:
             self.collapsed_batches.labels(t, c).inc()
         self.planning_duration.labels(t, c).observe(report.planning_seconds)

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from icetail.kernel.errors import ConfigError, IcetailError, StateBusyError, TerminalError, message_line
 from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.engine_choice import SPARK
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
@@ -37,6 +38,7 @@ from icetail.monitor.service.metrics import BatchReport, Metrics
 from icetail.monitor.service.replica_jobs import JobState, ReplicaJobs
 from icetail.monitor.service.shared_stores import SharedStores
 from icetail.reader.changes.checks import SnapshotCheck
+from icetail.reader.spark.on_demand import SparkOnDemand
 from icetail.reader.spark.session import scheduler_pool
 
 log = logging.getLogger("icetail.serve")
@@ -85,8 +87,9 @@ class Service(ReplicaJobs):
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics.create(self.registry)
         self.server = MonitorServer(self.registry, self.readiness)
-        self._spark = spark
-        self._own_session: Any = None  # the BackgroundSession run() started, closed on shutdown
+        self._spark = spark  # a session given (every batch on Spark), else run()'s SparkOnDemand
+        self._own_session: SparkOnDemand | None = None  # icetail's own, started by the first batch on Spark
+        self._eager_spark = False  # every table reads on Spark: started at once, ready once warm
         self._stop = threading.Event()
         self._fatal: str | None = None
         self._setup_error: IcetailError | None = None
@@ -149,6 +152,19 @@ class Service(ReplicaJobs):
             signal.signal(signal.SIGINT, self._on_signal)
         if self.config.patterns:  # a namespace that does not exist, a catalog not configured: exit 2 now
             self._follow_patterns(at_start=True)
+        if self._spark is None:
+            # started by the first batch that reads on Spark (none, while every batch is small), stopped
+            # after spark_idle_stop with none. Several tables share the cores fairly: each table's jobs go
+            # to a pool of its own (`_tick`)
+            tables = max(2, len(self._jobs)) if self.config.patterns else len(self._jobs)  # a pattern: several
+            conf = spark_scheduler_conf(self.config.spark_scheduler_mode, tables)
+            self._spark = self._own_session = SparkOnDemand(
+                "icetail-serve",
+                conf,
+                idle_stop_seconds=self.config.spark_idle_stop_seconds,
+                on_change=self.metrics.spark_session_changed,
+            )
+            self._eager_spark = all(p.engine == SPARK for p in self.config.templates)
         self.assignment.start(self._keep_leases)  # a store that refuses this replica: exit 2, before anything starts
         host, wanted = self.config.metrics_host, self.config.metrics_port
         try:
@@ -162,15 +178,9 @@ class Service(ReplicaJobs):
             "serving metrics",
             extra={"port": port, "consumers": list(self._jobs), "scheduler_threads": self.config.scheduler_threads},
         )
-        if self._spark is None:
-            from icetail.reader.spark.background import BackgroundSession
-
-            # the JVM and the Python workers start while the first ticks open stores and plan;
-            # a pipeline waits for the session only when its first batch reads. Several tables
-            # share the cores fairly: each table's jobs go to a pool of its own (`_tick`)
-            tables = max(2, len(self._jobs)) if self.config.patterns else len(self._jobs)  # a pattern: several
-            conf = spark_scheduler_conf(self.config.spark_scheduler_mode, tables)
-            self._spark = self._own_session = BackgroundSession("icetail-serve", conf)
+        if self._own_session is not None and self._eager_spark:
+            # the JVM and the Python workers start while the first ticks open stores and plan
+            self._own_session.start()
         pipelines = list(self._pipelines.values())
         starts = staggered_starts(len(pipelines), self.config.interval_seconds)
         for pipeline_config, first_run in zip(pipelines, starts, strict=True):
@@ -189,6 +199,8 @@ class Service(ReplicaJobs):
             while not self._stop.wait(0.2):
                 if self._fatal:
                     break
+                if self._own_session is not None:
+                    self._own_session.stop_if_idle()
         finally:
             self._shutdown()
         if self._setup_error is not None:
@@ -202,9 +214,15 @@ class Service(ReplicaJobs):
         self._stop.set()
 
     def _can_deliver(self) -> bool:
-        """Whether this process's Spark session is up and warm (a replica registers only then)."""
+        """Whether this replica can deliver (it registers only then): at once when its batches read in
+        this process and start Spark on need; once the session is warm when every batch reads on
+        Spark (`--engine spark`, or a session given)."""
         session = self._spark
-        return session is not None and not getattr(session, "warming_up", False)
+        if session is None:
+            return False
+        if isinstance(session, SparkOnDemand) and not self._eager_spark:
+            return True
+        return not getattr(session, "warming_up", False)
 
     # the followed tables ---------------------------------------------------------------
     def _follow(self, config: PipelineConfig) -> None:
@@ -258,7 +276,7 @@ class Service(ReplicaJobs):
         if self._own_session is not None and self._own_session.starting:
             # a JVM still starting (tens of seconds under load) is given up, not waited for: the
             # cycles waiting for it end at once, and nothing was read with it yet
-            self._own_session.abandon()
+            self._own_session.close(abandon=True)
         done = threading.Event()
 
         def wait_for_jobs() -> None:
@@ -272,7 +290,7 @@ class Service(ReplicaJobs):
         self._stores.close()  # before the registry leaves: it may remove a SQLite store nothing was written to
         self.assignment.stop()  # after the leases were released: the others claim them at once
         if self._own_session is not None:
-            self._own_session.abandon()  # a warm-up job still running is cancelled, not left to log on exit
+            self._own_session.close(abandon=True)  # a warm-up job still running is cancelled, not left to log on exit
         self.server.stop()
 
     # one poll of one consumer ----------------------------------------------------------

@@ -116,13 +116,13 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
             ) from exc
     from pyspark import SparkContext
 
-    if not _submitted() and SparkContext._active_spark_context is None:  # else a JVM runs already
+    if not submitted() and SparkContext._active_spark_context is None:  # else a JVM runs already
         check_java()
     # Python workers must run the interpreter that has icetail installed, not whatever is on PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {**DEFAULT_CONF, **(conf or {})}
-    if not os.environ.get("MASTER") and "spark.master" not in settings and not _submitted():
+    if not os.environ.get("MASTER") and "spark.master" not in settings and not submitted():
         settings["spark.master"] = "local[*]"
         # workers here run from this interpreter's site-packages, where reader.spark_daemon is
         settings.setdefault("spark.python.daemon.module", ICETAIL_DAEMON)
@@ -130,7 +130,7 @@ def spark_session(app_name: str = "icetail", conf: Mapping[str, str] | None = No
     if PURGE_DELAY_ENV not in os.environ:  # the user's own setting wins
         settings.setdefault(f"spark.executorEnv.{PURGE_DELAY_ENV}", WORKER_PURGE_DELAY_MS)
     local = str(settings.get("spark.master", os.environ.get("MASTER", ""))).startswith("local")
-    starts_jvm = local and not _submitted() and SparkContext._active_spark_context is None
+    starts_jvm = local and not submitted() and SparkContext._active_spark_context is None
     tuned: dict[str, str] = {}
     if starts_jvm:
         # this process starts the JVM: icetail's sizes where the user chose none (session_defaults.py)
@@ -164,7 +164,7 @@ def _builder(app_name: str, settings: Mapping[str, str]) -> Any:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    if not _submitted():  # under spark-submit, --name decides
+    if not submitted():  # under spark-submit, --name decides
         builder = builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -287,6 +287,6 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _submitted() -> bool:
+def submitted() -> bool:
     """Launched by spark-submit (which starts the JVM first and passes its gateway port)."""
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT")) or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")

@@ -130,7 +130,7 @@ def test_the_pipeline_starts_its_session_before_it_plans_the_batch(
     plan = Planner.plan
 
     def spy(self: Planner, *args: Any, **kwargs: Any) -> Any:
-        started_when_planning.append(pipeline._own_session is not None)
+        started_when_planning.append(pipeline.started_own_session)
         return plan(self, *args, **kwargs)
 
     monkeypatch.setattr(Planner, "plan", spy)

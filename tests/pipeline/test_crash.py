@@ -33,6 +33,7 @@ import pytest
 from pyiceberg.table import Table
 
 from icetail.monitor.engine.api import read_changes
+from icetail.state.store import open_store
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.compare import diff_report, is_submultiset, row_multiset
 from tests.support.crash import Attempt, crash_loop, kill_schedule
@@ -81,19 +82,44 @@ def test_source_table_has_the_intended_shape(crash_source: Source) -> None:
     assert len(set(stream.column("_change_ordinal").to_pylist())) >= 9
 
 
+# the engine that reads each batch: spark (every batch; the children's default here), local (every
+# batch in the run's own process, no JVM), or alternating (--local-max-bytes between the batches'
+# sizes: some batches in process, the others on Spark, a batch begun by one finished by either)
 COMBOS = [
-    pytest.param("parquet", "sqlite", id="parquet-sqlite"),
-    pytest.param("parquet", "postgresql", id="parquet-postgresql"),
-    pytest.param("iceberg", "sqlite", id="iceberg-sqlite"),
-    pytest.param("iceberg", "postgresql", id="iceberg-postgresql"),
+    pytest.param("parquet", "sqlite", "spark", id="parquet-sqlite"),
+    pytest.param("parquet", "postgresql", "spark", id="parquet-postgresql"),
+    pytest.param("iceberg", "sqlite", "spark", id="iceberg-sqlite"),
+    pytest.param("iceberg", "postgresql", "spark", id="iceberg-postgresql"),
+    pytest.param("parquet", "sqlite", "alternating", id="parquet-sqlite-engines-alternating"),
+    pytest.param("iceberg", "postgresql", "local", id="iceberg-postgresql-in-process"),
 ]
 
 
-@pytest.mark.parametrize(("sink_kind", "state_kind"), COMBOS)
+def batch_history(state_url: str, consumer: str) -> list[Any]:
+    store = open_store(state_url)
+    try:
+        return store.history(consumer, 1000)
+    finally:
+        store.close()
+
+
+def _engine_env(engines: str, table: Table) -> dict[str, str]:
+    """The children's ICETAIL_LOCAL_MAX_BYTES for `engines` (see COMBOS)."""
+    if engines == "spark":
+        return {}
+    if engines == "local":
+        return {"ICETAIL_LOCAL_MAX_BYTES": str(1 << 40)}
+    sizes = [int((s.summary or {}).get("added-files-size", "0") or 0) for s in table.metadata.snapshots]
+    pairs = sorted(a + b for a, b in zip(sizes[::2], sizes[1::2], strict=False))  # --max-snapshots-per-batch 2
+    return {"ICETAIL_LOCAL_MAX_BYTES": str(pairs[len(pairs) // 2])}  # about half the batches each way
+
+
+@pytest.mark.parametrize(("sink_kind", "state_kind", "engines"), COMBOS)
 def test_sigkill_at_random_moments_delivers_every_change_exactly_once(
     crash_source: Source,
     sink_kind: str,
     state_kind: str,
+    engines: str,
     tmp_path: Path,
     state_url_factory: Any,
     record_property: Any,
@@ -102,7 +128,7 @@ def test_sigkill_at_random_moments_delivers_every_change_exactly_once(
     sink = make_sink(sink_kind, tmp_path)
     consumer = f"crash-{sink_kind}-{state_kind}"
     catalogs = [crash_source.catalog] + ([sink.catalog] if sink.catalog is not None else [])
-    env = child_env(catalogs, tmp_path / "spark")
+    env = child_env(catalogs, tmp_path / "spark", extra=_engine_env(engines, crash_source.table))
     cmd = [
         *icetail_command(),
         "run",
@@ -119,7 +145,7 @@ def test_sigkill_at_random_moments_delivers_every_change_exactly_once(
         cmd += ["--sink-commit-rows", "250"]
     schema = crash_source.expected.schema
     expected = row_multiset(crash_source.expected, schema)
-    rng = random.Random(f"{SEED}:{sink_kind}:{state_kind}")
+    rng = random.Random(f"{SEED}:{sink_kind}:{state_kind}" + ("" if engines == "spark" else f":{engines}"))
     schedule = kill_schedule(rng, KILLS)
 
     def check(attempt: Attempt, rows: pa.Table | None) -> None:
@@ -141,6 +167,10 @@ def test_sigkill_at_random_moments_delivers_every_change_exactly_once(
 
     final = report.attempts[-1]
     assert not final.killed and final.returncode == 0, summary
+    # each batch's shape as written ahead: one for this process has no reconcile partitions
+    history = batch_history(state_url, consumer)
+    written_for = {"local" if h.shape.reconcile_partition_bytes is None else "spark" for h in history}
+    assert written_for == ({"local", "spark"} if engines == "alternating" else {engines}), (written_for, summary)
     got = row_multiset(sink.read(), schema)
     assert not diff_report(expected, got), f"{diff_report(expected, got)}\n{summary}"
     state = view_state(state_url, consumer)

@@ -503,3 +503,43 @@ def test_lease_ttl_from_file_environment_and_flags_on_run_and_serve(tmp_path: Pa
     assert "--lease-ttl duration 'soon'" in config_error(tmp_path, BASE, "--lease-ttl", "soon")
     assert "ICETAIL_LEASE_TTL" in config_error(tmp_path, BASE, ICETAIL_LEASE_TTL="x")
     assert "--lease-ttl must be at least 3s" in config_error(tmp_path, {**BASE, "lease_ttl": "500ms"})
+
+
+def test_the_engine_is_set_per_table_by_file_environment_and_flag(tmp_path: Path) -> None:
+    """`engine` and `local_max_bytes` are pipeline keys: top level, per table, ICETAIL_*, flags."""
+    content = {
+        **BASE,
+        "engine": "auto",
+        "local_max_bytes": 1024,
+        "tables": [
+            {"table": "db.small", "consumer": "small"},
+            {"table": "db.big", "consumer": "big", "engine": "spark"},
+        ],
+    }
+    small, big = build(tmp_path, content).pipelines
+    assert (small.engine, small.local_max_bytes, big.engine, big.local_max_bytes) == ("auto", 1024, "spark", 1024)
+    (one,) = build(tmp_path, BASE, "--engine", "local", "--local-max-bytes", "7").pipelines
+    assert (one.engine, one.local_max_bytes) == ("local", 7)
+    (env,) = build(tmp_path, BASE, ICETAIL_ENGINE="spark", ICETAIL_LOCAL_MAX_BYTES="0").pipelines
+    assert (env.engine, env.local_max_bytes) == ("spark", 0)
+    (default,) = build(tmp_path, BASE).pipelines
+    assert (default.engine, default.local_max_bytes) == ("auto", None)
+
+
+def test_spark_idle_stop_is_a_duration_with_a_five_minute_default(tmp_path: Path) -> None:
+    assert build(tmp_path, BASE).spark_idle_stop_seconds == 300.0
+    assert build(tmp_path, {**BASE, "spark_idle_stop": "90s"}).spark_idle_stop_seconds == 90.0
+    assert build(tmp_path, BASE, "--spark-idle-stop", "2m").spark_idle_stop_seconds == 120.0
+    assert "spark_idle_stop must be positive" in config_error(tmp_path, {**BASE, "spark_idle_stop": "0s"})
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        pytest.param({**BASE, "engine": "fast"}, "engine must be one of auto, spark, local", id="engine"),
+        pytest.param({**BASE, "local_max_bytes": -1}, "--local-max-bytes must be >= 0", id="negative-bytes"),
+        pytest.param({**BASE, "local_max_bytes": "64MB"}, "local_max_bytes must be an integer", id="bytes-text"),
+    ],
+)
+def test_bad_engine_settings_are_one_line_config_errors(tmp_path: Path, content: dict[str, Any], expected: str) -> None:
+    assert expected in config_error(tmp_path, content)

@@ -23,6 +23,7 @@ from icetail.monitor.engine.delivery.chunks import EachChunk, StagedGroups, Writ
 from icetail.monitor.engine.delivery.context import BatchToDeliver, DeliveryContext, Tally, batch_schema_id
 from icetail.monitor.engine.delivery.net import NetDelivery
 from icetail.monitor.engine.delivery.ordered import OrderedDelivery
+from icetail.monitor.engine.engine_choice import EngineChoice
 from icetail.sinks.base import GroupCommitSink, Sink, StagingSink
 from icetail.sinks.debezium import EnvelopeSink
 from icetail.sinks.keyed.contract import GroupWriteSink
@@ -38,15 +39,16 @@ class ChosenDelivery:
     net: Delivery
     prepare: Callable[[InflightBatch], None] | None  # the sink's per-batch preparation, if it needs one
 
-    def deliver(self, table: Table, inflight: Inflight, tally: Tally) -> bool:
-        """Deliver the batch in flight; False when a stop request interrupted it (it stays in flight)."""
+    def deliver(self, table: Table, inflight: Inflight, tally: Tally, engine: EngineChoice) -> bool:
+        """Deliver the batch in flight, its splits read by `engine`; False when a stop request
+        interrupted it (it stays in flight)."""
         batch = inflight.batch
         if not batch.splits:
             return True
         if self.prepare is not None:
             self.prepare(batch)
         schema_id = batch_schema_id(table, batch)
-        to_deliver = BatchToDeliver(table, inflight, schema_id, self.context.identifiers(table, schema_id))
+        to_deliver = BatchToDeliver(table, inflight, schema_id, self.context.identifiers(table, schema_id), engine)
         way = self.net if batch.shape.net else self.ordered
         return way.deliver(to_deliver, tally)
 

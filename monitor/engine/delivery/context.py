@@ -20,6 +20,7 @@ from pyiceberg.table import Table
 from icetail.kernel import seams
 from icetail.kernel.model import ChangeSplit
 from icetail.monitor.engine.config import PipelineConfig
+from icetail.monitor.engine.engine_choice import EngineChoice
 from icetail.monitor.engine.mirror_key import keyed_by_row_id, mirror_key
 from icetail.monitor.engine.partitioned import PartitionDelivery
 from icetail.monitor.engine.verify import VerifyMode, report, verifier_for
@@ -69,12 +70,14 @@ class Tally:
 @dataclass(frozen=True)
 class BatchToDeliver:
     """A batch written ahead (`inflight`: its splits and their progress), on `table`, projected onto
-    `schema_id`, its updates paired by `identifiers`."""
+    `schema_id`, its updates paired by `identifiers`, its splits read by `engine` (a Spark task
+    reconciles a partitioned snapshot whatever the engine: only a batch written for Spark has one)."""
 
     table: Table
     inflight: Inflight
     schema_id: int | None
     identifiers: tuple[str, ...]
+    engine: EngineChoice
 
     @property
     def batch(self) -> InflightBatch:
@@ -103,7 +106,7 @@ class DeliveryContext:
     # before every sink write and offset commit: the lease renewed when due, LeaseDeadlineError once
     # it may have expired (monitor/engine/lease_clock.py); the argument names the write, for the message
     before_write: Callable[[str], None]
-    session: Callable[[], Any]  # the Spark session to read with (waited for if still starting)
+    session: Callable[[], Any]  # the Spark session, for a batch on Spark (started, or waited for, when called)
     verify: VerifyMode
     sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
     on_chunk: Callable[[Chunk], None] | None = None

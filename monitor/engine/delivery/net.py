@@ -18,7 +18,6 @@ from icetail.reader.changes.net_shuffle import NetFoldNotExact
 from icetail.reader.changes.read_setup import read_context
 from icetail.reader.changes.release import releases, snapshot_batches
 from icetail.reader.spark.payloads import SplitRequest
-from icetail.reader.spark.waves import run_splits
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import SplitSlot
 from icetail.state.checkpoint import ChunkCommit
@@ -67,7 +66,7 @@ class NetDelivery(Delivery):
         verifier = context.verifier(table, inflight)  # every split is read from its first row
 
         def chunks() -> Iterator[Chunk]:
-            read_chunks = run_splits(context.session(), read, requests, chunk_rows=inflight.shape.chunk_rows)
+            read_chunks = batch.engine.read(context.session, read, requests, inflight.shape.chunk_rows)
             for chunk in context.tallied(read_chunks, tally):
                 next_rows[chunk.split_id] = max(next_rows.get(chunk.split_id, 0), chunk.next_row_exclusive)
                 context.renew_lease_if_due()

@@ -23,7 +23,6 @@ from icetail.reader.changes.partitions import PartitionedSnapshot, partitioned_s
 from icetail.reader.changes.read_setup import change_arrow_schema, has_row_lineage, read_context
 from icetail.reader.changes.release import Pairing, Release, gathered_snapshots, releases
 from icetail.reader.spark.payloads import SplitRequest
-from icetail.reader.spark.waves import run_splits
 from icetail.sinks.base import ChunkStager, SplitSlot, StagingSink
 from icetail.state.checkpoint import SplitProgress
 
@@ -79,7 +78,7 @@ class OrderedDelivery(Delivery):
         in_partitions = SnapshotPartitions(context, inflight, tally, read, verifier, stager)
 
         def released_from(segment: list[SplitRequest]) -> Iterator[Release]:
-            chunks = run_splits(context.session(), read, segment, chunk_rows=inflight.shape.chunk_rows, stager=stager)
+            chunks = batch.engine.read(context.session, read, segment, inflight.shape.chunk_rows, stager)
             on_check = lambda c: context.checked(inflight, c, tally)  # noqa: E731
             yield from releases(
                 context.tallied(chunks, tally), snapshot_of, layout.gathered, verifier, strict=strict, on_check=on_check
