@@ -200,6 +200,11 @@ def sink_ids(sink: Path) -> list[int]:
     return sorted(inserts["id"].to_pylist())
 
 
+def committed_ids(sink: Path) -> list[int]:
+    """`sink_ids`, or [] while the sink holds no file yet."""
+    return sink_ids(sink) if any(sink.glob("*.parquet")) else []
+
+
 def get(url: str) -> tuple[int, str] | None:
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:
@@ -275,6 +280,12 @@ def owned(metrics: str) -> set[str]:
     return set(found)
 
 
+def jvm_running(name: str) -> bool:
+    """Does a Java process run in the container? (the command names of its processes)"""
+    done = podman("exec", name, "sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null", check=False)
+    return "java" in done.stdout.split()
+
+
 def jvm_maps_class_cache(name: str) -> bool:
     """Does a process in the container (its Spark JVM) map an archive of the image's class cache?"""
     done = podman("exec", name, "sh", "-c", f"cat /proc/[0-9]*/maps 2>/dev/null | grep -c {CLASS_CACHE}/", check=False)
@@ -287,8 +298,9 @@ def check_serve(workdir: Path) -> None:
 
     data = workdir / "serve"
     data.mkdir()
-    env = make_tables(data)
+    env = make_tables(data, ("shop.orders", "shop.big"))
     (data / "sink").mkdir()
+    (data / "big").mkdir()
     with socket_port() as port:
         pass
     schema = "icetail_smoke_" + uuid.uuid4().hex[:8]
@@ -297,7 +309,12 @@ def check_serve(workdir: Path) -> None:
     write_config(conf, port, {
         "state": f"{PG}?schema={schema}",
         "shutdown_timeout": f"{shutdown_timeout}s",
-        "tables": [{"table": "shop.orders", "consumer": "smoke", "sink": f"parquet://{data / 'sink'}"}],
+        "tables": [
+            {"table": "shop.orders", "consumer": "smoke", "sink": f"parquet://{data / 'sink'}"},
+            # every batch of it on Spark, from the snapshot current at the start: Spark starts on need
+            {"table": "shop.big", "consumer": "smoke-big", "sink": f"parquet://{data / 'big'}",
+             "engine": "spark", "start": "latest"},
+        ],
     })  # fmt: skip
     chown_tree(data)
     name = "icetail-smoke-" + uuid.uuid4().hex[:8]
@@ -322,8 +339,12 @@ def check_serve(workdir: Path) -> None:
         metrics = wait_for(delivered, 120, "3 INSERT rows in /metrics", name)
         assert "icetail_build_info" in metrics and "process_resident_memory_bytes" in metrics
         assert sink_ids(data / "sink") == [1, 2, 3], sink_ids(data / "sink")
+        assert not jvm_running(name), f"a JVM runs although every batch was small\n{logs(name)}"
+        print("    ready and delivering with no JVM (small batches read in process)")
+        append_rows(env, "shop.big", 10, 13)  # a batch of the table on Spark: the session starts now
+        wait_for(lambda: committed_ids(data / "big") == [10, 11, 12], 300, "shop.big's rows, read on Spark", name)
         assert jvm_maps_class_cache(name), f"the Spark JVM maps nothing from {CLASS_CACHE}\n{logs(name)}"
-        print(f"    the Spark JVM maps the image's class cache ({CLASS_CACHE})")
+        print(f"    a batch on Spark started the session; its JVM maps the image's class cache ({CLASS_CACHE})")
         with psycopg.connect(PG) as conn:
             tables = conn.execute(
                 "select count(*) from information_schema.tables where table_schema = %s", (schema,)

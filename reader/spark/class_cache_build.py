@@ -3,7 +3,8 @@
     python -m icetail.reader.spark.class_cache_build FOLDER [COMMAND ...]
 
 runs COMMAND (default: `icetail demo` in a scratch folder: a plan, a pipeline run on Spark, the
-classes a service loads) with ICETAIL_JVM_CLASS_CACHE=FOLDER. Its local JVM writes the archive of
+classes a service loads; ICETAIL_LOCAL_MAX_BYTES=0 so that its small batches read on Spark, not in
+process) with ICETAIL_JVM_CLASS_CACHE=FOLDER. Its local JVM writes the archive of
 the classes it loaded as it exits (class_cache.py); this waits for that JVM, has the archive checked
 and adopted as any later start would, and fails unless FOLDER then holds it: an image built without
 its cache should not pass for one with it. A service that cannot write FOLDER (the image's user)
@@ -22,6 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from icetail.kernel.settings import LOCAL_MAX_BYTES_ENV
 from icetail.reader.spark.class_cache import CACHE_ENV, class_cache, process_alive, use_cache
 
 WAIT_SECONDS = 600.0  # a dumping JVM writes ~150 MB after its Python is gone
@@ -29,7 +31,8 @@ WAIT_SECONDS = 600.0  # a dumping JVM writes ~150 MB after its Python is gone
 
 def build(folder: Path, command: Sequence[str]) -> Path:
     """Run `command` with the cache at `folder`, then adopt the archive its JVM wrote; its path."""
-    env = {**os.environ, CACHE_ENV: str(folder)}
+    # every batch on Spark unless the caller says otherwise: the point is a JVM that loads what a service does
+    env = {LOCAL_MAX_BYTES_ENV: "0", **os.environ, CACHE_ENV: str(folder)}
     cache = class_cache(env)
     if cache is None or not cache.writable:
         raise SystemExit(f"class_cache_build: {folder} is not a folder this process can write")
