@@ -211,6 +211,16 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--concurrent-tables", type=int, default=None, help="serve's concurrent_tables")
     parser.add_argument("--scheduler-mode", choices=("fair", "fifo"), default=None, help="serve's spark_scheduler_mode")
+    parser.add_argument(
+        "--big-start", choices=("earliest", "latest"), default="earliest",
+        help="latest: the big table's first rows are not read, so only small batches run until the load rounds",
+    )  # fmt: skip
+    parser.add_argument("--spark-idle-stop", default=None, help="serve's spark_idle_stop (e.g. 10s); measured after")
+    parser.add_argument("--engine", choices=("auto", "spark", "local"), default=None, help="serve's engine")
+    parser.add_argument(
+        "--big-engine", choices=("auto", "spark", "local"), default=None,
+        help="the big table's engine (spark: its batches read on Spark whatever their size)",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="icetail-bench-many-") as tmp:
         root = Path(tmp)
@@ -232,8 +242,13 @@ def main() -> None:
             "metrics_port": port,
             **({} if args.concurrent_tables is None else {"concurrent_tables": args.concurrent_tables}),
             **({} if args.scheduler_mode is None else {"spark_scheduler_mode": args.scheduler_mode}),
+            **({} if args.spark_idle_stop is None else {"spark_idle_stop": args.spark_idle_stop}),
+            **({} if args.engine is None else {"engine": args.engine}),
             "tables": [
-                {"table": t, "consumer": c, "sink": f"parquet://{root / 'sinks' / c}"} for c, t in consumers.items()
+                {"table": t, "consumer": c, "sink": f"parquet://{root / 'sinks' / c}"}
+                | ({"start": args.big_start} if c == "big" else {})
+                | ({"engine": args.big_engine} if c == "big" and args.big_engine else {})
+                for c, t in consumers.items()
             ],
         }
         (root / "icetail.yaml").write_text(yaml.safe_dump(config))
@@ -260,7 +275,11 @@ def main() -> None:
                 stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=root, start_new_session=True,
             )  # fmt: skip
         rss = TreeRss(child.pid)
+        launched = time.monotonic()
         try:
+            wait_for(lambda: _ready(port), 600, "/readyz 200", child)
+            print(f"/readyz 200 {time.monotonic() - launched:.2f} s after the serve process started; "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
             run(args, catalog, consumers, port, child, rss)
         except BaseException:
             print((root / "serve.stderr").read_text(errors="replace")[-4000:], file=sys.stderr)
@@ -272,6 +291,52 @@ def main() -> None:
             except ProcessLookupError:
                 pass
             child.wait(30)
+
+
+def _print_peaks(rss: TreeRss, phases: tuple[str, ...], consumers: int) -> None:
+    mib = 1 << 20
+    for phase in phases:
+        p = rss.peaks.get(phase)
+        if p is None:
+            continue
+        print(
+            f"max RSS {phase:15} ({consumers} consumers): total {p['total'] / mib:,.0f} MiB = driver "
+            f"{p['driver_python'] / mib:,.0f} + JVM {p['jvm'] / mib:,.0f} + Python workers "
+            f"{p['python_workers'] / mib:,.0f} MiB (each kind's own max)"
+        )
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def _metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _spark_up(port: int) -> float:
+    for family in text_string_to_metric_families(_metrics_text(port)):
+        for s in family.samples:
+            if s.name == "icetail_spark_session_up":
+                return float(s.value)
+    return -1.0
+
+
+def _engine_counts(port: int) -> str:
+    """Batches by engine (summed over consumers) and Spark session starts, from /metrics."""
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(_metrics_text(port)):
+        for s in family.samples:
+            if s.name == "icetail_batches_total":
+                counts[s.labels["engine"]] = counts.get(s.labels["engine"], 0) + s.value
+            elif s.name == "icetail_spark_session_starts_total":
+                counts["spark session starts"] = s.value
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
 
 
 def free_port() -> int:
@@ -301,6 +366,7 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
         flush=True,
     )
     if args.rounds == 0:
+        _print_peaks(rss, ("startup", "idle"), len(consumers))
         return
     next_id = dict.fromkeys(consumers, 1000)
     solo: list[float] = []
@@ -353,14 +419,13 @@ def run(args: argparse.Namespace, catalog: SqlCatalog, consumers: dict[str, str]
         )
         rss.phase = "between"
         time.sleep(2.0)
-    mib = 1 << 20
-    for phase in ("idle", "working"):
-        p = rss.peaks.get(phase, {})
-        print(
-            f"max RSS {phase:8} ({len(consumers)} consumers): total {p.get('total', 0) / mib:,.0f} MiB = driver "
-            f"{p.get('driver_python', 0) / mib:,.0f} + JVM {p.get('jvm', 0) / mib:,.0f} + Python workers "
-            f"{p.get('python_workers', 0) / mib:,.0f} MiB (each kind's own max)"
-        )
+    if args.spark_idle_stop is not None:
+        rss.phase = "stopping"
+        wait_for(lambda: _spark_up(port) == 0, 600, "the idle Spark session stopped", child)
+        rss.phase = "after idle stop"
+        time.sleep(args.idle_seconds)
+    _print_peaks(rss, ("startup", "idle", "working", "after idle stop"), len(consumers))
+    print(f"engines: {_engine_counts(port)}")
     print(
         f"summary: interval 1 s; solo small catch-up median {statistics.median(solo):.2f} s, its batch median "
         f"{statistics.median(solo_batch):.2f} s, bound interval + batch {1 + statistics.median(solo_batch):.2f} s "
