@@ -33,7 +33,8 @@ def _config(cat: LocalCatalog, tmp_path: Path, **overrides: Any) -> PipelineConf
 
 
 def _run(config: PipelineConfig, spark: Any, store: Any = None) -> Any:
-    with Pipeline(config, spark=spark, store=store) as pipeline:
+    # `--engine local`: no session given, so the batches are read in this process
+    with Pipeline(config, spark=None if config.engine == "local" else spark, store=store) as pipeline:
         pipeline.run()
         return pipeline.sink
 
@@ -77,9 +78,11 @@ def _versions_of(versions: pa.Table, key: int) -> list[dict[str, Any]]:
     return sorted((r for r in versions.to_pylist() if r["id"] == key), key=lambda r: r["_valid_from"])
 
 
-def test_history_holds_the_source_at_every_snapshot(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:
+@pytest.mark.parametrize("engine", ["spark", "local"])
+def test_history_holds_the_source_at_every_snapshot(tmp_path: Path, spark: Any, use_catalogs: Any, engine: str) -> None:
+    """On Spark, and read in `run`'s own process (`--engine local`): the same history."""
     cat = _source(tmp_path, use_catalogs)
-    config = _config(cat, tmp_path, sink_commit_interval_seconds=600)
+    config = _config(cat, tmp_path, sink_commit_interval_seconds=600, engine=engine)
     _append(cat, list(range(40)), "a")
     _append(cat, list(range(40, 60)), "b")
     _run(config, spark)

@@ -36,7 +36,8 @@ def _config(cat: LocalCatalog, tmp_path: Path, **overrides: Any) -> PipelineConf
 
 
 def _run(config: PipelineConfig, spark: Any, store: Any = None) -> Any:
-    with Pipeline(config, spark=spark, store=store) as pipeline:
+    # `--engine local`: no session given, so the batches are read in this process
+    with Pipeline(config, spark=None if config.engine == "local" else spark, store=store) as pipeline:
         pipeline.run()
         return pipeline.sink
 
@@ -49,9 +50,13 @@ def assert_mirrors(cat: LocalCatalog, config: PipelineConfig) -> None:
     assert_target_equals_source(cat, config, target, ("id", "v"))
 
 
-def test_mirror_follows_inserts_updates_key_changes_and_deletes(tmp_path: Path, spark: Any, use_catalogs: Any) -> None:
+@pytest.mark.parametrize("engine", ["spark", "local"])
+def test_mirror_follows_inserts_updates_key_changes_and_deletes(
+    tmp_path: Path, spark: Any, use_catalogs: Any, engine: str
+) -> None:
+    """On Spark, and read in `run`'s own process (`--engine local`): the same target."""
     cat = _source(tmp_path, use_catalogs)
-    config = _config(cat, tmp_path)
+    config = _config(cat, tmp_path, engine=engine)
     _append(cat, list(range(40)), "a")
     _append(cat, list(range(40, 60)), "b")
     _run(config, spark)

@@ -48,7 +48,8 @@ def _config(cat: LocalCatalog, tmp_path: Path, pg_schema: str, **overrides: Any)
 
 
 def _run(config: PipelineConfig, spark: Any, store: Any = None) -> None:
-    with Pipeline(config, spark=spark, store=store) as pipeline:
+    # `--engine local`: no session given, so the batches are read in this process
+    with Pipeline(config, spark=None if config.engine == "local" else spark, store=store) as pipeline:
         pipeline.run()
 
 
@@ -57,11 +58,13 @@ def assert_mirrors(cat: LocalCatalog, config: PipelineConfig, pg_schema: str, co
     assert_target_equals_source(cat, config, target_table(pg_schema), columns)
 
 
+@pytest.mark.parametrize("engine", ["spark", "local"])
 def test_mirror_follows_appends_deletes_upserts_and_overwrites(
-    tmp_path: Path, spark: Any, use_catalogs: Any, pg_schema: str
+    tmp_path: Path, spark: Any, use_catalogs: Any, pg_schema: str, engine: str
 ) -> None:
+    """On Spark, and read in `run`'s own process (`--engine local`): the same target."""
     cat = _source(tmp_path, use_catalogs)
-    config = _config(cat, tmp_path, pg_schema)
+    config = _config(cat, tmp_path, pg_schema, engine=engine)
     _append(cat, list(range(40)), "a")
     _append(cat, list(range(40, 60)), "b")
     _run(config, spark)
