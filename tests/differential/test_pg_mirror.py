@@ -51,7 +51,8 @@ def _java_rows_at_cursor(catalog: Any, config: PipelineConfig) -> tuple[int, Any
 
 
 def _run_and_check(catalog: Any, config: PipelineConfig, spark: Any, pg_schema: str) -> None:
-    with Pipeline(config, spark=spark) as pipeline:
+    # `--engine local`: no session given, so the batches are read in this process
+    with Pipeline(config, spark=None if config.engine == "local" else spark) as pipeline:
         pipeline.run()
     cursor, java = _java_rows_at_cursor(catalog, config)
     assert cursor == catalog.current_snapshot_id("t")
@@ -62,7 +63,11 @@ def _run_and_check(catalog: Any, config: PipelineConfig, spark: Any, pg_schema: 
     )
 
 
-@pytest.mark.parametrize(("mode", "partitioned"), [(MOR, True), (COW, False)], ids=["mor-partitioned", "cow"])
+@pytest.mark.parametrize(
+    ("mode", "partitioned", "engine"),
+    [(MOR, True, "spark"), (COW, False, "spark"), (MOR, True, "local")],
+    ids=["mor-partitioned", "cow", "mor-partitioned-in-process"],
+)
 def test_mirror_equals_java_after_every_run(
     catalog: Any,
     spark: Any,
@@ -71,10 +76,12 @@ def test_mirror_equals_java_after_every_run(
     pg_schema: str,
     mode: str,
     partitioned: bool,
+    engine: str,
 ) -> None:
+    """Java writes (position deletes, then equality deletes on MoR); icetail mirrors, on Spark or in process."""
     catalog.set_env(monkeypatch)
     create_keyed_table(catalog, mode, partitioned)
-    config = _config(catalog, tmp_path, pg_schema)
+    config = _config(catalog, tmp_path, pg_schema, engine=engine)
     for statements in keyed_steps(partitioned):
         for statement in statements:
             catalog.sql(statement)
