@@ -179,6 +179,19 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows between offset commits (default: row group)")
     parser.add_argument(
+        "--max-rows-per-batch",
+        type=int,
+        default=None,
+        help="end a batch at the first chunk at or after N change rows; the next batch resumes it (a snapshot "
+        "reconciled whole is not cut; default: no bound)",
+    )
+    parser.add_argument(
+        "--max-bytes-per-batch",
+        type=int,
+        default=None,
+        help="end a batch at the first chunk at or after N data file bytes read; the next batch resumes it",
+    )
+    parser.add_argument(
         "--sink-commit-rows",
         type=int,
         default=None,

@@ -47,6 +47,8 @@ class Progress:
 def describe(outcome: BatchOutcome) -> str:
     rows = ", ".join(f"{k} {v}" for k, v in sorted(outcome.rows_by_change_type.items())) or "no rows"
     state = "" if outcome.completed else " (stopped; resumes on the next run)"
+    if outcome.limited:
+        state = " (its row or byte bound reached; the next batch resumes it)"
     collapsed = " collapsed history (repair by a direct diff)" if outcome.collapsed else ""
     mismatches = (
         f", {outcome.check_mismatches} summary check mismatch(es) delivered under --verify warn (logged above)"

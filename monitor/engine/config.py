@@ -102,6 +102,11 @@ class PipelineConfig:
     # process, with no JVM, and a bigger one on Spark
     engine: str = AUTO
     local_max_bytes: int | None = None
+    # a batch ends at the first chunk boundary at or after this many change rows delivered (inclusive)
+    # or this many file bytes read; the rest of its snapshots follows in the next batch, from the
+    # committed row offsets. A snapshot reconciled whole (or a --net batch) is not cut. None: no bound
+    max_rows_per_batch: int | None = None
+    max_bytes_per_batch: int | None = None
     # sink_url parsed once, here (sinks/urls.py), or why it cannot be: see `sink_target`
     _sink: SinkTarget | ConfigError = field(init=False, repr=False, compare=False)
 
@@ -129,6 +134,12 @@ class PipelineConfig:
         parse_missing_cursor_policy(self.on_missing_cursor)
         if self.max_snapshots_per_batch is not None and self.max_snapshots_per_batch < 1:
             raise ConfigError(f"--max-snapshots-per-batch must be >= 1, got {self.max_snapshots_per_batch}")
+        for flag, bound in (
+            ("--max-rows-per-batch", self.max_rows_per_batch),
+            ("--max-bytes-per-batch", self.max_bytes_per_batch),
+        ):
+            if bound is not None and bound < 1:
+                raise ConfigError(f"{flag} must be >= 1 (leave it out for no bound), got {bound}")
         if self.chunk_rows is not None and self.chunk_rows < 1:
             raise ConfigError(f"--chunk-rows must be >= 1, got {self.chunk_rows}")
         if self.manifest_cache_entries < 0:

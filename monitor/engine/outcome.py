@@ -39,6 +39,7 @@ class BatchOutcome:
     schema_id: int | None = None  # the table schema the batch's rows are projected onto (one per batch)
     sink_duplicate_keys: int = 0  # inserts of a key the mirror's target held already, counted since the last outcome
     engine: str = "spark"  # where its splits were read: `local` (this process) or `spark`
+    limited: bool = False  # ended at --max-rows-per-batch / --max-bytes-per-batch: the next batch resumes it
 
     @property
     def rows(self) -> int:
@@ -56,6 +57,7 @@ def batch_outcome(
     schema_id: int | None,
     sink_duplicate_keys: int,
     engine: str,
+    limited: bool = False,
 ) -> BatchOutcome:
     """The batch's outcome: its range and files from what was written ahead, its rows from `tally`,
     how it ran from the pipeline."""
@@ -83,4 +85,5 @@ def batch_outcome(
         schema_id=schema_id,
         sink_duplicate_keys=sink_duplicate_keys,
         engine=engine,
+        limited=limited,
     )

@@ -275,7 +275,7 @@ class Pipeline:
             if outcome is None:
                 break
             outcomes.append(outcome)
-            if once or not outcome.completed:
+            if once or not (outcome.completed or outcome.limited):
                 break
         return outcomes
 
@@ -342,6 +342,7 @@ class Pipeline:
             schema_id=batch_schema_id(table, batch),
             sink_duplicate_keys=self._new_sink_duplicates(),
             engine=engine.engine,
+            limited=not completed and not self._stop.is_set(),
         )
         if self._on_batch is not None:
             self._on_batch(outcome)

@@ -49,6 +49,8 @@ PIPELINE_KEYS = {
     "lease_ttl": "lease_ttl_seconds",
     "engine": "engine",
     "local_max_bytes": "local_max_bytes",
+    "max_rows_per_batch": "max_rows_per_batch",
+    "max_bytes_per_batch": "max_bytes_per_batch",
 }
 SERVICE_KEYS = (
     "interval",
@@ -72,6 +74,8 @@ INT_KEYS = {
     "reconcile_partition_bytes",
     "manifest_cache_entries",
     "local_max_bytes",
+    "max_rows_per_batch",
+    "max_bytes_per_batch",
 }
 BOOL_KEYS = {"keep_carry_over", "protect_cursor", "net", "with_schema_id", "with_row_lineage"}
 DURATION_KEYS = {"interval", "shutdown_timeout", "sink_commit_interval", "lease_ttl", "spark_idle_stop"}
@@ -402,6 +406,8 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
         "output_format": getattr(args, "output_format", None),
         "manifest_cache_entries": getattr(args, "manifest_cache_entries", None),
         "engine": getattr(args, "engine", None),
+        "max_rows_per_batch": getattr(args, "max_rows_per_batch", None),
+        "max_bytes_per_batch": getattr(args, "max_bytes_per_batch", None),
         "local_max_bytes": getattr(args, "local_max_bytes", None),
     }
     values.update({k: v for k, v in flags.items() if v is not None})

@@ -349,7 +349,7 @@ class Service(ReplicaJobs):
         def record(outcome: BatchOutcome) -> None:
             self.metrics.record_batch(batch_report(config, outcome))
             log.info(
-                "batch delivered" if outcome.completed else "batch interrupted",
+                "batch delivered" if outcome.completed else "batch bounded" if outcome.limited else "batch interrupted",
                 extra={
                     "consumer": config.consumer_id,
                     "table": config.table,

@@ -543,3 +543,13 @@ def test_spark_idle_stop_is_a_duration_with_a_five_minute_default(tmp_path: Path
 )
 def test_bad_engine_settings_are_one_line_config_errors(tmp_path: Path, content: dict[str, Any], expected: str) -> None:
     assert expected in config_error(tmp_path, content)
+
+
+def test_batch_bounds_are_pipeline_keys(tmp_path: Path) -> None:
+    tables = [{"table": "db.a"}, {"table": "db.b", "max_bytes_per_batch": 5}]
+    a, b = build(tmp_path, {**BASE, "max_rows_per_batch": 1000, "tables": tables}).pipelines
+    assert (a.max_rows_per_batch, a.max_bytes_per_batch) == (1000, None)
+    assert (b.max_rows_per_batch, b.max_bytes_per_batch) == (1000, 5)
+    (flagged,) = build(tmp_path, BASE, "--max-rows-per-batch", "7", ICETAIL_MAX_BYTES_PER_BATCH="9").pipelines
+    assert (flagged.max_rows_per_batch, flagged.max_bytes_per_batch) == (7, 9)
+    assert "--max-rows-per-batch must be >= 1" in config_error(tmp_path, {**BASE, "max_rows_per_batch": 0})

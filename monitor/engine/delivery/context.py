@@ -120,6 +120,12 @@ class DeliveryContext:
     def stopped(self) -> bool:
         return self.stop.is_set()
 
+    def limit_reached(self, delivered_rows: int, bytes_read: int) -> bool:
+        """Whether the batch has delivered --max-rows-per-batch change rows or read --max-bytes-per-batch
+        bytes (each inclusive): it then ends at this chunk boundary and the next batch resumes it."""
+        rows, read = self.config.max_rows_per_batch, self.config.max_bytes_per_batch
+        return (rows is not None and delivered_rows >= rows) or (read is not None and bytes_read >= read)
+
     def identifiers(self, table: Table, schema_id: int | None) -> tuple[str, ...]:
         """What updates are paired by: a mirror's key, else --identifier-columns or the identifier fields."""
         if self.sink_key is not None:

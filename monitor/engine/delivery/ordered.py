@@ -85,6 +85,7 @@ class OrderedDelivery(Delivery):
             )
 
         in_order = segments_in_order(requests, layout.index_of, layout.partitioned.values(), released_from)
+        delivered_rows = 0  # change rows released to the sink by this run of the batch (for its row bound)
         for release in writes.flushing_on_failure(in_order):
             if isinstance(release, PartitionedSnapshot):
                 writes.flush()
@@ -97,6 +98,8 @@ class OrderedDelivery(Delivery):
                 )
                 if not partitions_done:
                     return False
+                if context.limit_reached(delivered_rows, tally.bytes_read):
+                    return context.all_done()
                 continue
             if release.reconcile:
                 writes.flush()
@@ -104,15 +107,20 @@ class OrderedDelivery(Delivery):
                 snapshot_splits = layout.by_snapshot[release.snapshot_id]
                 anchor_index = layout.index_of[snapshot_splits[0].split_id]
                 whole.deliver(release, rows, snapshot_splits, anchor_index, layout.progress)
+                delivered_rows += rows.num_rows
             else:
                 for chunk in release.chunks:
                     key = SplitSlot(context.consumer, inflight.batch_id, layout.index_of[chunk.split_id]).chunk_key(
                         chunk.split_id, chunk.row_start_inclusive
                     )
                     writes.add(key, chunk)
+                    delivered_rows += chunk.row_count
             if context.stopped():
                 writes.flush()
                 return False
+            if context.limit_reached(delivered_rows, tally.bytes_read):
+                writes.flush()  # the batch ends here; the next one resumes from the committed offsets
+                return context.all_done()
         writes.flush()
         return not context.stopped() or context.all_done()
 
