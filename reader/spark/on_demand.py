@@ -50,6 +50,7 @@ class SparkOnDemand:
         self._background: BackgroundSession | None = None
         self._holders = 0  # batches that may read with it now
         self._idle_since = time.monotonic()
+        self._used = False  # the current session was asked for (result()), not only started ahead
         self.starts = 0  # sessions started, for metrics and tests
 
     def start(self) -> None:
@@ -60,6 +61,7 @@ class SparkOnDemand:
     def _start_locked(self) -> BackgroundSession:
         if self._background is None:
             self._background = BackgroundSession(self._app_name, self._conf)
+            self._used = False
             self.starts += 1
             log.info("Spark session starting", extra={"starts": self.starts})
             if self._on_change is not None:
@@ -71,6 +73,7 @@ class SparkOnDemand:
         forgotten, so the next batch that needs Spark tries again."""
         with self._lock:
             background = self._start_locked()
+            self._used = True
         try:
             return background.result()
         except BaseException:
@@ -127,12 +130,14 @@ class SparkOnDemand:
         return True
 
     def close(self, *, abandon: bool = False) -> None:
-        """Stop the session: `abandon` gives up one still starting at once (BackgroundSession.abandon)."""
+        """Stop the session: `abandon` gives up one still starting at once (BackgroundSession.abandon),
+        as is one started ahead for a batch that then read in process (never asked for)."""
         with self._lock:
             background, self._background = self._background, None
+            used = self._used
         if background is None:
             return
-        if abandon:
+        if abandon or not used:
             background.abandon()
         else:
             background.close()
