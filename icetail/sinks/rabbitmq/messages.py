@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
-from icetail.sinks.nats.sink import record_rows
+from icetail.sinks.nats.sink import message_id as record_message_id
 from icetail.sinks.rabbitmq.ids import first_publishing_id
 
 PROPERTY_OP = "Icetail-Op"
@@ -56,12 +56,12 @@ def stream_messages(key: ChunkKey, records: pa.Table, key_columns: Sequence[str]
     tables = source.field("table").to_pylist()
     snapshots = source.field("snapshot_id").to_pylist()
     ordinals = source.field("change_ordinal").to_pylist()
-    rows = record_rows(ops) + key.row_start_inclusive
     keys = _key_values(records, key_columns) if key_columns else None
     out = []
     for i, payload in enumerate(payloads):
         table = f"{dbs[i]}.{tables[i]}" if dbs[i] else tables[i]
-        message_id = f"{key.consumer}:{snapshots[i]}:{ordinals[i]}:{key.batch_id}:{key.split_index}:{rows[i]}"
+        # the NATS sink's id (unique per record, also in a chunk of a reconciled partition): informational here
+        message_id = record_message_id(key, snapshots[i], ordinals[i], i)
         properties = {
             PROPERTY_OP: ops[i],
             PROPERTY_TABLE: table,
