@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos: the disk-full faults are skipped: {why}", file=sys.stderr)
     sinks = args.sinks
     for kind in (k for k in sinks if k in BUS_SINKS):
-        if why := unreachable(kind):
+        if down := unreachable(kind):
             sinks = tuple(k for k in sinks if k != kind)
-            print(f"chaos: the {kind} sink is skipped: {why}", file=sys.stderr)
+            print(f"chaos: the {kind} sink is skipped: {down}", file=sys.stderr)
     if not sinks:
         return 2
     specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, sinks, faults, args.weight, args.replicas)

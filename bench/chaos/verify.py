@@ -170,14 +170,18 @@ def envelope_changes(envelopes: list[Envelope], columns: list[str]) -> tuple[Cou
     sides = {"c": ("after",), "r": ("after",), "d": ("before",), "u": ("before", "after")}
     for e in envelopes:
         value = e.envelope or {}
-        source = value.get("source")
+        source, op = value.get("source"), value.get("op")
         snap = source.get("snapshot_id") if isinstance(source, dict) else None
-        rows = [(side, value.get(side)) for side in sides.get(value.get("op"), ())]
-        if not rows or not all(isinstance(row, dict) for _, row in rows) or str(snap) != e.snapshot_id:
+        rows: list[tuple[str, dict[str, Any]]] = []
+        for side in sides.get(op, ()) if isinstance(op, str) else ():
+            row = value.get(side)
+            if isinstance(row, dict):
+                rows.append((side, row))
+        if not rows or len(rows) != len(sides[str(op)]) or not isinstance(snap, int) or str(snap) != e.snapshot_id:
             bad += 1
             continue
         for side, row in rows:
-            out[("I" if side == "after" else "D", int(snap), tuple(row.get(c) for c in columns))] += 1
+            out[("I" if side == "after" else "D", snap, tuple(row.get(c) for c in columns))] += 1
     return out, bad
 
 
