@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             sinks = tuple(k for k in sinks if k != kind)
             print(f"chaos: the {kind} sink is skipped: {down}", file=sys.stderr)
     if not sinks:
+        print("chaos: no sink left to run a trial into", file=sys.stderr)
         return 2
     specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, sinks, faults, args.weight, args.replicas)
     if any(s.uses_postgresql for s in specs):
