@@ -39,18 +39,18 @@ class Envelope:
 
 
 def new_stream(kind: str) -> tuple[str, str]:
-    """A fresh stream's name and the sink URL that creates it on the first change."""
+    """A fresh stream's name and the sink URL that creates it on the first change, keyed by `id`."""
     tag = uuid.uuid4().hex[:10]
     if kind == "nats":  # subjects of its own: JetStream refuses streams whose subjects overlap
         stream = f"ICETAIL_CHAOS_{tag}"
-        return stream, f"nats://{NATS_SERVER}/chaos_{tag}?stream={stream}&create=true"
+        return stream, f"nats://{NATS_SERVER}/chaos_{tag}?stream={stream}&create=true&key=id"
     if kind == "redis":
         stream = f"icetail-chaos:{tag}"
-        return stream, f"redis-stream://{REDIS_SERVER}/{stream}?create=true"
+        return stream, f"redis-stream://{REDIS_SERVER}/{stream}?create=true&key=id"
     if kind == "rabbitmq":
         stream = f"icetail-chaos-{tag}"
         user = f"{RABBIT_USER}:{RABBIT_PASSWORD}"
-        return stream, f"rabbitmq-stream://{user}@{RABBIT_HOST}:{RABBIT_PORT}/{stream}?create=true"
+        return stream, f"rabbitmq-stream://{user}@{RABBIT_HOST}:{RABBIT_PORT}/{stream}?create=true&key=id"
     raise ValueError(kind)
 
 

@@ -110,7 +110,9 @@ class Sink:
 
     @property
     def extra_args(self) -> list[str]:
-        return ["--identifier-columns", "id"] if self.keyed else []
+        """A mirror or a history by `id`; a bus sink too (`key=id`: keyed subjects and entries, and an
+        UPDATE within one snapshot paired into one `u` envelope)."""
+        return ["--identifier-columns", "id"] if self.keyed or self.kind in BUS_SINKS else []
 
     def iceberg_target(self) -> Table | None:
         """The Iceberg sink's target table as it is now (None before the sink created it)."""
