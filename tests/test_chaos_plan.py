@@ -1,10 +1,16 @@
-"""The chaos harness's plan (bench/chaos/plan.py): the `replicas` dimension, without running a trial."""
+"""The chaos harness's plan (bench/chaos/plan.py): the `replicas` dimension and the bus sinks', and
+the check of a bus sink's envelopes (bench/chaos/verify.py), without running a trial."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from typing import Any
 
-from bench.chaos.plan import REPLICA_SINKS, applicable, plan_trials
+from bench.chaos.bus import BUS_SINKS, Envelope
+from bench.chaos.places import EXACTLY_ONCE
+from bench.chaos.plan import REPLICA_SINKS, SINKS, applicable, plan_trials
+from bench.chaos.verify import compare, envelope_changes
 
 
 def test_replicas_trials_need_postgresql_a_per_table_sink_and_a_pyiceberg_source() -> None:
@@ -30,3 +36,40 @@ def test_a_replicas_trial_draws_its_replica_count_from_its_own_seed() -> None:
         (s.combo, s.seed) for s in before
     ]
     assert plan_trials(40, 7, kinds, stores, sinks, ("sigkill", "replicas"), replicas=(2, 4)) == specs
+
+
+def test_the_bus_sinks_get_the_faults_of_the_run_and_the_store_not_those_of_a_local_sink() -> None:
+    for sink in BUS_SINKS:
+        assert sink in SINKS and sink in EXACTLY_ONCE
+        assert all(applicable("sqlite", sink, f) for f in ("sigkill", "sigterm", "keyed-kill", "reset-to"))
+        assert applicable("postgresql", sink, "pg-cut") and not applicable("sqlite", sink, "pg-cut")
+        for fault in ("disk-full-sink", "serve-disk-full-sink", "reset-sink", "sink-writer", "s3-503", "replicas"):
+            assert not applicable("postgresql", sink, fault), (sink, fault)
+
+
+def _envelope(op: str, snap: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> Envelope:
+    source = {"connector": "icetail", "snapshot_id": snap}
+    return Envelope({"op": op, "before": before, "after": after, "source": source}, str(snap))
+
+
+def test_the_envelopes_read_back_are_checked_as_changes_a_lost_or_repeated_one_seen() -> None:
+    columns = ["id", "name"]
+    a, b, c = {"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 2, "name": "b2"}
+    stream = [_envelope("c", 10, None, a), _envelope("r", 10, None, b), _envelope("u", 11, b, c)]
+    stream.append(_envelope("d", 12, a, None))
+    got, bad = envelope_changes(stream, columns)
+    assert bad == 0
+    expected = Counter(
+        {("I", 10, (1, "a")): 1, ("I", 10, (2, "b")): 1, ("D", 11, (2, "b")): 1, ("I", 11, (2, "b2")): 1}
+    )
+    expected[("D", 12, (1, "a"))] = 1
+    assert got == expected and compare(expected, got).ok(exactly_once=True)
+    twice, _ = envelope_changes([*stream, stream[2]], columns)  # an update delivered again
+    verdict = compare(expected, twice)
+    assert (verdict.lost, verdict.duplicated) == (0, 2) and not verdict.ok(exactly_once=True)
+    missing, _ = envelope_changes(stream[1:], columns)
+    assert compare(expected, missing).lost == 1
+    # a message whose metadata names another snapshot than its envelope, or no envelope at all: torn
+    wrong = Envelope(_envelope("c", 10, None, a).envelope, "11")
+    _, bad = envelope_changes([wrong, Envelope(None, "10"), _envelope("x", 10, None, a)], columns)
+    assert bad == 3

@@ -9,6 +9,8 @@ mirror: the rows at the cursor, and the second writer's rows all kept). The seco
 sink with one chunk file lost and another copied is reported as such. The last one is a `replicas`
 trial (bench/chaos/replicas_trial.py): two `icetail serve` replicas of one configuration on a
 PostgreSQL store, one of them cut off from it for longer than the lease TTL while the writers commit.
+And a trial into a bus sink (NATS JetStream, bench/chaos/bus.py): `icetail run` SIGKILLed with a
+batch in flight, resumed, the stream's envelopes read back as changes, each exactly once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos.bus import unreachable
 from bench.chaos.places import Sink
 from bench.chaos.plan import TrialSpec
 from bench.chaos.s3 import close_moto
@@ -41,6 +44,8 @@ SPECS = [
 
 # two tables, two replicas; a cut of one replica's PostgreSQL proxy (7-12 s, past the 6 s lease TTL) 0.4 s in
 REPLICAS_SPEC = TrialSpec(5, "append-delete", "postgresql", "parquet", "replicas", seed=20261193, replicas=2)
+# a SIGKILL 4.5 s in (here: a batch in flight, its chunk published, not committed), into a NATS stream
+NATS_SPEC = TrialSpec(6, "append-delete", "sqlite", "nats", "sigkill", seed=20261201)
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +132,15 @@ def test_a_replicas_trial_delivers_exactly_once(tmp_path: Path) -> None:
     assert result.ok and result.bad_lines == 0, f"{result.findings}\n{runs}"
     assert len(result.runs) == 2 and result.faults == 1, runs  # the two replicas, one of them cut off
     assert re.search(r"audit: \d+ writes, [1-9]\d* batches", runs), runs  # the audit trigger saw the batches
+
+
+def test_a_bus_sink_trial_delivers_exactly_once(tmp_path: Path) -> None:
+    if reason := unreachable("nats"):
+        pytest.skip(reason)
+    result = run_trial(NATS_SPEC, CONFIG, tmp_path, keep=True)
+    runs = "\n".join(f"{r.shot or 'final'}: exit {r.returncode} [{r.stage}]: {r.tail}" for r in result.runs)
+    assert result.verdict is not None and result.caught_up, f"{result.findings}\n{runs}"
+    assert (result.verdict.lost, result.verdict.duplicated, result.verdict.foreign) == (0, 0, 0), result.verdict
+    assert result.verdict.torn_lines == 0 and result.verdict.expected > 0, result.verdict  # each message an envelope
+    assert result.ok and result.bad_lines == 0, f"{result.findings}\n{runs}"
+    assert result.faults == 1 and len(result.runs) == 2, runs  # killed, then resumed to the end

@@ -3,7 +3,8 @@
 Runs the trials one at a time, or two (`--jobs 2`; each `icetail run` starts a JVM), prints a line per trial and the
 per-combination table, and writes everything as JSON (`--out`, default
 /tmp/icetail-bench/chaos-<time>.json). Exit status 0 when every trial recovered exactly and every
-run stopped by a fault said so in one line, 1 if not, 2 when PostgreSQL is needed and unreachable.
+run stopped by a fault said so in one line, 1 if not, 2 when PostgreSQL is needed and unreachable
+(or no sink is left: a bus sink whose server is not listening is skipped, saying so).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `tests.support` is not an installed package
     sys.path.insert(0, str(REPO))
 
+from bench.chaos.bus import BUS_SINKS, unreachable  # noqa: E402
 from bench.chaos.disk import can_mount  # noqa: E402
 from bench.chaos.java_source import close_java_service  # noqa: E402
 from bench.chaos.plan import DISK_FAULTS, FAULTS, KINDS, REPLICAS, SINKS, STORES, TrialSpec, plan_trials  # noqa: E402
@@ -100,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     if any(f in DISK_FAULTS for f in faults) and (why := can_mount()):
         faults = tuple(f for f in faults if f not in DISK_FAULTS)
         print(f"chaos: the disk-full faults are skipped: {why}", file=sys.stderr)
-    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, args.sinks, faults, args.weight, args.replicas)
+    sinks = args.sinks
+    for kind in (k for k in sinks if k in BUS_SINKS):
+        if down := unreachable(kind):
+            sinks = tuple(k for k in sinks if k != kind)
+            print(f"chaos: the {kind} sink is skipped: {down}", file=sys.stderr)
+    if not sinks:
+        print("chaos: no sink left to run a trial into", file=sys.stderr)
+        return 2
+    specs = plan_trials(args.trials, args.seed, args.kinds, args.stores, sinks, faults, args.weight, args.replicas)
     if any(s.uses_postgresql for s in specs):
         from tests.support.stores import pg_unavailable
 

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.table import Table
 
+from bench.chaos import bus
 from bench.chaos.s3 import aws_env, new_bucket
 from tests.support.catalogs import LocalCatalog, new_catalog
 from tests.support.s3 import MotoServer, S3Catalog, new_s3_catalog
@@ -29,7 +30,11 @@ EXACTLY_ONCE = {
     "icehistory": True,
     "pghistory": True,
     "icemirror+s3": True,
+    "nats": True,  # Nats-Msg-Id within the stream's duplicate window
+    "redis": True,  # the consumer's mark, moved by the script that appends
+    "rabbitmq": True,  # producer names and publishing ids
 }
+BUS_SINKS = bus.BUS_SINKS  # a stream of Debezium envelopes on a server, one per trial
 S3_SINKS = ("parquet+s3", "iceberg+s3", "icemirror+s3")
 MIRRORS = ("pgmirror", "icemirror", "icemirror+s3")  # the target equals the source at the cursor
 HISTORIES = ("pghistory", "icehistory")  # the target holds every version of every key (SCD type 2)
@@ -92,6 +97,7 @@ class Sink:
     bucket: str = ""  # parquet+s3
     s3catalog: S3Catalog | None = None  # iceberg+s3
     endpoint: str = ""  # the S3 sinks: what `icetail run` reaches the server at (the proxy)
+    stream: str = ""  # the bus sinks: the stream (NATS, RabbitMQ) or stream key (Redis)
 
     @property
     def exactly_once(self) -> bool:
@@ -104,7 +110,9 @@ class Sink:
 
     @property
     def extra_args(self) -> list[str]:
-        return ["--identifier-columns", "id"] if self.keyed else []
+        """A mirror or a history by `id`; a bus sink too (`key=id`: keyed subjects and entries, and an
+        UPDATE within one snapshot paired into one `u` envelope)."""
+        return ["--identifier-columns", "id"] if self.keyed or self.kind in BUS_SINKS else []
 
     def iceberg_target(self) -> Table | None:
         """The Iceberg sink's target table as it is now (None before the sink created it)."""
@@ -134,7 +142,13 @@ class Sink:
         if self.kind in ICEBERG_TARGETS:
             table = self.iceberg_target()
             return table.scan().to_arrow() if table is not None and table.current_snapshot() is not None else None
-        raise ValueError(f"{self.kind}: use read_jsonl")
+        raise ValueError(f"{self.kind}: use read_jsonl or read_envelopes")
+
+    def read_envelopes(self) -> list[bus.Envelope]:
+        """A bus sink's messages, in stream order."""
+        if self.kind not in BUS_SINKS:
+            raise ValueError(f"{self.kind}: not a bus sink")
+        return bus.read(self.kind, self.stream)
 
     def read_jsonl(self) -> tuple[list[dict[str, Any]], int]:
         """The JSON lines sink's objects and how many lines were torn (not one whole JSON object)."""
@@ -194,6 +208,8 @@ class Sink:
     def drop(self) -> None:
         if self.schema is not None:
             pg_execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        if self.stream:
+            bus.drop(self.kind, self.stream)
 
 
 def new_sink(
@@ -224,4 +240,7 @@ def new_sink(
         pg_execute(f'CREATE SCHEMA "{schema}"')
         mode = "&mode=history" if kind == "pghistory" else ""
         return Sink(kind, f"{pg_url(proxy_port)}?table={schema}.t{mode}", schema=schema)
+    if kind in BUS_SINKS:
+        stream, url = bus.new_stream(kind)
+        return Sink(kind, url, stream=stream)
     raise ValueError(kind)

@@ -20,6 +20,9 @@ SINKS = (
     "icehistory",  # iceberg://...?mode=history
     "pghistory",  # postgresql://...&mode=history
     "icemirror+s3",
+    "nats",  # nats://...?stream=...: a JetStream stream of Debezium envelopes
+    "redis",  # redis-stream://...: a Redis stream, one envelope per entry
+    "rabbitmq",  # rabbitmq-stream://...: a RabbitMQ stream, one envelope per message
 )
 FAULTS = (
     "sigkill",
@@ -59,6 +62,10 @@ KEYED_FAULTS = ("keyed-kill", "keyed-term")  # a signal at an observed moment (b
 # 1-3 faults among them (bench/chaos/replicas_trial.py); sinks one per table, each a folder or a schema
 REPLICAS = (2, 3, 4)
 REPLICA_SINKS = ("parquet", "pgmirror", "pghistory")
+# the bus sinks (nats, redis, rabbitmq; bench/chaos/bus.py): a stream on a server, one per trial, so
+# none of the sink-side faults above (no local folder to fill, no second sink of the kind beside it
+# for reset-sink, no S3, no Iceberg target for a second writer); the run's and the store's faults,
+# the keyed moments and reset --to apply
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from bench.chaos.places import HISTORIES, Sink
+from bench.chaos.bus import Envelope
+from bench.chaos.places import BUS_SINKS, HISTORIES, Sink
 
 Row = tuple[Any, ...]
 Change = tuple[str, int, Row]  # ("I" | "D", commit snapshot id, data row)
@@ -160,6 +161,30 @@ def jsonl_changes(objects: list[dict[str, Any]], columns: list[str]) -> Counter[
     return out
 
 
+def envelope_changes(envelopes: list[Envelope], columns: list[str]) -> tuple[Counter[Change], int]:
+    """A bus sink's Debezium envelopes as changes (`c`/`r`: an INSERT of `after`, `d`: a DELETE of
+    `before`, `u`: both, at the envelope's `source.snapshot_id`), and how many messages are not
+    such an envelope or name another snapshot in their metadata than in the envelope (counted as torn)."""
+    out: Counter[Change] = Counter()
+    bad = 0
+    sides = {"c": ("after",), "r": ("after",), "d": ("before",), "u": ("before", "after")}
+    for e in envelopes:
+        value = e.envelope or {}
+        source, op = value.get("source"), value.get("op")
+        snap = source.get("snapshot_id") if isinstance(source, dict) else None
+        rows: list[tuple[str, dict[str, Any]]] = []
+        for side in sides.get(op, ()) if isinstance(op, str) else ():
+            row = value.get(side)
+            if isinstance(row, dict):
+                rows.append((side, row))
+        if not rows or len(rows) != len(sides[str(op)]) or not isinstance(snap, int) or str(snap) != e.snapshot_id:
+            bad += 1
+            continue
+        for side, row in rows:
+            out[("I" if side == "after" else "D", snap, tuple(row.get(c) for c in columns))] += 1
+    return out, bad
+
+
 def compare(expected: Counter[Any], got: Counter[Any], *, torn: int = 0) -> Verdict:
     lost = expected - got
     extra = got - expected
@@ -197,6 +222,9 @@ def verify(
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
+    if sink.kind in BUS_SINKS:
+        got, bad = envelope_changes(sink.read_envelopes(), columns)
+        return compare(expected, got, torn=bad)
     return compare(expected, delivered_changes(own_rows(sink.read()), columns))
 
 
@@ -205,6 +233,8 @@ def sink_changes(sink: Sink, columns: list[str]) -> tuple[Counter[Change], int]:
     if sink.kind == "jsonl":
         objects, torn = sink.read_jsonl()
         return jsonl_changes(objects, columns), torn
+    if sink.kind in BUS_SINKS:
+        return envelope_changes(sink.read_envelopes(), columns)
     return delivered_changes(own_rows(sink.read()), columns), 0
 
 
