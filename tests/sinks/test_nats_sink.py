@@ -359,10 +359,10 @@ class _StreamWatch:
     kinds: a message lands as its publish is stored), `read` returns their ids and envelopes."""
 
     def __init__(self, stream: str) -> None:
-        from icetail.sinks.nats.sink import _Loop
+        from icetail.sinks.bus.loop import AsyncLoop
 
         self.stream = stream
-        self._loop = _Loop()
+        self._loop = AsyncLoop("icetail-nats-test")
         self._nc: Any = self._loop.run(self._connect(), 10)
 
     async def _connect(self) -> Any:

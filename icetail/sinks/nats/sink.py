@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from icetail.kernel.errors import (
     ConfigError,
@@ -52,6 +50,8 @@ from icetail.kernel.errors import (
 )
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.bus.loop import AsyncLoop
+from icetail.sinks.bus.records import record_key_values
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from icetail.sinks.nats.url import NatsTarget
 
@@ -112,7 +112,7 @@ def messages(key: ChunkKey, records: pa.Table, prefix: str, key_columns: Sequenc
     tables = source.field("table").to_pylist()
     snapshots = source.field("snapshot_id").to_pylist()
     ordinals = source.field("change_ordinal").to_pylist()
-    keys = _key_values(records, key_columns) if key_columns else None
+    keys = record_key_values(records, key_columns, "NATS sink") if key_columns else None
     subjects: dict[tuple[str, str], str] = {}
     out = []
     for i, payload in enumerate(payloads):
@@ -141,21 +141,6 @@ def _key_text(value: Any) -> str:
     return "null" if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def _key_values(records: pa.Table, columns: Sequence[str]) -> list[list[Any]]:
-    """Each record's key values: of `after`, or of `before` for a delete."""
-    after = records.column("after").combine_chunks()
-    before = records.column("before").combine_chunks()
-    names = {f.name for f in after.type}
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise SinkRejectedError(
-            f"NATS sink: key column(s) {', '.join(missing)} not in the table's columns ({', '.join(sorted(names))}); "
-            "fix key= in the sink URL"
-        )
-    has_after = after.is_valid()
-    values = [pc.if_else(has_after, after.field(c), before.field(c)).to_pylist() for c in columns]
-    return [list(v) for v in zip(*values, strict=True)]
-
 
 def covers(pattern: str, prefix: str) -> bool:
     """Whether a stream subject `pattern` takes every subject `prefix.<one or more tokens>`."""
@@ -169,32 +154,9 @@ def covers(pattern: str, prefix: str) -> bool:
     return False
 
 
-class _Loop:
-    """An asyncio loop on a thread of its own: nats-py is asyncio, the sink's callers are not."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="icetail-nats", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, _T], timeout: float) -> _T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise
-
-    def stop(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
-        if not self.loop.is_running():
-            self.loop.close()
-
 
 class _Connection:
-    """One connection to the server and its stream, as checked at open (async; runs on _Loop)."""
+    """One connection to the server and its stream, as checked at open (async; runs on AsyncLoop)."""
 
     def __init__(self, target: NatsTarget) -> None:
         self.target = target
@@ -372,7 +334,7 @@ class NatsSink:
         self.target = target
         self.consumer = check_consumer_id(consumer)
         self.duplicates = 0  # messages the stream already held (replays)
-        self._loop = _Loop()
+        self._loop = AsyncLoop("icetail-nats")
         self._connection: _Connection | None = None
         self._closed = False
         try:
@@ -451,7 +413,7 @@ class NatsSink:
 
 def check_reachable(target: NatsTarget) -> None:
     """Reach the server and the stream without changing anything (a missing stream passes with create=true)."""
-    loop = _Loop()
+    loop = AsyncLoop("icetail-nats")
     connection = _Connection(target)
     try:
         loop.run(connection.connect(), CONNECT_TIMEOUT_SECONDS * 3)

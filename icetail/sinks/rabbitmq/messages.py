@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from icetail.kernel.errors import SinkRejectedError
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.bus.records import record_key_values
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from icetail.sinks.nats.sink import message_id as record_message_id
 from icetail.sinks.rabbitmq.ids import first_publishing_id
@@ -56,7 +54,7 @@ def stream_messages(key: ChunkKey, records: pa.Table, key_columns: Sequence[str]
     tables = source.field("table").to_pylist()
     snapshots = source.field("snapshot_id").to_pylist()
     ordinals = source.field("change_ordinal").to_pylist()
-    keys = _key_values(records, key_columns) if key_columns else None
+    keys = record_key_values(records, key_columns, "RabbitMQ stream sink") if key_columns else None
     out = []
     for i, payload in enumerate(payloads):
         table = f"{dbs[i]}.{tables[i]}" if dbs[i] else tables[i]
@@ -77,19 +75,3 @@ def stream_messages(key: ChunkKey, records: pa.Table, key_columns: Sequence[str]
         )
         out.append(StreamMessage(first_id + i, bytes(message), message_id))
     return out
-
-
-def _key_values(records: pa.Table, columns: Sequence[str]) -> list[list[Any]]:
-    """Each record's key values: of `after`, or of `before` for a delete."""
-    after = records.column("after").combine_chunks()
-    before = records.column("before").combine_chunks()
-    names = {f.name for f in after.type}
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise SinkRejectedError(
-            f"RabbitMQ stream sink: key column(s) {', '.join(missing)} not in the table's columns "
-            f"({', '.join(sorted(names))}); fix key= in the sink URL"
-        )
-    has_after = after.is_valid()
-    values = [pc.if_else(has_after, after.field(c), before.field(c)).to_pylist() for c in columns]
-    return [list(v) for v in zip(*values, strict=True)]

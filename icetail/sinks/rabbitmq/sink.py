@@ -23,6 +23,7 @@ import pyarrow as pa
 from icetail.kernel.errors import ConfigError, IcetailError, SinkError, SinkRejectedError
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.bus.loop import AsyncLoop
 from icetail.sinks.rabbitmq.connection import (
     CONNECT_TIMEOUT_SECONDS,
     MESSAGE_OVERHEAD,
@@ -32,7 +33,6 @@ from icetail.sinks.rabbitmq.connection import (
     StreamMissingError,
 )
 from icetail.sinks.rabbitmq.ids import producer_name
-from icetail.sinks.rabbitmq.loop import AsyncLoop
 from icetail.sinks.rabbitmq.messages import stream_messages
 from icetail.sinks.rabbitmq.url import RabbitStreamTarget
 

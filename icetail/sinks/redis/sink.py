@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from icetail.kernel.errors import (
     ConfigError,
@@ -39,6 +38,7 @@ from icetail.kernel.errors import (
 )
 from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.bus.records import record_key_values
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from icetail.sinks.redis.script import APPEND, marks_key
 from icetail.sinks.redis.url import RedisTarget
@@ -88,7 +88,7 @@ def entries(key: ChunkKey, records: pa.Table, key_columns: Sequence[str] = ()) -
     tables = source.field("table").to_pylist()
     snapshots = source.field("snapshot_id").to_pylist()
     ordinals = source.field("change_ordinal").to_pylist()
-    keys = _key_values(records, key_columns) if key_columns else None
+    keys = record_key_values(records, key_columns, "Redis sink") if key_columns else None
     place = f"{key.split_index}:{key.row_start_inclusive}"
     out = []
     for i, payload in enumerate(payloads):
@@ -106,21 +106,6 @@ def entries(key: ChunkKey, records: pa.Table, key_columns: Sequence[str] = ()) -
         out.append(Entry(position, tuple(fields)))
     return out
 
-
-def _key_values(records: pa.Table, columns: Sequence[str]) -> list[list[Any]]:
-    """Each record's key values: of `after`, or of `before` for a delete."""
-    after = records.column("after").combine_chunks()
-    before = records.column("before").combine_chunks()
-    names = {f.name for f in after.type}
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise SinkRejectedError(
-            f"Redis sink: key column(s) {', '.join(missing)} not in the table's columns ({', '.join(sorted(names))}); "
-            "fix key= in the sink URL"
-        )
-    has_after = after.is_valid()
-    values = [pc.if_else(has_after, after.field(c), before.field(c)).to_pylist() for c in columns]
-    return [list(v) for v in zip(*values, strict=True)]
 
 
 def pieces(batch: Sequence[Entry]) -> Iterator[Sequence[Entry]]:

@@ -1,4 +1,5 @@
-"""An asyncio loop on a thread of its own: rstream is asyncio, the sink's callers are not."""
+"""An asyncio loop on a thread of its own: the bus clients (nats-py, rstream) are asyncio, the
+sinks' callers are not."""
 
 from __future__ import annotations
 
