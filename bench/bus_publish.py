@@ -346,7 +346,10 @@ class Rabbit:
                                 done.set_result(None)
 
                         for start in range(0, len(batch), MAX_MESSAGES_PER_FRAME):
-                            piece = [RawMessage(data, publishing_id=pid) for pid, data in batch[start : start + MAX_MESSAGES_PER_FRAME]]
+                            piece = [
+                                RawMessage(data, publishing_id=pid)
+                                for pid, data in batch[start : start + MAX_MESSAGES_PER_FRAME]
+                            ]
                             await producer.send_batch(stream, piece, publisher_name=name, on_publish_confirm=on_confirm)
                         await asyncio.wait_for(confirmed, 120)
                     return time.perf_counter() - started, time.process_time() - cpu

@@ -201,6 +201,30 @@ def test_parsing_imports_no_driver() -> None:
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_the_messages_are_encoded_as_rstream_encodes_them() -> None:
+    """The sink's own AMQP 1.0 encoding equals rstream's `bytes(AMQPMessage(...))` byte for byte, across
+    each length's small and large form (255/256 octets), non-ASCII text and many properties."""
+    rstream = pytest.importorskip("rstream")
+    from icetail.sinks.rabbitmq.messages import CONTENT_TYPE, amqp_message
+
+    rng = random.Random(46)
+
+    def text(n: int) -> str:
+        return "".join(rng.choice('aé€x{}"') for _ in range(n))
+
+    for _ in range(2000):
+        body = text(rng.choice([0, 1, 10, 200, 255, 256, 5000])).encode()
+        message_id, subject = text(rng.choice([1, 85, 86, 255, 256, 400])), text(rng.choice([1, 100, 300]))
+        pairs = rng.choice([1, 4, 5, 130])
+        properties = {text(rng.choice([1, 10, 300])): text(rng.choice([0, 1, 100, 300])) for _ in range(pairs)}
+        expected = rstream.AMQPMessage(
+            body=body,
+            properties=rstream.Properties(message_id=message_id, subject=subject, content_type=CONTENT_TYPE),
+            application_properties=properties,
+        )
+        assert amqp_message(body, message_id, subject, properties) == bytes(expected)
+
+
 # against the broker -----------------------------------------------------------------------
 
 
