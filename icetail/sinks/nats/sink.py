@@ -82,7 +82,8 @@ class Message:
     @property
     def size(self) -> int:
         """What counts against max_payload: the payload and the header block (NATS/1.0 line, `K: V` lines)."""
-        return len(self.payload) + 12 + sum(len(k) + len(v) + 4 for k, v in self.headers.items()) + 2
+        headers = self.headers  # sum(len(k) + len(v) + 4 for each header), without a generator: one per message
+        return len(self.payload) + 14 + sum(map(len, headers)) + sum(map(len, headers.values())) + 4 * len(headers)
 
 
 def subject_token(text: str) -> str:
