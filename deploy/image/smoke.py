@@ -12,7 +12,9 @@
    image's HEALTHCHECK passes, and `podman stop` (SIGTERM to PID 1) ends it with exit 0 within
    its shutdown timeout. Its JVM maps the class cache the image's build wrote; the time to
    /readyz 200 is printed.
-5. `run` once into a parquet sink (the `spark-submit`-style job, as uid 10001, read-only root).
+5. `run` once into a parquet sink (the `spark-submit`-style job, as uid 10001, read-only root),
+   and once into NATS JetStream on the host (the bus sinks' clients are in the image; NATS on
+   127.0.0.1:4222, as on the CI machine): each change one message on the stream.
 6. Two `serve` containers on one configuration (two tables, a PostgreSQL store): one is SIGKILLed
    and the other takes its tables over and delivers the rows appended since, each row once.
 
@@ -395,6 +397,53 @@ def check_run(workdir: Path) -> None:
     print("    " + (done.stderr.strip().splitlines() or ["(no output)"])[-1][:160])
 
 
+@step("run into NATS JetStream on the host: the bus sinks' clients are in the image")
+def check_run_into_nats(workdir: Path) -> None:
+    data = workdir / "run-nats"
+    data.mkdir()
+    env = make_tables(data)
+    chown_tree(data)
+    stream = "ICETAIL_SMOKE_" + uuid.uuid4().hex[:8].upper()
+    flags = locked_down(workdir / "run-nats-state")
+    env_flags = [a for k, v in env.items() for a in ("--env", f"{k}={v}")]
+    try:
+        done = podman(
+            "run", "--rm", *flags, *env_flags, "--volume", f"{data}:{data}", IMAGE,
+            "run", "--catalog", "smoke", "--table", "shop.orders", "--state", "sqlite:////var/lib/icetail/state.db",
+            "--sink", f"nats://127.0.0.1:4222/smoke?stream={stream}&create=true",
+            timeout=600,
+        )  # fmt: skip
+        assert nats_messages(stream) == 3, done.stderr[-2000:]
+    finally:
+        nats_messages(stream, delete=True)
+    print("    " + (done.stderr.strip().splitlines() or ["(no output)"])[-1][:160])
+    podman("run", "--rm", *limit_flags(), "--entrypoint", "python", IMAGE, "-c", "import nats, redis, rstream")
+
+
+def nats_messages(stream: str, *, delete: bool = False) -> int:
+    """Messages on a JetStream stream of the host's NATS (0 when it does not exist); `delete`: remove it."""
+    import asyncio
+
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def ask() -> int:
+        connection = await nats.connect("nats://127.0.0.1:4222", connect_timeout=5)
+        try:
+            js = connection.jetstream()
+            try:
+                count = int((await js.stream_info(stream)).state.messages)
+            except NotFoundError:
+                return 0
+            if delete:
+                await js.delete_stream(stream)
+            return count
+        finally:
+            await connection.close()
+
+    return asyncio.run(ask())
+
+
 @step("two serve replicas on one configuration: one SIGKILLed, its tables taken over, each row once")
 def check_replicas(workdir: Path) -> None:
     data = workdir / "replicas"
@@ -499,6 +548,7 @@ def main() -> int:
         check_version_and_demo(workdir)
         check_serve(workdir)
         check_run(workdir)
+        check_run_into_nats(workdir)
         check_replicas(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

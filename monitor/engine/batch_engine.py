@@ -51,6 +51,11 @@ class BatchEngines:
         """`max_bytes` None: ICETAIL_LOCAL_MAX_BYTES, else the default; ConfigError for a bad one."""
         return cls(engine, local_max_bytes(max_bytes), spark_given)
 
+    @property
+    def estimate_is_spark(self) -> bool:
+        """Whether even an empty batch would read on Spark (a bound of 0, SPARK_REMOTE)."""
+        return not choose_engine(self.engine, 0, self.max_bytes, spark_given=self.spark_given).local
+
     def estimate(self, table: Table, snapshot_ids: Iterable[int]) -> EngineChoice:
         """From the snapshots' summaries alone (before planning): whether Spark should start now."""
         return choose_engine(
@@ -84,6 +89,15 @@ class BatchEngines:
         if has_partitions(splits, shape):
             return EngineChoice(SPARK, "written ahead with reconcile partitions (Spark tasks)")
         return self.for_plan(splits, net=shape.net)
+
+
+def always_on_spark(engine: str, max_bytes: int | None) -> bool:
+    """Whether every batch of a consumer with these settings reads on Spark (`spark`, or `auto` with a
+    bound of 0 or a Spark Connect server): `serve` then starts its session at once and is ready once
+    it is up, as before batches could read in process."""
+    if engine == SPARK:
+        return True
+    return engine == AUTO and BatchEngines.of(engine, max_bytes, spark_given=False).estimate_is_spark
 
 
 def held_bytes(splits: Sequence[ChangeSplit], *, net: bool) -> int:

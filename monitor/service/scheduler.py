@@ -25,8 +25,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from icetail.kernel.errors import ConfigError, IcetailError, StateBusyError, TerminalError, message_line
+from icetail.monitor.engine.batch_engine import always_on_spark
 from icetail.monitor.engine.config import PipelineConfig
-from icetail.monitor.engine.engine_choice import SPARK
 from icetail.monitor.engine.pipeline import BatchOutcome, Pipeline
 from icetail.monitor.service.assignment import Assignment, beat_seconds
 from icetail.monitor.service.config import ServiceConfig
@@ -164,7 +164,7 @@ class Service(ReplicaJobs):
                 idle_stop_seconds=self.config.spark_idle_stop_seconds,
                 on_change=self.metrics.spark_session_changed,
             )
-            self._eager_spark = all(p.engine == SPARK for p in self.config.templates)
+            self._eager_spark = all(always_on_spark(p.engine, p.local_max_bytes) for p in self.config.templates)
         self.assignment.start(self._keep_leases)  # a store that refuses this replica: exit 2, before anything starts
         host, wanted = self.config.metrics_host, self.config.metrics_port
         try:

@@ -321,8 +321,8 @@ def test_dockerfile_matches_the_deployment(objects: dict[tuple[str, str], dict[s
 
 
 def test_the_image_lock_pins_every_runtime_dependency_within_pyproject() -> None:
-    """requirements-image.txt pins (==) every dependency of pyproject and of its postgres extra (the
-    image serves PostgreSQL state stores), each to a version pyproject accepts."""
+    """requirements-image.txt pins (==) every dependency of pyproject, of its postgres extra (the
+    image serves PostgreSQL state stores) and of the bus sinks' extras, each to a version pyproject accepts."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -334,7 +334,9 @@ def test_the_image_lock_pins_every_runtime_dependency_within_pyproject() -> None
             name, _, version = line.partition("==")
             assert version, f"{line!r} is not pinned with =="
             pins[canonicalize_name(name)] = version
-    for raw in project["dependencies"] + project["optional-dependencies"]["postgres"]:
+    extras = project["optional-dependencies"]
+    # the bus sinks' clients too: users run the image, and a sink URL must not need a pip install there
+    for raw in project["dependencies"] + extras["postgres"] + extras["nats"] + extras["redis"] + extras["rabbitmq"]:
         requirement = Requirement(raw)
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{requirement.name} is not in requirements-image.txt"

@@ -72,3 +72,24 @@ def test_in_process_rows_and_errors_are_spark_s(small_table: SmallTable, spark: 
             read_changes(table, engine=engine)
         messages.append(str(raised.value))
     assert messages[0] == messages[1] and "is missing" in messages[0], messages
+
+
+@pytest.mark.parametrize(
+    ("engine", "max_bytes", "remote", "expected"),
+    [
+        ("spark", None, "", True),
+        ("auto", 0, "", True),  # a bound of 0: every batch on Spark
+        ("auto", None, "sc://server", True),  # Spark Connect reads every batch
+        ("auto", None, "", False),
+        ("auto", 1, "", False),
+        ("local", 0, "", False),
+    ],
+)
+def test_serve_starts_spark_at_once_only_when_every_batch_reads_there(
+    monkeypatch: pytest.MonkeyPatch, engine: str, max_bytes: int | None, remote: str, expected: bool
+) -> None:
+    from icetail.monitor.engine.batch_engine import always_on_spark
+
+    monkeypatch.setenv("SPARK_REMOTE", remote)
+    monkeypatch.delenv("ICETAIL_LOCAL_MAX_BYTES", raising=False)
+    assert always_on_spark(engine, max_bytes) is expected
