@@ -29,7 +29,8 @@ from icetail.state.checkpoint import BatchShape, Checkpoint, Cursor, InflightBat
 
 class NextBatch:
     """Plans `config`'s consumer's batches; `session` is started as soon as a batch is known to exist
-    and its snapshots' summaries say it is too big for this process (`engines`).
+    and its snapshots' summaries say it is too big for this process (`engines`, the consumer's
+    engine setting, decides each batch's engine).
 
     Holds the planner (its manifest cache lives across batches) and whether the next batch is a
     full read (--start full, or a lost cursor recovered by a full read).
@@ -41,7 +42,6 @@ class NextBatch:
         stores: StoreHandle,
         owner: str,
         session: PipelineSession,
-        engines: BatchEngines,
         *,
         share_cache: bool,
     ) -> None:
@@ -50,7 +50,8 @@ class NextBatch:
         self._stores = stores
         self._owner = owner
         self._session = session
-        self._engines = engines
+        # which engine reads each batch (batch_engine.py): a given session or spark-submit means Spark
+        self.engines = BatchEngines.of(config.engine, config.local_max_bytes, spark_given=session.spark_given)
         # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
         self._share_manifest_cache = share_cache
         self._planner: Planner | None = None
@@ -94,7 +95,7 @@ class NextBatch:
             if action == DIFF and problem.current_snapshot_id is not None and problem.cursor_snapshot_id is not None:
                 # repair: the net change from the (kept) cursor snapshot to the current one, one batch;
                 # its size is known only once planned
-                self._start_spark_if(not self._engines.of_full(table, problem.current_snapshot_id).local)
+                self._start_spark_if(not self.engines.of_full(table, problem.current_snapshot_id).local)
                 return self._planner.plan_direct(
                     problem.cursor_snapshot_id, problem.current_snapshot_id, ordinal_base=self._next_ordinal(cursor)
                 )
@@ -107,7 +108,7 @@ class NextBatch:
         base = self._next_ordinal(cursor) if problem is None else 0
         full = self._full_next or full
         if cursor.snapshot_id is None and full:
-            self._start_spark_if(not self._engines.of_full(table, current).local)
+            self._start_spark_if(not self.engines.of_full(table, current).local)
             self._full_next = False
             plan = self._planner.plan_full(current, ordinal_base=base)
             # the batch starts where the stored cursor is (CAS), even when that snapshot is gone
@@ -118,7 +119,7 @@ class NextBatch:
             chain = chain[: config.max_snapshots_per_batch]
         to_snapshot = chain[-1].snapshot_id
         # a batch its summaries say is big: the JVM starts while it is planned and begun
-        self._start_spark_if(not self._engines.estimate(table, [s.snapshot_id for s in chain]).local)
+        self._start_spark_if(not self.engines.estimate(table, [s.snapshot_id for s in chain]).local)
         plan = self._planner.plan(cursor.snapshot_id, to_snapshot, ordinal_base=base)
         if problem is not None:
             # the recovered cursor is stored only by the batch written ahead from the stored one (CAS):

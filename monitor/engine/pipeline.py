@@ -25,12 +25,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError, RefNotFoundError
-from icetail.monitor.engine.batch_engine import BatchEngines
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.config import PipelineConfig
 from icetail.monitor.engine.cursor_tag import check_can_tag, keep_cursor_tag
 from icetail.monitor.engine.delivery.choice import ChosenDelivery, choose_delivery
 from icetail.monitor.engine.delivery.context import DeliveryContext, Tally, batch_schema_id
+from icetail.monitor.engine.engine_choice import EngineChoice
 from icetail.monitor.engine.lease import ConsumerLease, run_owner
 from icetail.monitor.engine.next_batch import NextBatch
 from icetail.monitor.engine.opening import (
@@ -90,8 +90,6 @@ class Pipeline:
         self._sink_duplicates_seen = 0  # the sink's `duplicates` as last reported in a BatchOutcome
         # a SparkSession, a BackgroundSession still starting, serve's SparkOnDemand, or None: our own
         self._session = PipelineSession(spark)
-        # which engine reads each batch (batch_engine.py): a given session or spark-submit means Spark
-        self._engines = BatchEngines.of(config.engine, config.local_max_bytes, spark_given=self._session.spark_given)
         self._stop = stop_event or threading.Event()
         self._on_batch = on_batch
         self._on_chunk = on_chunk
@@ -101,9 +99,7 @@ class Pipeline:
         self._owner = owner or run_owner()
         self._lease = ConsumerLease(self._stores, self.consumer, self._owner, config.lease_ttl_seconds)
         # serve's pipelines plan from one process-wide manifest cache (its bound is the process's)
-        self._next = NextBatch(
-            config, self._stores, self._owner, self._session, self._engines, share_cache=share_manifest_cache
-        )
+        self._next = NextBatch(config, self._stores, self._owner, self._session, share_cache=share_manifest_cache)
         self._created = False  # this run created the consumer and has not begun a batch yet
         self._sink_key: tuple[str, ...] | None = None  # a mirror's key (KeyedSink), bound at open
         # opened once and reused: opening a catalog costs more than loading a table (a SQL catalog:
@@ -301,14 +297,13 @@ class Pipeline:
         resumed = checkpoint.inflight is not None
         planning_seconds = 0.0
         if checkpoint.inflight is not None:
-            written = checkpoint.inflight.batch
-            engine = self._engines.for_resumed(written.splits, written.shape)
+            engine = self._next.engines.for_resumed(checkpoint.inflight.batch.splits, checkpoint.inflight.batch.shape)
         else:
             plan = self._next.plan(table, checkpoint)
             planning_seconds = time.monotonic() - started
             if plan is None:
                 return None
-            engine = self._engines.for_plan(plan.splits, net=self.config.net)
+            engine = self._next.engines.for_plan(plan.splits, net=self.config.net)
             ahead = self._next.to_write_ahead(table, checkpoint, plan, local=engine.local)
             self._lease.check_before("batch's write-ahead")
             self._store.begin_batch(self.consumer, ahead, owner=self._owner)
@@ -323,9 +318,7 @@ class Pipeline:
         # a batch that may use Spark (its reads, or a sink's Spark tasks) keeps a shared session up
         with self._session.held(not engine.local or isinstance(self.sink, SparkTaskSink)):
             completed = self._delivery().deliver(table, inflight, tally, engine)
-        if engine.local and tally.bytes_read >= RELEASE_AFTER_BYTES:
-            # a big batch read here leaves its peak in Arrow's pool; a long-lived `serve` hands it back
-            pa.default_memory_pool().release_unused()
+        _hand_back_memory(engine, tally)
         if completed:
             self._lease.check_before("batch's commit")
             self._store.finish_batch(self.consumer, inflight.batch.batch_id, owner=self._owner)
@@ -366,3 +359,9 @@ class Pipeline:
 
     def _renew_lease_if_due(self) -> None:
         self._lease.renew_if_due()
+
+
+def _hand_back_memory(engine: EngineChoice, tally: Tally) -> None:
+    """A big batch read in this process leaves its peak in Arrow's pool; a long-lived `serve` hands it back."""
+    if engine.local and tally.bytes_read >= RELEASE_AFTER_BYTES:
+        pa.default_memory_pool().release_unused()

@@ -56,6 +56,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from icetail.kernel.model import ChangeType
 from icetail.monitor.planning.summary_rules import RULES
+from icetail.monitor.service.engine_metrics import EngineMetrics
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",
@@ -69,7 +70,6 @@ __all__ = [
 
 CONSUMER_LABELS = ("table", "consumer")
 HANDOVER_CAUSES = ("joined", "left", "expired", "stopped")
-ENGINE_LABELS = ("local", "spark")  # where a batch was read (icetail_batches_total)
 CURSOR_CONDITIONS = ("cursor_expired", "chain_expired", "not_descendant")  # lineage.CursorCondition values
 
 # A batch runs from well under a second (one small commit) to an hour (a backfill).
@@ -219,9 +219,7 @@ class Metrics:
     replicas_alive: Gauge
     consumer_owned: Gauge
     handovers: Counter
-    batches: Counter
-    spark_session_up: Gauge
-    spark_session_starts: Counter
+    engines: EngineMetrics  # batches by engine, the Spark session's life (engine_metrics.py)
 
     @classmethod
     def create(
@@ -357,34 +355,13 @@ class Metrics:
                 "Consumers handed over between replicas, by cause (joined, left, expired, stopped).",
                 ("cause",),
             ),
-            batches=counter(
-                "icetail_batches",
-                "Batches delivered (or interrupted), by the engine that read them: local (this process) or spark.",
-                ("engine",),
-            ),
-            spark_session_up=Gauge(
-                "icetail_spark_session_up",
-                "1 while this process's Spark session is up or starting (a batch on Spark started it; it "
-                "stops after --spark-idle-stop with none), 0 otherwise.",
-                registry=reg,
-            ),
-            spark_session_starts=Counter(
-                "icetail_spark_session_starts",
-                "Spark sessions this process started (each costs a JVM's start).",
-                registry=reg,
-            ),
+            engines=EngineMetrics.create(reg, labels),
         )
         metrics.replicas_alive.set(1)
         metrics.manifest_cache_entries.set_function(_manifest_cache_weight)
         metrics.build_info.info(dict(build_versions() if versions is None else versions))
         ProcessCollector(registry=reg)  # process_* series; reads /proc, so Linux only (empty elsewhere)
         return metrics
-
-    def spark_session_changed(self, up: bool, started: bool) -> None:
-        """This process's Spark session started (`started`) or stopped (SparkOnDemand's hook)."""
-        self.spark_session_up.set(1 if up else 0)
-        if started:
-            self.spark_session_starts.inc()
 
     def register_consumer(self, table: str, consumer: str) -> None:
         """Create a consumer's series at zero so rates and alerts see it before its first batch.
@@ -411,8 +388,7 @@ class Metrics:
             self.failures.labels(table, consumer, stage.value)
         for cause in HANDOVER_CAUSES:
             self.handovers.labels(table, consumer, cause)
-        for engine in ENGINE_LABELS:
-            self.batches.labels(table, consumer, engine)
+        self.engines.register_consumer(table, consumer)
         for rule in RULES:
             self.snapshot_checks.labels(table, consumer, rule)
             self.snapshot_check_mismatches.labels(table, consumer, rule)
@@ -443,7 +419,7 @@ class Metrics:
         self.splits_committed.labels(t, c).inc(report.splits)
         self.chunks_committed.labels(t, c).inc(report.chunks)
         self.sink_duplicate_keys.labels(t, c).inc(report.sink_duplicate_keys)
-        self.batches.labels(t, c, report.engine).inc()
+        self.engines.record_batch(t, c, report.engine)
         if report.collapsed and report.snapshots:
             self.collapsed_batches.labels(t, c).inc()
         self.planning_duration.labels(t, c).observe(report.planning_seconds)

@@ -162,7 +162,7 @@ class Service(ReplicaJobs):
                 "icetail-serve",
                 conf,
                 idle_stop_seconds=self.config.spark_idle_stop_seconds,
-                on_change=self.metrics.spark_session_changed,
+                on_change=self.metrics.engines.spark_session_changed,
             )
             self._eager_spark = all(always_on_spark(p.engine, p.local_max_bytes) for p in self.config.templates)
         self.assignment.start(self._keep_leases)  # a store that refuses this replica: exit 2, before anything starts
@@ -214,15 +214,8 @@ class Service(ReplicaJobs):
         self._stop.set()
 
     def _can_deliver(self) -> bool:
-        """Whether this replica can deliver (it registers only then): at once when its batches read in
-        this process and start Spark on need; once the session is warm when every batch reads on
-        Spark (`--engine spark`, or a session given)."""
-        session = self._spark
-        if session is None:
-            return False
-        if isinstance(session, SparkOnDemand) and not self._eager_spark:
-            return True
-        return not getattr(session, "warming_up", False)
+        """Whether this replica can deliver (it registers only then): `session_ready`."""
+        return session_ready(self._spark, eager=self._eager_spark)
 
     # the followed tables ---------------------------------------------------------------
     def _follow(self, config: PipelineConfig) -> None:
@@ -374,6 +367,17 @@ class Service(ReplicaJobs):
                 self._setup_error = ending.setup_error
             self._fatal = ending.reason
             self._stop.set()  # no tick starts another cycle before the run loop sees the ending (a busy host)
+
+
+def session_ready(session: Any, *, eager: bool) -> bool:
+    """Whether a replica with this session can deliver: at once when its batches read in this
+    process and start Spark on need; once the session is warm when every batch reads on Spark
+    (`eager`: `--engine spark`, a bound of 0), or with a session given."""
+    if session is None:
+        return False
+    if isinstance(session, SparkOnDemand) and not eager:
+        return True
+    return not getattr(session, "warming_up", False)
 
 
 def staggered_starts(count: int, interval_seconds: float) -> list[datetime.datetime]:
