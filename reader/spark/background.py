@@ -84,17 +84,25 @@ class BackgroundSession:
         A JVM still starting is stopped (SIGTERM to the Spark launcher this session started, never
         to one that ran before it: it runs its shutdown hooks), which ends the start thread within
         a poll of pyspark's launcher and lets it remove its scratch; waited for at most
-        ABANDON_SECONDS. A finished start is closed as `close()` does.
+        ABANDON_SECONDS, and the launcher's exit (its last log lines) as long again. A finished
+        start is closed as `close()` does.
         """
         with self._lock:
             self._closing = True
         deadline = time.monotonic() + ABANDON_SECONDS
+        stopped: set[int] = set()
         while not self._future.done() and time.monotonic() < deadline:
             for pid, command in child_processes().items():
                 if pid not in self._children_before and any(marker in command for marker in SPARK_LAUNCH_MARKERS):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGTERM)
+                    stopped.add(pid)
             self._thread.join(0.05)
+        # a SparkContext cut short logs its error as the JVM shuts down: let it, so that the caller's
+        # own last line (`stopped by SIGTERM`) comes after it, not before (a zombie has no command line)
+        deadline += ABANDON_SECONDS
+        while time.monotonic() < deadline and any(child_processes().get(pid) for pid in stopped):
+            time.sleep(0.05)
         stop_zygotes()  # the worker daemon's zygote, unused (reader/spark/daemon_zygote.py)
         if self._future.done():
             self.close()
