@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import NATS, require
 from icetail.kernel.secrets import redact_text
 from icetail.kernel.url_params import has_control_character, parameter_values
+from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
 
 SCHEME = "nats"
 FORM = "nats://[USER[:PASSWORD]@]HOST[:PORT]/SUBJECT_PREFIX?stream=NAME[&create=true][&key=COL[,COL...]]"
@@ -27,7 +28,6 @@ PARAMETERS = ("stream", "create", "key")
 DEFAULT_PORT = 4222
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")  # a subject token icetail writes: no wildcard, no space, no dot
 _STREAM = re.compile(r"[A-Za-z0-9_-]{1,255}")  # JetStream's names: no ., *, >, spaces or path separators
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 @dataclass(frozen=True)
@@ -54,18 +54,9 @@ class NatsTarget:
 def parse_nats_url(url: str) -> NatsTarget:
     """The target of a NATS sink URL, without touching it; ConfigError (one line, no password) if unusable."""
     text = url.strip()
-    try:
-        parts = urlsplit(text)
-        port = parts.port or DEFAULT_PORT
-    except ValueError as exc:  # a port that is not a number
-        raise _bad(text, f"{exc}") from None
-    if parts.scheme.lower() != SCHEME:
-        raise _bad(text, "the scheme must be nats://")
-    if parts.fragment:
-        raise _bad(text, "it takes no #fragment")
-    host = parts.hostname
-    if not host:
-        raise _bad(text, "it names no server (nats://HOST:PORT/...)")
+    refuse = lambda reason: _bad(text, reason)  # noqa: E731
+    split = split_server_url(text, SCHEME, DEFAULT_PORT, refuse, "it names no server (nats://HOST:PORT/...)")
+    parts, host, port = split.parts, split.host, split.port
     prefix = unquote(parts.path.strip("/"))
     if not prefix:
         raise _bad(text, "it names no subject prefix after the server (nats://HOST:PORT/SUBJECT_PREFIX?stream=NAME)")
@@ -86,7 +77,7 @@ def parse_nats_url(url: str) -> NatsTarget:
     stream = given["stream"]
     if not _STREAM.fullmatch(stream):
         raise _bad(text, f"stream={stream!r} is not a JetStream stream name (letters, digits, _ and -)")
-    create = _flag(text, "create", given.get("create"))
+    create = url_flag("create", given.get("create"), refuse)
     key: tuple[str, ...] = ()
     if "key" in given:
         key = tuple(c.strip() for c in given["key"].split(","))
@@ -96,27 +87,14 @@ def parse_nats_url(url: str) -> NatsTarget:
     netloc = parts.netloc.rsplit("@", 1)
     userinfo = netloc[0] if len(netloc) == 2 else ""
     user = userinfo.split(":", 1)[0]
-    server = f"nats://{userinfo + '@' if userinfo else ''}{_host(host)}:{port}"
+    server = f"nats://{userinfo + '@' if userinfo else ''}{host_text(host)}:{port}"
     query = f"?stream={stream}" + (f"&key={','.join(key)}" if key else "")
     # a user name alone may be a token (nats://TOKEN@HOST): the identity shows no userinfo at all then
     shown_user = f"{user}@" if user and ":" in userinfo else ""
-    identity = f"nats://{shown_user}{_host(host)}:{port}/{prefix}{query}"
+    identity = f"nats://{shown_user}{host_text(host)}:{port}/{prefix}{query}"
     return NatsTarget(server, identity, host, port, prefix, stream, create, key)
 
 
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host  # an IPv6 address
-
-
-def _flag(url: str, name: str, given: str | None) -> bool:
-    if given is None:
-        return False
-    value = given.lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _bad(url, f"{name}={given!r} must be true or false")
 
 
 def shown(url: str) -> str:

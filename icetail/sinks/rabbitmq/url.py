@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import RABBITMQ, require
 from icetail.kernel.secrets import redact_text
 from icetail.kernel.url_params import has_control_character, parameter_values
+from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
 
 SCHEME = "rabbitmq-stream"
 FORM = "rabbitmq-stream://[USER[:PASSWORD]@]HOST[:PORT]/STREAM[?vhost=V][&create=true][&key=COL[,COL...]]"
@@ -26,7 +27,6 @@ PARAMETERS = ("vhost", "create", "key")
 DEFAULT_PORT = 5552
 DEFAULT_USER = DEFAULT_PASSWORD = "guest"  # RabbitMQ's default user (localhost only)
 _STREAM = re.compile(r"[^\s/]{1,255}")  # a queue name: up to 255 bytes; no slash or space in a URL's path
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 @dataclass(frozen=True)
@@ -48,24 +48,15 @@ class RabbitStreamTarget:
 
     @property
     def where(self) -> str:
-        return f"{_host(self.host)}:{self.port}"
+        return f"{host_text(self.host)}:{self.port}"
 
 
 def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
     """The target of a RabbitMQ stream sink URL, untouched; ConfigError (one line, no password) if unusable."""
     text = url.strip()
-    try:
-        parts = urlsplit(text)
-        port = parts.port or DEFAULT_PORT
-    except ValueError as exc:  # a port that is not a number
-        raise _bad(text, f"{exc}") from None
-    if parts.scheme.lower() != SCHEME:
-        raise _bad(text, f"the scheme must be {SCHEME}://")
-    if parts.fragment:
-        raise _bad(text, "it takes no #fragment")
-    host = parts.hostname
-    if not host:
-        raise _bad(text, f"it names no broker ({SCHEME}://HOST:PORT/STREAM)")
+    refuse = lambda reason: _bad(text, reason)  # noqa: E731
+    split = split_server_url(text, SCHEME, DEFAULT_PORT, refuse, f"it names no broker ({SCHEME}://HOST:PORT/STREAM)")
+    parts, host, port = split.parts, split.host, split.port
     stream = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     if not stream:
         raise _bad(text, f"it names no stream after the broker ({SCHEME}://HOST:PORT/STREAM)")
@@ -79,7 +70,7 @@ def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
     vhost = given.get("vhost", "/")
     if not vhost or has_control_character(vhost):
         raise _bad(text, f"vhost={vhost!r} must name a virtual host (the default is /)")
-    create = _flag(text, "create", given.get("create"))
+    create = url_flag("create", given.get("create"), refuse)
     key: tuple[str, ...] = ()
     if "key" in given:
         key = tuple(c.strip() for c in given["key"].split(","))
@@ -93,25 +84,12 @@ def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
     query = "&".join(
         ([f"vhost={quote(vhost, safe='')}"] if vhost != "/" else []) + ([f"key={','.join(key)}"] if key else [])
     )
-    identity = f"{SCHEME}://{quote(user, safe='')}@{_host(host)}:{port}/{quote(stream, safe='')}" + (
+    identity = f"{SCHEME}://{quote(user, safe='')}@{host_text(host)}:{port}/{quote(stream, safe='')}" + (
         f"?{query}" if query else ""
     )
     return RabbitStreamTarget(identity, host, port, vhost, stream, user, password, create, key)
 
 
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host  # an IPv6 address
-
-
-def _flag(url: str, name: str, given: str | None) -> bool:
-    if given is None:
-        return False
-    value = given.lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _bad(url, f"{name}={given!r} must be true or false")
 
 
 def shown(url: str) -> str:

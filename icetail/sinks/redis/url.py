@@ -11,12 +11,13 @@ the URL without it and without `create` (creating is not part of where the chang
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import REDIS, require
 from icetail.kernel.secrets import redact_text
 from icetail.kernel.url_params import has_control_character, parameter_values
+from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
 
 SCHEME = "redis-stream"
 FORM = (
@@ -26,7 +27,6 @@ FORM = (
 PARAMETERS = ("db", "create", "key", "maxlen", "max_message_bytes")
 DEFAULT_PORT = 6379
 MIN_MAXLEN = 1000  # trimming keeps at least this many entries: a reader far behind still finds its place
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 @dataclass(frozen=True)
@@ -50,24 +50,15 @@ class RedisTarget:
 
     @property
     def where(self) -> str:
-        return f"{_host(self.host)}:{self.port}"
+        return f"{host_text(self.host)}:{self.port}"
 
 
 def parse_redis_url(url: str) -> RedisTarget:
     """The target of a Redis stream sink URL, without touching it; ConfigError (one line, no password) if unusable."""
     text = url.strip()
-    try:
-        parts = urlsplit(text)
-        port = parts.port or DEFAULT_PORT
-    except ValueError as exc:  # a port that is not a number
-        raise _bad(text, f"{exc}") from None
-    if parts.scheme.lower() != SCHEME:
-        raise _bad(text, f"the scheme must be {SCHEME}://")
-    if parts.fragment:
-        raise _bad(text, "it takes no #fragment")
-    host = parts.hostname
-    if not host:
-        raise _bad(text, "it names no server (redis-stream://HOST:PORT/KEY)")
+    refuse = lambda reason: _bad(text, reason)  # noqa: E731
+    split = split_server_url(text, SCHEME, DEFAULT_PORT, refuse, "it names no server (redis-stream://HOST:PORT/KEY)")
+    parts, host, port = split.parts, split.host, split.port
     stream = unquote(parts.path.removeprefix("/"))
     if not stream:
         raise _bad(text, "it names no stream key after the server (redis-stream://HOST:PORT/KEY)")
@@ -80,7 +71,7 @@ def parse_redis_url(url: str) -> RedisTarget:
     db = _count(text, "db", given.get("db"), minimum=0) or 0
     maxlen = _count(text, "maxlen", given.get("maxlen"), minimum=MIN_MAXLEN)
     max_bytes = _count(text, "max_message_bytes", given.get("max_message_bytes"), minimum=1)
-    create = _flag(text, "create", given.get("create"))
+    create = url_flag("create", given.get("create"), refuse)
     key: tuple[str, ...] = ()
     if "key" in given:
         key = tuple(c.strip() for c in given["key"].split(","))
@@ -95,12 +86,9 @@ def parse_redis_url(url: str) -> RedisTarget:
     query += [f"max_message_bytes={max_bytes}"] if max_bytes is not None else []
     user = f"{quote(username, safe='')}@" if username else ""
     path = quote(stream, safe=":{}-_.~")
-    identity = f"{SCHEME}://{user}{_host(host)}:{port}/{path}" + ("?" + "&".join(query) if query else "")
+    identity = f"{SCHEME}://{user}{host_text(host)}:{port}/{path}" + ("?" + "&".join(query) if query else "")
     return RedisTarget(identity, host, port, stream, db, username, password, create, key, maxlen, max_bytes)
 
-
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host  # an IPv6 address
 
 
 def _count(url: str, name: str, given: str | None, *, minimum: int) -> int | None:
@@ -110,16 +98,6 @@ def _count(url: str, name: str, given: str | None, *, minimum: int) -> int | Non
         raise _bad(url, f"{name}={given!r} must be a whole number of at least {minimum}")
     return int(given)
 
-
-def _flag(url: str, name: str, given: str | None) -> bool:
-    if given is None:
-        return False
-    value = given.lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _bad(url, f"{name}={given!r} must be true or false")
 
 
 def shown(url: str) -> str:

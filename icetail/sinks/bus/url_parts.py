@@ -1,0 +1,54 @@
+"""What the bus sinks' URLs (`SCHEME://[USER:PASSWORD@]HOST[:PORT]/...`) share: the server part
+checked in one way, the host shown as a URL writes it, a true/false parameter. Imports no driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
+
+from icetail.kernel.errors import ConfigError
+
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+Refusal = Callable[[str], ConfigError]  # the reason -> the sink's one-line ConfigError for its URL
+
+
+@dataclass(frozen=True)
+class ServerUrl:
+    parts: SplitResult
+    host: str
+    port: int
+
+
+def split_server_url(text: str, scheme: str, default_port: int, bad: Refusal, no_host: str) -> ServerUrl:
+    """`text` split, its scheme, fragment and host checked; `no_host`: the reason when it names none."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port or default_port
+    except ValueError as exc:  # a port that is not a number
+        raise bad(f"{exc}") from None
+    if parts.scheme.lower() != scheme:
+        raise bad(f"the scheme must be {scheme}://")
+    if parts.fragment:
+        raise bad("it takes no #fragment")
+    if not parts.hostname:
+        raise bad(no_host)
+    return ServerUrl(parts, parts.hostname, port)
+
+
+def host_text(host: str) -> str:
+    """The host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def url_flag(name: str, given: str | None, bad: Refusal) -> bool:
+    """A true/false query parameter (absent: false)."""
+    if given is None:
+        return False
+    value = given.lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise bad(f"{name}={given!r} must be true or false")
