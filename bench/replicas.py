@@ -2,7 +2,10 @@
 rolling restart, memory per replica (issue 35 s3).
 
     PYTHONPATH=. .venv-spark4/bin/python -m bench.replicas [--tables 30] [--replicas 3] [--ttl 10]
-        [--interval 2]
+        [--interval 2] [--local-max-bytes 0]
+
+The replicas choose each batch's engine as users' do (these one-row batches read in process, no JVM);
+`--local-max-bytes 0` puts every batch on Spark, as the rounds before issue 45 measured.
 
 Builds `--tables` pyiceberg tables (a SQL catalog on SQLite in a temp dir) and starts `--replicas`
 `icetail serve` processes with one configuration (every table in `tables:`, parquet sinks, the
@@ -43,6 +46,7 @@ from typing import TypeVar
 import yaml
 
 from bench.procs import _children, _rss_and_kind
+from icetail.kernel.settings import DEFAULT_LOCAL_MAX_BYTES, LOCAL_MAX_BYTES_ENV
 from icetail.state.store import open_store
 from tests.support.processes import child_env
 from tests.support.serve import CATALOG_NAME, ID_NAME, NAMESPACE, Serve, Warehouse, free_port, id_name_rows
@@ -89,7 +93,7 @@ class Bench:
         port = free_port()
         serve = Serve(
             ["--config", str(self.config), "--metrics-port", str(port)],
-            env=child_env(extra=self.warehouse.env()),
+            env=child_env(extra={**self.warehouse.env(), LOCAL_MAX_BYTES_ENV: str(self.args.local_max_bytes)}),
             cwd=self.root,
             name=name,
             port=port,
@@ -171,6 +175,12 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--ttl", type=float, default=10.0, help="the lease TTL, seconds")
     parser.add_argument("--interval", type=float, default=2.0, help="serve's poll interval, seconds")
+    parser.add_argument(
+        "--local-max-bytes",
+        type=int,
+        default=DEFAULT_LOCAL_MAX_BYTES,
+        help="the replicas' ICETAIL_LOCAL_MAX_BYTES: the default reads these small batches in process, 0 on Spark",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="icetail-replicas-") as tmp:
         bench = Bench(args, Path(tmp))
@@ -184,7 +194,8 @@ def main() -> None:
 
 def run(bench: Bench) -> None:
     args = bench.args
-    print(f"{args.tables} tables, {args.replicas} replicas, lease TTL {args.ttl}s, interval {args.interval}s")
+    engine = "on Spark" if args.local_max_bytes == 0 else f"in process up to {args.local_max_bytes} bytes a batch"
+    print(f"{args.tables} tables, {args.replicas} replicas, lease TTL {args.ttl}s, interval {args.interval}s, {engine}")
     print(f"load at start: {os.getloadavg()}")
     bench.append_all()
     started = time.monotonic()
