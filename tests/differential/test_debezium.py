@@ -5,7 +5,7 @@ re-inserted, a partition move, compaction, INSERT OVERWRITE, equality deletes) i
 `run` into a JSON lines sink with `--format debezium`. Replaying every envelope (c and r add
 `after`, u replaces `before` by `after`, d removes `before`) must give the table's rows as Java
 reads them; every record names its commit's snapshot id and sequence number. A full start
-(`--start full`) into a callback sink gives one `r` record per row.
+(`--start full`) into a callback sink gives one `r` record per row. On Spark and in process.
 """
 
 from __future__ import annotations
@@ -44,20 +44,22 @@ def java_rows(catalog: Any) -> Counter[tuple[Any, ...]]:
     return Counter(zip(*(table.column(c).to_pylist() for c in COLUMNS), strict=True))
 
 
+@pytest.mark.parametrize("engine", ["spark", "local"], ids=["spark", "in-process"])
 def test_envelopes_replay_to_the_source_after_every_run(
-    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
     catalog.set_env(monkeypatch)
+    session = None if engine == "local" else spark  # `--engine local`: no session, read in this process
     create_keyed_table(catalog, MOR, partitioned=False)
     sink = tmp_path / "cdc.jsonl"
     config = PipelineConfig(
         catalog.name, "ns.t", f"sqlite:///{tmp_path}/state.db", f"jsonl://{sink}", consumer="c",
-        output_format="debezium",
+        output_format="debezium", engine=engine,
     )  # fmt: skip
     for statements in keyed_steps(partitioned=False):
         for statement in statements:
             catalog.sql(statement)
-        with Pipeline(config, spark=spark) as pipeline:
+        with Pipeline(config, spark=session) as pipeline:
             pipeline.run()
         records = [json.loads(line) for line in sink.read_text().splitlines()]
         assert replayed(records) == java_rows(catalog)
@@ -76,10 +78,10 @@ def test_envelopes_replay_to_the_source_after_every_run(
     received: list[pa.Table] = []
     full = PipelineConfig(
         catalog.name, "ns.t", f"sqlite:///{tmp_path}/state.db", f"parquet://{tmp_path}/unused", consumer="full",
-        start="full", output_format="debezium",
+        start="full", output_format="debezium", engine=engine,
     )  # fmt: skip
     sink_of_callback = CallbackSink(lambda key, rows: received.append(rows))
-    with Pipeline(full, spark=spark, sink=sink_of_callback) as pipeline:
+    with Pipeline(full, spark=session, sink=sink_of_callback) as pipeline:
         pipeline.run()
     envelopes = pa.concat_tables(received).to_pylist()
     assert {r["op"] for r in envelopes} == {"r"}

@@ -114,11 +114,12 @@ def test_v3_table_without_a_key_is_mirrored_by_row_id(
     assert primary_key == [("_row_id",)]
 
 
+@pytest.mark.parametrize("engine", ["spark", "local"], ids=["spark", "in-process"])
 def test_history_holds_the_source_at_every_snapshot(
-    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str, engine: str
 ) -> None:
     """mode=history: for every snapshot S followed, the versions valid at S are the source's rows at S;
-    an UPDATE that changes nothing makes no version."""
+    an UPDATE that changes nothing makes no version. On Spark and in process."""
     catalog.set_env(monkeypatch)
     props = ", ".join(f"'{k}'='{v}'" for k, v in table_properties(2, MOR).items())
     catalog.sql(
@@ -126,7 +127,7 @@ def test_history_holds_the_source_at_every_snapshot(
         f"TBLPROPERTIES ({props})"
     )
     catalog.sql("ALTER TABLE {cat}.ns.t SET IDENTIFIER FIELDS id")
-    config = _config(catalog, tmp_path, pg_schema, sink_url=mirror_url(pg_schema, extra="&mode=history"))
+    config = _config(catalog, tmp_path, pg_schema, sink_url=mirror_url(pg_schema, extra="&mode=history"), engine=engine)
     steps = [
         ["INSERT INTO {cat}.ns.t VALUES (1L, 0, 'a'), (2L, 1, 'b'), (3L, 0, 'c'), (4L, 1, 'd')"],
         ["UPDATE {cat}.ns.t SET v = 'b2' WHERE id = 2", "UPDATE {cat}.ns.t SET v = 'b3' WHERE id = 2"],
@@ -137,7 +138,7 @@ def test_history_holds_the_source_at_every_snapshot(
     for statements in steps:
         for statement in statements:
             catalog.sql(statement)
-        with Pipeline(config, spark=spark) as pipeline:
+        with Pipeline(config, spark=None if engine == "local" else spark) as pipeline:
             pipeline.run()
     snapshots = catalog.snapshot_ids("t")
     table = target_table(pg_schema)
