@@ -10,6 +10,7 @@ are what Java's reader returns for the source at it.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,28 +139,40 @@ def test_iceberg_mirror_follows_schema_evolution_batch_by_batch(
     ]
 
 
-@pytest.mark.parametrize(("mode", "partitioned"), [(MOR, True), (COW, False)], ids=["mor-partitioned", "cow"])
+@pytest.mark.parametrize(
+    ("mode", "partitioned", "engine"),
+    [(MOR, True, "spark"), (COW, False, "spark"), (MOR, True, "local")],
+    ids=["mor-partitioned", "cow", "mor-partitioned-in-process"],
+)
 def test_iceberg_history_holds_what_java_reads_at_every_snapshot(
-    catalog: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, partitioned: bool
+    catalog: Any,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    partitioned: bool,
+    engine: str,
 ) -> None:
     """mode=history on the mirror workload, run after each step: for every source snapshot S, the
     versions valid at S (read back by Java) are Java's rows of the source at S, stamped with the
-    snapshots' commit times; the no-op UPDATE and the compaction make no version."""
+    snapshots' commit times; the no-op UPDATE and the compaction make no version. In process too
+    (`--engine local`, no session given)."""
     catalog.set_env(monkeypatch)
     create_keyed_table(catalog, mode, partitioned)
-    config = _config(catalog, tmp_path, mode="history")
+    config = replace(_config(catalog, tmp_path, mode="history"), engine=engine)
+    session = None if engine == "local" else spark
     columns = ("id", "p", "v", "d")
     counts = []
     steps = keyed_steps(partitioned)
     for statements in steps:
         for statement in statements:
             catalog.sql(statement)
-        with Pipeline(config, spark=spark) as pipeline:
+        with Pipeline(config, spark=session) as pipeline:
             pipeline.run()
         counts.append(catalog.load_table(TARGET).scan().count())
     if mode == MOR:
         equality_delete_step(catalog)
-        with Pipeline(config, spark=spark) as pipeline:
+        with Pipeline(config, spark=session) as pipeline:
             pipeline.run()
     snapshots = catalog.snapshot_ids("t")
     versions = catalog.snapshot_rows(TARGET, catalog.current_snapshot_id(TARGET)).table  # read by Java
