@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, SinkSetupError, error_text
+from icetail.kernel.errors import SinkError, SinkRejectedError, SinkSetupError, error_text
+from icetail.sinks.bus.opening import StreamMissingError
 from icetail.sinks.rabbitmq.messages import StreamMessage
 from icetail.sinks.rabbitmq.url import RabbitStreamTarget
 
@@ -25,10 +26,6 @@ PUBLISH_FRAME_OVERHEAD = 13  # a Publish frame: length, key, version, publisher 
 MESSAGE_OVERHEAD = 12  # per message: publishing id and data length
 MAX_MESSAGES_PER_FRAME = 1000
 PUBLISHER_ID = 0
-
-
-class StreamMissingError(ConfigError):
-    """The stream the URL names does not exist (and the URL does not ask to create it)."""
 
 
 class StreamConnection:
