@@ -19,22 +19,27 @@ class ServerUrl:
     parts: SplitResult
     host: str
     port: int
+    tls: bool = False  # the URL's scheme is the TLS one
 
 
-def split_server_url(text: str, scheme: str, default_port: int, bad: Refusal, no_host: str) -> ServerUrl:
-    """`text` split, its scheme, fragment and host checked; `no_host`: the reason when it names none."""
+def split_server_url(
+    text: str, scheme: str, default_port: int, bad: Refusal, no_host: str, tls: tuple[str, int] | None = None
+) -> ServerUrl:
+    """`text` split, its scheme, fragment and host checked; `no_host`: the reason when it names none;
+    `tls`: the TLS scheme and its default port, if the sink has one."""
     try:
         parts = urlsplit(text)
-        port = parts.port or default_port
+        is_tls = tls is not None and parts.scheme.lower() == tls[0]
+        port = parts.port or (tls[1] if tls is not None and is_tls else default_port)
     except ValueError as exc:  # a port that is not a number
         raise bad(f"{exc}") from None
-    if parts.scheme.lower() != scheme:
-        raise bad(f"the scheme must be {scheme}://")
+    if parts.scheme.lower() != scheme and not is_tls:
+        raise bad(f"the scheme must be {scheme}://" + (f" or {tls[0]}://" if tls is not None else ""))
     if parts.fragment:
         raise bad("it takes no #fragment")
     if not parts.hostname:
         raise bad(no_host)
-    return ServerUrl(parts, parts.hostname, port)
+    return ServerUrl(parts, parts.hostname, port, is_tls)
 
 
 def host_text(host: str) -> str:

@@ -52,6 +52,7 @@ from icetail.sinks.base import ChunkKey
 from icetail.sinks.bus.loop import AsyncLoop
 from icetail.sinks.bus.opening import BusSink, Opening, StreamMissingError, on_loop
 from icetail.sinks.bus.records import record_key_values
+from icetail.sinks.bus.tls import handshake_refusal
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from icetail.sinks.nats.url import NatsTarget
 
@@ -172,6 +173,7 @@ class _Connection:
                 failed.set_result(exc)
 
         where = self.target.where
+        tls = self.target.tls.context() if self.target.tls is not None else None
         # nats-py keeps retrying a refused first connect even with allow_reconnect=False: its first
         # error (told to error_cb) ends the attempt
         connecting = asyncio.ensure_future(
@@ -182,6 +184,7 @@ class _Connection:
                 max_reconnect_attempts=0,
                 error_cb=on_error,
                 name="icetail",
+                tls=tls,
             )
         )
         either: list[asyncio.Future[Any]] = [connecting, failed]
@@ -202,6 +205,9 @@ class _Connection:
                 "(or the token) in the sink URL"
             ) from exc
         except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            refused = handshake_refusal(f"NATS server {where}", exc)
+            if refused is not None:
+                raise refused from exc
             raise SinkError(
                 f"NATS server {where} cannot be reached ({error_text(exc)}): start it, or fix HOST:PORT in the sink URL"
             ) from exc

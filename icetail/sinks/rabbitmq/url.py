@@ -1,4 +1,6 @@
-"""`rabbitmq-stream://[USER[:PASSWORD]@]HOST[:PORT]/STREAM[?vhost=V][&create=true][&key=COL[,COL...]]`.
+"""`rabbitmq-stream://[USER[:PASSWORD]@]HOST[:PORT]/STREAM[?vhost=V][&create=true][&key=COL[,COL...]]`,
+or `rabbitmq-stream+tls://...` (as RabbitMQ's stream clients name it; port 5551, the broker's
+`stream.listeners.ssl`) with `ca=PATH`, `cert=PATH&cert_key=PATH` (bus/tls.py).
 
 Parsed with the standard library only, without side effects and without importing rstream (whose
 presence is checked here, kernel/extras.py). The URL speaks RabbitMQ's stream protocol (port 5552),
@@ -19,12 +21,20 @@ from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import RABBITMQ, require
 from icetail.kernel.secrets import redact_text
 from icetail.kernel.url_params import has_control_character, parameter_values
+from icetail.sinks.bus.tls import PARAMETERS as TLS_PARAMETERS
+from icetail.sinks.bus.tls import Tls, tls_options
 from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
 
 SCHEME = "rabbitmq-stream"
-FORM = "rabbitmq-stream://[USER[:PASSWORD]@]HOST[:PORT]/STREAM[?vhost=V][&create=true][&key=COL[,COL...]]"
-PARAMETERS = ("vhost", "create", "key")
+TLS_SCHEME = "rabbitmq-stream+tls"  # the Java, .NET and Go stream clients' name for it
+SCHEMES = (SCHEME, TLS_SCHEME)
+FORM = (
+    "rabbitmq-stream://[USER[:PASSWORD]@]HOST[:PORT]/STREAM[?vhost=V][&create=true][&key=COL[,COL...]] "
+    "(rabbitmq-stream+tls://... for TLS, with ca=PATH[&cert=PATH&cert_key=PATH])"
+)
+PARAMETERS = ("vhost", "create", "key", *TLS_PARAMETERS)
 DEFAULT_PORT = 5552
+DEFAULT_TLS_PORT = 5551
 DEFAULT_USER = DEFAULT_PASSWORD = "guest"  # RabbitMQ's default user (localhost only)
 _STREAM = re.compile(r"[^\s/]{1,255}")  # a queue name: up to 255 bytes; no slash or space in a URL's path
 
@@ -42,6 +52,7 @@ class RabbitStreamTarget:
     password: str = field(repr=False)  # never printed
     create: bool = False  # create the stream when it is missing
     key: tuple[str, ...] = ()  # key columns: the `Icetail-Key` application property
+    tls: Tls | None = None  # rabbitmq-stream+tls://: the connection's TLS files
 
     def __repr__(self) -> str:  # a repr in a traceback must not show the password
         return f"RabbitStreamTarget({self.identity!r})"
@@ -55,7 +66,10 @@ def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
     """The target of a RabbitMQ stream sink URL, untouched; ConfigError (one line, no password) if unusable."""
     text = url.strip()
     refuse = lambda reason: _bad(text, reason)  # noqa: E731
-    split = split_server_url(text, SCHEME, DEFAULT_PORT, refuse, f"it names no broker ({SCHEME}://HOST:PORT/STREAM)")
+    split = split_server_url(
+        text, SCHEME, DEFAULT_PORT, refuse, f"it names no broker ({SCHEME}://HOST:PORT/STREAM)",
+        (TLS_SCHEME, DEFAULT_TLS_PORT),
+    )  # fmt: skip
     parts, host, port = split.parts, split.host, split.port
     stream = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     if not stream:
@@ -71,6 +85,7 @@ def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
     if not vhost or has_control_character(vhost):
         raise _bad(text, f"vhost={vhost!r} must name a virtual host (the default is /)")
     create = url_flag("create", given.get("create"), refuse)
+    tls = tls_options(given, tls=split.tls, tls_scheme=TLS_SCHEME, bad=refuse)
     key: tuple[str, ...] = ()
     if "key" in given:
         key = tuple(c.strip() for c in given["key"].split(","))
@@ -84,10 +99,11 @@ def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
     query = "&".join(
         ([f"vhost={quote(vhost, safe='')}"] if vhost != "/" else []) + ([f"key={','.join(key)}"] if key else [])
     )
-    identity = f"{SCHEME}://{quote(user, safe='')}@{host_text(host)}:{port}/{quote(stream, safe='')}" + (
+    scheme = TLS_SCHEME if split.tls else SCHEME
+    identity = f"{scheme}://{quote(user, safe='')}@{host_text(host)}:{port}/{quote(stream, safe='')}" + (
         f"?{query}" if query else ""
     )
-    return RabbitStreamTarget(identity, host, port, vhost, stream, user, password, create, key)
+    return RabbitStreamTarget(identity, host, port, vhost, stream, user, password, create, key, tls)
 
 
 

@@ -39,6 +39,7 @@ from icetail.kernel.errors import (
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.bus.opening import BusSink, Opening, StreamMissingError
 from icetail.sinks.bus.records import record_key_values
+from icetail.sinks.bus.tls import handshake_refusal
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from icetail.sinks.redis.script import APPEND, marks_key
 from icetail.sinks.redis.url import RedisTarget
@@ -135,6 +136,7 @@ class _Connection:
         from redis.retry import Retry
 
         self.target = target
+        tls = target.tls
         # no retries of its own: a failed piece fails the chunk, whose replay skips what landed
         self.client = redis.Redis(
             host=target.host,
@@ -146,6 +148,10 @@ class _Connection:
             socket_timeout=REPLY_TIMEOUT_SECONDS,
             retry=Retry(NoBackoff(), 0),
             client_name="icetail",
+            ssl=tls is not None,
+            ssl_ca_certs=tls.ca if tls is not None else None,
+            ssl_certfile=tls.cert if tls is not None else None,
+            ssl_keyfile=tls.key if tls is not None else None,
         )
         self.max_message = target.max_message_bytes or SERVER_LIMIT
         self._script: Any = None
@@ -153,6 +159,8 @@ class _Connection:
     def check(self, *, create: bool) -> None:
         """The server answers, is 7.0 or later, and the key is a stream (or missing, with `create`)."""
         where, stream = self.target.where, self.target.stream
+        if self.target.tls is not None:
+            self.target.tls.context()  # a file that cannot be used: one line naming its parameter
         with _mapped(self.target):
             self.client.ping()
             version = self._version()
@@ -267,6 +275,9 @@ def _icetail_error(target: RedisTarget, exc: Exception) -> Exception | None:
         return SinkError(
             f"Redis server {where} is out of memory ({text}): raise its maxmemory, or trim the stream (maxlen=)"
         )
+    refused = handshake_refusal(f"Redis server {where}", exc) if target.tls is not None else None
+    if refused is not None:
+        return refused
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError)):
         return SinkError(f"Redis server {where} cannot be reached ({text}): start it, or fix HOST:PORT in the sink URL")
     if isinstance(exc, rx.ResponseError):
