@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import NATS, require
 from icetail.kernel.secrets import redact_text
-from icetail.kernel.url_params import has_control_character, parameter_values
 from icetail.sinks.bus.tls import PARAMETERS as TLS_PARAMETERS
 from icetail.sinks.bus.tls import Tls, tls_options
-from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
+from icetail.sinks.bus.url_parts import host_text, key_columns, query_parameters, split_server_url, url_flag
 
 SCHEME = "nats"
 TLS_SCHEME = "tls"  # nats-py's: the same port, TLS required
@@ -78,11 +77,7 @@ def parse_nats_url(url: str) -> NatsTarget:
             f"subject prefix {prefix!r} must be dot-separated tokens of letters, digits, _ and - "
             "(no wildcard, space or empty token)",
         )
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    try:
-        given = parameter_values(params, PARAMETERS)
-    except ValueError as problem:
-        raise _bad(text, str(problem)) from None
+    given = query_parameters(parts, PARAMETERS, refuse)
     if "stream" not in given:
         raise _bad(text, "it names no stream (add ?stream=NAME: the JetStream stream that stores the subjects)")
     stream = given["stream"]
@@ -90,11 +85,7 @@ def parse_nats_url(url: str) -> NatsTarget:
         raise _bad(text, f"stream={stream!r} is not a JetStream stream name (letters, digits, _ and -)")
     create = url_flag("create", given.get("create"), refuse)
     tls = tls_options(given, tls=split.tls, tls_scheme=TLS_SCHEME, bad=refuse)
-    key: tuple[str, ...] = ()
-    if "key" in given:
-        key = tuple(c.strip() for c in given["key"].split(","))
-        if not all(key) or any(has_control_character(c) for c in key):
-            raise _bad(text, f"key={given['key']!r} must name columns: key=COL or key=COL1,COL2")
+    key = key_columns(given.get("key"), refuse)
     require(NATS, f"the NATS sink {shown(text)}")  # now: before anything is created
     netloc = parts.netloc.rsplit("@", 1)
     userinfo = netloc[0] if len(netloc) == 2 else ""

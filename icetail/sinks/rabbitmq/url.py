@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import quote, unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import RABBITMQ, require
 from icetail.kernel.secrets import redact_text
-from icetail.kernel.url_params import has_control_character, parameter_values
+from icetail.kernel.url_params import has_control_character
 from icetail.sinks.bus.tls import PARAMETERS as TLS_PARAMETERS
 from icetail.sinks.bus.tls import Tls, tls_options
-from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
+from icetail.sinks.bus.url_parts import host_text, key_columns, query_parameters, split_server_url, url_flag
 
 SCHEME = "rabbitmq-stream"
 TLS_SCHEME = "rabbitmq-stream+tls"  # the Java, .NET and Go stream clients' name for it
@@ -76,21 +76,13 @@ def parse_rabbitmq_stream_url(url: str) -> RabbitStreamTarget:
         raise _bad(text, f"it names no stream after the broker ({SCHEME}://HOST:PORT/STREAM)")
     if not _STREAM.fullmatch(stream) or has_control_character(stream) or len(stream.encode()) > 255:
         raise _bad(text, f"stream {stream!r} is not a stream name (up to 255 bytes, no slash or space)")
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    try:
-        given = parameter_values(params, PARAMETERS)
-    except ValueError as problem:
-        raise _bad(text, str(problem)) from None
+    given = query_parameters(parts, PARAMETERS, refuse)
     vhost = given.get("vhost", "/")
     if not vhost or has_control_character(vhost):
         raise _bad(text, f"vhost={vhost!r} must name a virtual host (the default is /)")
     create = url_flag("create", given.get("create"), refuse)
     tls = tls_options(given, tls=split.tls, tls_scheme=TLS_SCHEME, bad=refuse)
-    key: tuple[str, ...] = ()
-    if "key" in given:
-        key = tuple(c.strip() for c in given["key"].split(","))
-        if not all(key) or any(has_control_character(c) for c in key):
-            raise _bad(text, f"key={given['key']!r} must name columns: key=COL or key=COL1,COL2")
+    key = key_columns(given.get("key"), refuse)
     require(RABBITMQ, f"the RabbitMQ stream sink {shown(text)}")  # now: before anything is created
     user = unquote(parts.username) if parts.username else DEFAULT_USER
     password = (

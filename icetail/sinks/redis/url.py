@@ -12,15 +12,15 @@ the URL without it and without `create` (creating is not part of where the chang
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import quote, unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import REDIS, require
 from icetail.kernel.secrets import redact_text
-from icetail.kernel.url_params import has_control_character, parameter_values
+from icetail.kernel.url_params import has_control_character
 from icetail.sinks.bus.tls import PARAMETERS as TLS_PARAMETERS
 from icetail.sinks.bus.tls import Tls, tls_options
-from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
+from icetail.sinks.bus.url_parts import host_text, key_columns, query_parameters, split_server_url, url_flag
 
 SCHEME = "redis-stream"
 TLS_SCHEME = "rediss-stream"  # as redis-py's rediss://
@@ -72,20 +72,13 @@ def parse_redis_url(url: str) -> RedisTarget:
         raise _bad(text, "it names no stream key after the server (redis-stream://HOST:PORT/KEY)")
     if "/" in parts.path.removeprefix("/") or has_control_character(stream) or stream != stream.strip():
         raise _bad(text, f"stream key {stream!r} must be one path segment without spaces at its ends (%2F for a /)")
-    try:
-        given = parameter_values(parse_qsl(parts.query, keep_blank_values=True), PARAMETERS)
-    except ValueError as problem:
-        raise _bad(text, str(problem)) from None
+    given = query_parameters(parts, PARAMETERS, refuse)
     db = _count(text, "db", given.get("db"), minimum=0) or 0
     maxlen = _count(text, "maxlen", given.get("maxlen"), minimum=MIN_MAXLEN)
     max_bytes = _count(text, "max_message_bytes", given.get("max_message_bytes"), minimum=1)
     create = url_flag("create", given.get("create"), refuse)
     tls = tls_options(given, tls=split.tls, tls_scheme=TLS_SCHEME, bad=refuse)
-    key: tuple[str, ...] = ()
-    if "key" in given:
-        key = tuple(c.strip() for c in given["key"].split(","))
-        if not all(key) or any(has_control_character(c) for c in key):
-            raise _bad(text, f"key={given['key']!r} must name columns: key=COL or key=COL1,COL2")
+    key = key_columns(given.get("key"), refuse)
     require(REDIS, f"the Redis stream sink {shown(text)}")  # now: before anything is created
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
