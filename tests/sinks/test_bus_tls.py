@@ -156,6 +156,9 @@ def test_nats_over_tls_with_a_client_certificate(nats_tls: Server, pki: Pki, oth
     with pytest.raises(SinkSetupError, match=r"NATS server .*certificate is not trusted .*ca=/path") as caught:
         check_sink_reachable(parse_sink_url(wrong))
     assert "\n" not in str(caught.value)
+    plain = f"nats://127.0.0.1:{nats_tls.port}/cdc?stream={stream}"  # the server upgrades it to TLS
+    with pytest.raises(SinkSetupError, match=r"not trusted .*: use tls://\.\.\. and give the CA .* as ca="):
+        check_sink_reachable(parse_sink_url(plain))
 
 
 def test_redis_over_tls_with_a_client_certificate(redis_tls: Server, pki: Pki, other_ca: Path) -> None:

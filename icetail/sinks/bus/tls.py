@@ -64,9 +64,10 @@ def tls_options(given: Mapping[str, str], *, tls: bool, tls_scheme: str, bad: Re
     return Tls(given.get("ca"), given.get("cert"), given.get("cert_key"))
 
 
-def handshake_refusal(server: str, exc: BaseException) -> SinkSetupError | None:
+def handshake_refusal(server: str, exc: BaseException, plain: str | None = None) -> SinkSetupError | None:
     """A failed TLS handshake with `server` (`NATS server HOST:PORT`) as one line naming the fix, or None
-    when `exc` (or what it wraps) is no TLS error."""
+    when `exc` (or what it wraps) is no TLS error. `plain`: the TLS scheme, when the URL's is the plain
+    one (a NATS server that requires TLS upgrades a nats:// connection)."""
     failure = _ssl_error(exc)
     if failure is None:
         return None
@@ -74,6 +75,8 @@ def handshake_refusal(server: str, exc: BaseException) -> SinkSetupError | None:
     if isinstance(failure, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
         if "hostname" in text.lower() or "IP address mismatch" in text:
             fix = "connect by a name (or address) the certificate is for"
+        elif plain is not None:
+            fix = f"use {plain}://... and give the CA that signed it as ca=/path/to/ca.pem in the sink URL"
         else:
             fix = "give the CA that signed it as ca=/path/to/ca.pem in the sink URL"
         return SinkSetupError(f"{server}: its TLS certificate is not trusted ({text}): {fix}")

@@ -54,7 +54,7 @@ from icetail.sinks.bus.opening import BusSink, Opening, StreamMissingError, on_l
 from icetail.sinks.bus.records import record_key_values
 from icetail.sinks.bus.tls import handshake_refusal
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
-from icetail.sinks.nats.url import NatsTarget
+from icetail.sinks.nats.url import TLS_SCHEME, NatsTarget
 
 MIN_DUPLICATE_WINDOW_SECONDS = 120.0
 CREATED_DUPLICATE_WINDOW_SECONDS = 300.0
@@ -205,7 +205,7 @@ class _Connection:
                 "(or the token) in the sink URL"
             ) from exc
         except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
-            refused = handshake_refusal(f"NATS server {where}", exc)
+            refused = handshake_refusal(f"NATS server {where}", exc, None if tls is not None else TLS_SCHEME)
             if refused is not None:
                 raise refused from exc
             raise SinkError(
