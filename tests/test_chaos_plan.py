@@ -10,7 +10,7 @@ from typing import Any
 from bench.chaos.bus import BUS_SINKS, Envelope
 from bench.chaos.places import EXACTLY_ONCE
 from bench.chaos.plan import REPLICA_SINKS, SINKS, applicable, plan_trials
-from bench.chaos.verify import compare, envelope_changes
+from bench.chaos.verify import compare, envelope_changes, envelope_order
 
 
 def test_replicas_trials_need_postgresql_a_per_table_sink_and_a_pyiceberg_source() -> None:
@@ -73,3 +73,18 @@ def test_the_envelopes_read_back_are_checked_as_changes_a_lost_or_repeated_one_s
     wrong = Envelope(_envelope("c", 10, None, a).envelope, "11")
     _, bad = envelope_changes([wrong, Envelope(None, "10"), _envelope("x", 10, None, a)], columns)
     assert bad == 3
+
+
+def test_each_keys_changes_are_checked_in_the_order_of_their_snapshots() -> None:
+    """The same changes (so the same verdict by content) in another order on the stream: a key's change of
+    a later snapshot before one of an earlier snapshot is out of order; other keys' interleaving is not."""
+    a, a2, b, b2 = {"id": 1, "name": "a"}, {"id": 1, "name": "a2"}, {"id": 2, "name": "b"}, {"id": 2, "name": "b2"}
+    history = [10, 11, 12]  # the snapshots' order on the table's history (ids need not grow)
+    stream = [_envelope("c", 10, None, a), _envelope("c", 11, None, b), _envelope("u", 12, a, a2)]
+    stream.append(_envelope("u", 11, b, b2))  # key 2 again in snapshot 11, after key 1's snapshot 12: fine
+    assert envelope_order(stream, history) == (0, ())
+    swapped = [stream[2], stream[0], stream[1], stream[3]]  # key 1's update before its insert
+    bad, examples = envelope_order(swapped, history)
+    assert bad == 1 and "key (None, None, 1), snapshot 10 after 12" in examples[0]
+    assert envelope_order(swapped, history, replayed=frozenset({10})) == (0, ())  # a rewind delivers 10 again
+    assert envelope_order(stream, [12, 11, 10])[0] == 1  # key 1: the history's order, not the ids', is the rule

@@ -157,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_trial(r: TrialResult, root: Path) -> None:
     v = r.verdict
-    figures = f"lost {v.lost}, dup {v.duplicated}, foreign {v.foreign}, torn {v.torn_lines}" if v else "no verdict"
+    figures = (
+        f"lost {v.lost}, dup {v.duplicated}, foreign {v.foreign}, torn {v.torn_lines}, out of order {v.out_of_order}"
+        if v
+        else "no verdict"
+    )
     status = "ok" if r.ok else f"FAILED (kept in {root / f'trial-{r.spec.index:03d}'})"
     print(
         f"trial {r.spec.index} [{r.spec.combo}] seed {r.spec.seed}: {len(r.runs)} runs, {r.faults} faults, "

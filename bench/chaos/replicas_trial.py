@@ -459,6 +459,7 @@ class ReplicasTrialRunner:
             foreign=sum(v.foreign for v in verdicts),
             torn_lines=sum(v.torn_lines for v in verdicts),
             examples=tuple(e for v in verdicts for e in v.examples)[:6],
+            out_of_order=sum(v.out_of_order for v in verdicts),
         )
 
     def audit(self) -> None:

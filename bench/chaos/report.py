@@ -177,7 +177,8 @@ def summary(doc: dict[str, Any]) -> str:
         f"keyed moments (moment, landed): {dict(sorted(moments.items()))}",
         f"rows checked {sum(t['verdict']['expected'] for t in checked)}, "
         f"lost {sum(t['verdict']['lost'] for t in checked)}, "
-        f"twice (exactly-once sinks) {sum(v['duplicated'] + v['foreign'] for v in once)}, jsonl repeats {repeats}",
+        f"twice (exactly-once sinks) {sum(v['duplicated'] + v['foreign'] for v in once)}, jsonl repeats {repeats}, "
+        f"out of order per key (bus sinks) {sum(v.get('out_of_order', 0) for v in once)}",
         f"runs without one clear line {len(bad)}: {bad}",
         f"exits {dict(Counter(r['returncode'] for r in runs).most_common())}; faults landed {dict(stages)}",
         f"serve trials {len(serve)}, cycles failed (faults felt) {sum(felt)} in {sum(1 for n in felt if n)} "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -43,10 +43,11 @@ class Verdict:
     foreign: int  # delivered, but no snapshot on the ancestry has it
     torn_lines: int = 0
     examples: tuple[str, ...] = ()
+    out_of_order: int = 0  # bus sinks: a key's change on the stream after a change of a later snapshot
 
     def ok(self, exactly_once: bool) -> bool:
         bad_extra = self.duplicated + self.foreign if exactly_once else self.foreign
-        return self.lost == 0 and bad_extra == 0 and self.torn_lines == 0
+        return self.lost == 0 and bad_extra == 0 and self.torn_lines == 0 and self.out_of_order == 0
 
 
 def row_counts(table: pa.Table | None, columns: list[str]) -> Counter[Row]:
@@ -185,6 +186,36 @@ def envelope_changes(envelopes: list[Envelope], columns: list[str]) -> tuple[Cou
     return out, bad
 
 
+def envelope_order(
+    envelopes: list[Envelope], snaps: list[int], replayed: frozenset[int] = frozenset(), key: str = "id"
+) -> tuple[int, tuple[str, ...]]:
+    """How many of a bus sink's envelopes break their key's order, and examples: for each key (its `key`
+    column, of `after`, or of `before` for a delete) within a table, its changes must come on the
+    stream in the order of their snapshots on the history `snaps` (oldest first), and within one batch
+    in change-ordinal order. A change of a `replayed` snapshot (a rewind delivers it again) may follow
+    later ones. Envelopes that are not whole, or of snapshots off the history, are counted elsewhere."""
+    place = {snap: i for i, snap in enumerate(snaps)}
+    last: dict[tuple[Any, ...], tuple[int, int]] = {}
+    bad = 0
+    examples: list[str] = []
+    for n, e in enumerate(envelopes):
+        value = e.envelope or {}
+        source = value.get("source")
+        row = value.get("after") if isinstance(value.get("after"), dict) else value.get("before")
+        if not isinstance(source, dict) or not isinstance(row, dict) or source.get("snapshot_id") not in place:
+            continue
+        snap = source["snapshot_id"]
+        at = (place[snap], int(source.get("change_ordinal") or 0))
+        who = (source.get("db"), source.get("table"), row.get(key))
+        before = last.get(who)
+        if before is not None and at[0] < before[0] and snap not in replayed:
+            bad += 1
+            if len(examples) < 3:
+                examples.append(f"out of order: message {n}, key {who}, snapshot {snap} after {snaps[before[0]]}")
+        last[who] = at
+    return bad, tuple(examples)
+
+
 def compare(expected: Counter[Any], got: Counter[Any], *, torn: int = 0) -> Verdict:
     lost = expected - got
     extra = got - expected
@@ -223,8 +254,12 @@ def verify(
         objects, torn = sink.read_jsonl()
         return compare(expected, jsonl_changes(objects, columns), torn=torn)
     if sink.kind in BUS_SINKS:
-        got, bad = envelope_changes(sink.read_envelopes(), columns)
-        return compare(expected, got, torn=bad)
+        envelopes = sink.read_envelopes()
+        got, bad = envelope_changes(envelopes, columns)
+        snaps = [snap for snap, _ in ancestry(table, cursor)]
+        disorder, why = envelope_order(envelopes, snaps, replayed)
+        verdict = compare(expected, got, torn=bad)
+        return replace(verdict, out_of_order=disorder, examples=verdict.examples + why)
     return compare(expected, delivered_changes(own_rows(sink.read()), columns))
 
 
@@ -251,6 +286,11 @@ def verify_reset(
     exp_new = expected - exp_old
     got_old, torn_old = sink_changes(old, columns)
     got_new, torn_new = sink_changes(new, columns)
+    disorder, why = 0, ()
+    if old.kind in BUS_SINKS:  # each stream on its own: the old one's abandoned chunks come after its part
+        snaps = [snap for snap, _ in ancestry(table, cursor)]
+        (n_old, why_old), (n_new, why_new) = (envelope_order(s.read_envelopes(), snaps) for s in (old, new))
+        disorder, why = n_old + n_new, why_old + why_new
     old_part = Counter({k: n for k, n in got_old.items() if k[1] in before})
     abandoned = got_old - old_part  # chunks of the abandoned batch: a part of exp_new, none twice
     a = compare(exp_old, old_part, torn=torn_old)
@@ -263,5 +303,6 @@ def verify_reset(
         duplicated=a.duplicated + b.duplicated + sum(n for k, n in extra.items() if k in exp_new),
         foreign=a.foreign + b.foreign + sum(n for k, n in extra.items() if k not in exp_new),
         torn_lines=a.torn_lines + b.torn_lines,
-        examples=a.examples + b.examples,
+        examples=a.examples + b.examples + why,
+        out_of_order=disorder,
     )

@@ -19,6 +19,8 @@ Accepted forms (docs/sinks.md is the user's view):
   stream, one Debezium envelope per change as an entry; exactly once by a per-consumer mark (redis/)
 * `rabbitmq-stream://[USER:PASSWORD@]HOST:PORT/STREAM[?create=true][&key=COL,...]` - a RabbitMQ
   stream (the stream protocol), one Debezium envelope per change; exactly once (rabbitmq/)
+* `tls://...`, `rediss-stream://...`, `rabbitmq-stream+tls://...` - the three above over TLS, with
+  `ca=PATH`, `cert=PATH&cert_key=PATH` (bus/tls.py)
 * `-` or `stdout:`              - JSON lines to standard output; at least once
 
 A URL is parsed once, without side effects and without importing any driver (urls.py: the forms,

@@ -39,8 +39,11 @@ ACCEPTED_FORMS = (
     "jsonl://rel/file.jsonl",
     "postgresql://USER@HOST:PORT/DB?table=SCHEMA.TABLE",
     "nats://HOST:PORT/SUBJECT_PREFIX?stream=NAME",
+    "tls://HOST:PORT/SUBJECT_PREFIX?stream=NAME&ca=PATH",
     "redis-stream://HOST:PORT/KEY",
+    "rediss-stream://HOST:PORT/KEY?ca=PATH",
     "rabbitmq-stream://USER@HOST:PORT/STREAM",
+    "rabbitmq-stream+tls://USER@HOST:5551/STREAM?ca=PATH",
     "-",
     "stdout:",
 )
@@ -120,13 +123,13 @@ def parse_sink_url(url: str) -> SinkTarget:
     if scheme in POSTGRES_SCHEMES:  # its messages never show the password
         mirror = pg_url.parse_mirror_url(text)
         return SinkTarget("postgresql", identifier=mirror.identity, postgres=mirror)
-    if scheme == nats_url.SCHEME:  # nor a password or token
+    if scheme in nats_url.SCHEMES:  # nor a password or token
         target = nats_url.parse_nats_url(text)
         return SinkTarget("nats", identifier=target.identity, nats=target)
-    if scheme == redis_url.SCHEME:  # nor a password
+    if scheme in redis_url.SCHEMES:  # nor a password
         stream = redis_url.parse_redis_url(text)
         return SinkTarget(redis_url.SCHEME, identifier=stream.identity, redis=stream)
-    if scheme == rabbitmq_url.SCHEME:  # nor a password
+    if scheme in rabbitmq_url.SCHEMES:  # nor a password
         rabbit = rabbitmq_url.parse_rabbitmq_stream_url(text)
         return SinkTarget(rabbitmq_url.SCHEME, identifier=rabbit.identity, rabbitmq=rabbit)
     raise _bad(url, f"unknown scheme {scheme!r}")

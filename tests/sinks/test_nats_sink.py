@@ -28,6 +28,7 @@ from icetail.kernel.model import ChangeType
 from icetail.sinks.registry import check_sink_reachable, open_sink
 from icetail.sinks.urls import parse_sink_url
 from tests.sinks import CONSUMER, change_rows, key
+from tests.support import bus_streams as bus
 from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
 from tests.support.processes import child_env, icetail_command
@@ -40,15 +41,8 @@ SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261204"))
 
 
 def _unreachable() -> str | None:
-    try:
-        import nats  # noqa: F401
-    except ImportError:
-        return "nats-py is not installed (pip install 'icetail[nats]')"
-    try:
-        with socket.create_connection((_PARTS.hostname or "127.0.0.1", _PARTS.port or 4222), timeout=2):
-            return None
-    except OSError as exc:
-        return f"no NATS server at {SERVER} ({exc}); start one with `nats-server -js`"
+    host, port = _PARTS.hostname or "127.0.0.1", _PARTS.port or 4222
+    return bus.unreachable("nats", "nats", host, port, "NATS server", "start one with `nats-server -js`")
 
 
 def _run(coro: Any) -> Any:
@@ -72,13 +66,22 @@ async def _admin(action: str, name: str, **config: Any) -> Any:
         if action == "info":
             return await js.stream_info(name)
         assert action == "read"
-        messages = []
-        info = await js.stream_info(name)
-        for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            messages.append(await js.get_msg(name, seq))
-        return messages
+        return await _messages(js, name)
     finally:
         await nc.close()
+
+
+async def _messages(js: Any, name: str) -> list[Any]:
+    """Every message of stream `name`, in stream order ([] before the first run creates it)."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        return []
+    if not info.state.messages:
+        return []
+    return [await js.get_msg(name, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)]
 
 
 @pytest.fixture
@@ -129,9 +132,7 @@ def test_the_url_is_parsed_once_without_a_password() -> None:
     ],
 )
 def test_bad_urls_are_refused_in_one_line(url: str, reason: str) -> None:
-    with pytest.raises(ConfigError, match=reason) as caught:
-        parse_sink_url(url)
-    assert "\n" not in str(caught.value) and "hunter22" not in str(caught.value)
+    bus.refused_in_one_line(url, reason, "hunter22")
 
 
 def test_a_token_in_a_refused_url_is_not_shown() -> None:
@@ -141,16 +142,7 @@ def test_a_token_in_a_refused_url_is_not_shown() -> None:
 
 
 def test_parsing_imports_no_driver() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from icetail.sinks.urls import parse_sink_url; "
-        "parse_sink_url('nats://h/p?stream=S'); print('nats' in sys.modules, 'pyarrow' in sys.modules)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert bus.modules_after_parsing("nats://h/p?stream=S", ["nats", "pyarrow"]) == [False, False]
 
 
 # against the server --------------------------------------------------------------------
@@ -241,56 +233,35 @@ def test_a_message_over_the_max_payload_is_refused_naming_the_fix(stream: str) -
 # a pipeline run --------------------------------------------------------------------------
 
 
-def _replayed(records: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
-    rows: Counter[tuple[Any, ...]] = Counter()
-    for record in records:
-        if record["op"] in ("u", "d"):
-            before = (record["before"]["id"], record["before"]["v"])
-            assert rows[before] > 0, f"{record['op']} of a row that is not there: {record}"
-            rows[before] -= 1
-        if record["op"] in ("c", "r", "u"):
-            rows[(record["after"]["id"], record["after"]["v"])] += 1
-    return +rows
-
-
 def test_a_pipeline_run_replays_to_the_tables_rows(
     stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-
     from icetail.monitor.engine.config import PipelineConfig
     from icetail.monitor.engine.pipeline import Pipeline
 
     monkeypatch.setenv("ICETAIL_LOCAL_MAX_BYTES", str(1 << 30))  # the in-process engine: no Spark needed
     local = new_catalog(tmp_path / "cat", "natscat")
-    catalog = local.catalog()
-    catalog.create_namespace("ns")
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
-    )
-    table = catalog.create_table("ns.orders", schema)
-    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    (table,) = bus.id_v_tables(local, ["orders"])
     config = PipelineConfig(
         "natscat", "ns.orders", f"sqlite:///{tmp_path}/state.db", _url(stream, query="&create=true&key=id"),
         consumer="orders-nats",
     )  # fmt: skip
     steps = [
-        lambda t: t.append(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}, schema=arrow)),
+        lambda t: t.append(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}, schema=bus.ARROW)),
         lambda t: t.delete("id = 2"),
-        lambda t: t.upsert(pa.table({"id": [3, 5], "v": ["c2", "e"]}, schema=arrow)),
-        lambda t: t.append(pa.table({"id": [6], "v": ["f"]}, schema=arrow)),
+        lambda t: t.upsert(pa.table({"id": [3, 5], "v": ["c2", "e"]}, schema=bus.ARROW)),
+        lambda t: t.append(pa.table({"id": [6], "v": ["f"]}, schema=bus.ARROW)),
     ]
     with catalogs_in_process(local):
         for step in steps:
             step(table)
-            table = catalog.load_table("ns.orders")
+            table = local.load("ns.orders")
             with Pipeline(config) as pipeline:
                 pipeline.run()
             messages = _run(_admin("read", stream))
             records = [json.loads(m.data) for m in messages]
-            expected = Counter(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "v")), strict=True))
-            assert _replayed(records) == expected
+            assert bus.replay(records) == bus.table_rows(table)
+            bus.check_each_snapshot(table, records)
     assert {"c", "d"} <= {r["op"] for r in records}  # pyiceberg's upsert commits a delete, then an append
     ids = [m.headers["Nats-Msg-Id"] for m in messages]
     assert len(set(ids)) == len(ids)
@@ -314,11 +285,10 @@ def test_chunks_of_a_snapshot_in_partitions_are_stored_whole(
     local = new_catalog(tmp_path / "cat", "natsparts")
     catalog = local.catalog()
     catalog.create_namespace("ns")
-    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-    table = catalog.create_table("ns.t", arrow, properties={"write.delete.mode": "copy-on-write"})
+    table = catalog.create_table("ns.t", bus.ARROW, properties={"write.delete.mode": "copy-on-write"})
     for f in range(3):  # a file of 400 rows each
         ids = list(range(f * 400, (f + 1) * 400))
-        table.append(pa.table({"id": ids, "v": [f"v{i}-{'x' * (i % 9)}" for i in ids]}, schema=arrow))
+        table.append(pa.table({"id": ids, "v": [f"v{i}-{'x' * (i % 9)}" for i in ids]}, schema=bus.ARROW))
     config = PipelineConfig(
         "natsparts", "ns.t", f"sqlite:///{tmp_path}/state.db", _url(stream), consumer="parts-nats",
         reconcile_partition_bytes=2_000, net=net, identifier_columns=("id",),
@@ -336,8 +306,7 @@ def test_chunks_of_a_snapshot_in_partitions_are_stored_whole(
     records = [json.loads(m.data) for m in messages]
     ops = Counter(r["op"] for r in records)
     assert ops == {"c": 1200, "d": len(deleted)}, ops
-    expected = Counter(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "v")), strict=True))
-    assert _replayed(records) == expected
+    assert bus.replay(records) == bus.table_rows(table)
     ids = [m.headers["Nats-Msg-Id"] for m in messages]
     assert len(set(ids)) == len(ids)
     deletes = [m.headers["Nats-Msg-Id"].split(":") for m in messages if m.headers["Icetail-Op"] == "d"]
@@ -378,18 +347,11 @@ class _StreamWatch:
         except NotFoundError:  # before the first run creates it
             return 0
 
-    async def _messages(self) -> list[Any]:
-        js = self._nc.jetstream()
-        if not await self._count():
-            return []
-        info = await js.stream_info(self.stream)
-        return [await js.get_msg(self.stream, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)]
-
     def probe(self, kind: str) -> int:
         return self._loop.run(self._count(), 10)
 
     def messages(self) -> list[Any]:
-        return self._loop.run(self._messages(), 60)
+        return self._loop.run(_messages(self._nc.jetstream(), self.stream), 60)
 
     def read(self) -> pa.Table:
         messages = self.messages()
@@ -406,28 +368,22 @@ def _crash_source(local: LocalCatalog) -> Any:
     """Three appends of 150 rows, a copy-on-write delete rewriting every file (45 deletes, the rest
     carry-overs), an upsert (a delete, then an append) and an append: about 600 changes."""
     from pyiceberg.expressions import In
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
 
-    catalog = local.catalog()
-    catalog.create_namespace("ns")
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
-    )
-    table = catalog.create_table("ns.events", schema, properties={"write.delete.mode": "copy-on-write"})
-    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    (table,) = bus.id_v_tables(local, ["events"], properties={"write.delete.mode": "copy-on-write"})
     steps = [
         *(
-            lambda t, f=f: t.append(pa.table({"id": range(f * 150, f * 150 + 150), "v": [f"v{f}"] * 150}, schema=arrow))
+            lambda t, f=f: t.append(
+                pa.table({"id": range(f * 150, f * 150 + 150), "v": [f"v{f}"] * 150}, schema=bus.ARROW)
+            )
             for f in range(3)
         ),
         lambda t: t.delete(In("id", [i for i in range(450) if i % 10 == 3])),
-        lambda t: t.upsert(pa.table({"id": [40, 50, 1000], "v": ["x", "y", "z"]}, schema=arrow)),
-        lambda t: t.append(pa.table({"id": range(2000, 2080), "v": ["w"] * 80}, schema=arrow)),
+        lambda t: t.upsert(pa.table({"id": [40, 50, 1000], "v": ["x", "y", "z"]}, schema=bus.ARROW)),
+        lambda t: t.append(pa.table({"id": range(2000, 2080), "v": ["w"] * 80}, schema=bus.ARROW)),
     ]
     for step in steps:
         step(table)
-        table = catalog.load_table("ns.events")
+        table = local.load("ns.events")
     return table
 
 
@@ -460,7 +416,8 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path, engine:
         assert rows is not None
         ids = rows.column("id").to_pylist()
         assert len(set(ids)) == len(ids), f"a message id twice after run {attempt.index}"
-        replayed = _replayed([json.loads(e) for e in rows.column("envelope").to_pylist()])  # no change of a missing row
+        # no change of a missing row
+        replayed = bus.replay([json.loads(e) for e in rows.column("envelope").to_pylist()])
         assert all(n == 1 for n in replayed.values()), f"a change stored twice after run {attempt.index}"
 
     watch = _StreamWatch(stream)
@@ -479,8 +436,8 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path, engine:
     assert report.kills >= 1, summary
     assert view_state(state_url, consumer).cursor == table.metadata.current_snapshot_id, summary
     records = [json.loads(m.data) for m in messages]
-    expected = Counter(zip(*(table.scan().to_arrow().column(c).to_pylist() for c in ("id", "v")), strict=True))
-    assert _replayed(records) == expected, summary
+    assert bus.replay(records) == bus.table_rows(table), summary
+    bus.check_each_snapshot(table, records)
     if spark:  # the delete went out in partitions (row start: the partition's index)
         deletes = {tuple(m.headers["Nats-Msg-Id"].split(":")[4:6]) for m in messages if m.headers["Icetail-Op"] == "d"}
         assert len(deletes) >= 3, summary

@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,8 @@ from icetail.sinks.rabbitmq.ids import producer_name
 from icetail.sinks.registry import check_sink_reachable, open_sink
 from icetail.sinks.urls import parse_sink_url
 from tests.sinks import CONSUMER, change_rows, key
-from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
+from tests.support import bus_streams as bus
+from tests.support.catalogs import catalogs_in_process, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
 from tests.support.processes import child_env, icetail_command
 from tests.support.serve import Serve, free_port, wait_until
@@ -49,15 +49,8 @@ SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261204"))
 
 
 def _unreachable() -> str | None:
-    try:
-        import rstream  # noqa: F401
-    except ImportError:
-        return "rstream is not installed (pip install 'icetail[rabbitmq]')"
-    try:
-        with socket.create_connection((HOST, PORT), timeout=2):
-            return None
-    except OSError as exc:
-        return f"no RabbitMQ stream port at {HOST}:{PORT} ({exc}); rabbitmq-plugins enable rabbitmq_stream"
+    start = "rabbitmq-plugins enable rabbitmq_stream"
+    return bus.unreachable("rstream", "rabbitmq", HOST, PORT, "RabbitMQ stream port", start)
 
 
 async def _client() -> Any:
@@ -107,14 +100,12 @@ async def _read_all(stream: str) -> list[Read]:
     done = asyncio.get_running_loop().create_future()
 
     def on_message(message: Any, context: Any) -> None:
-        body = b"".join(message.body) if isinstance(message.body, list) else bytes(message.body)
+        body = _body(message)
         if body == marker:
             if not done.done():
                 done.set_result(None)
             return
-        props = {_text(k): _text(v) for k, v in (message.application_properties or {}).items()}
-        p = message.properties
-        got.append(Read(json.loads(body), props, _text(p.message_id), _text(p.subject)))
+        got.append(_decoded(message, body))
 
     consumer = Consumer(HOST, PORT, username=USER, password=PASSWORD)
     await consumer.start()
@@ -129,6 +120,17 @@ async def _read_all(stream: str) -> list[Read]:
     finally:
         await consumer.close()
     return got
+
+
+def _body(message: Any) -> bytes:
+    return b"".join(message.body) if isinstance(message.body, list) else bytes(message.body)
+
+
+def _decoded(message: Any, body: bytes) -> Read:
+    """A message as the tests read it: its envelope, application properties, message id and subject."""
+    props = {_text(k): _text(v) for k, v in (message.application_properties or {}).items()}
+    p = message.properties
+    return Read(json.loads(body), props, _text(p.message_id), _text(p.subject))
 
 
 def _text(value: Any) -> str:
@@ -183,22 +185,11 @@ def test_the_url_is_parsed_once_without_a_password() -> None:
     ],
 )
 def test_bad_urls_are_refused_in_one_line(url: str, reason: str) -> None:
-    with pytest.raises(ConfigError, match=reason) as caught:
-        parse_sink_url(url)
-    assert "\n" not in str(caught.value) and "hunter22" not in str(caught.value)
+    bus.refused_in_one_line(url, reason, "hunter22")
 
 
 def test_parsing_imports_no_driver() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from icetail.sinks.urls import parse_sink_url; "
-        "parse_sink_url('rabbitmq-stream://h/s'); print('rstream' in sys.modules, 'pyarrow' in sys.modules)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert bus.modules_after_parsing("rabbitmq-stream://h/s", ["rstream", "pyarrow"]) == [False, False]
 
 
 def test_the_messages_are_encoded_as_rstream_encodes_them() -> None:
@@ -246,11 +237,11 @@ def test_a_replayed_chunk_is_stored_once_with_its_properties(stream: str) -> Non
         sink.close()
     assert sink.inner.duplicates == 3  # type: ignore[attr-defined]
     # a new connection (another process, after a crash) replays the first chunk: nothing is added
-    replay = open_sink(_url(stream, "?key=id"), consumer=CONSUMER, table="ns.orders")
+    rerun = open_sink(_url(stream, "?key=id"), consumer=CONSUMER, table="ns.orders")
     try:
-        replay.write(key(0, 100), change_rows([1, 2, 3]))
+        rerun.write(key(0, 100), change_rows([1, 2, 3]))
     finally:
-        replay.close()
+        rerun.close()
     messages = _run(_read_all(stream))
     assert len(messages) == 5
     first_message = messages[0]
@@ -463,14 +454,12 @@ class _StreamWatch:
         )
 
     def _on_message(self, message: Any, context: Any) -> None:
-        body = b"".join(message.body) if isinstance(message.body, list) else bytes(message.body)
+        body = _body(message)
         if body.startswith(_MARKER):
             with self._lock:
                 self._markers.add(body)
             return
-        props = {_text(k): _text(v) for k, v in (message.application_properties or {}).items()}
-        p = message.properties
-        read = Read(json.loads(body), props, _text(p.message_id), _text(p.subject))
+        read = _decoded(message, body)
         with self._lock:
             self._seen.append(read)
 
@@ -520,8 +509,6 @@ class _StreamWatch:
 
 _MARKER = b"icetail-test-end-"
 
-ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-
 
 def _rewrite(table: Any, changed: dict[int, str | None]) -> None:
     """One overwrite snapshot replacing every live file by one file of the rows with `changed` applied (id to
@@ -532,7 +519,7 @@ def _rewrite(table: Any, changed: dict[int, str | None]) -> None:
     rows = {r["id"]: r["v"] for r in table.scan().to_arrow().to_pylist()}
     rows.update(changed)
     kept = sorted((i, v) for i, v in rows.items() if v is not None)
-    rewritten = pa.table({"id": [i for i, _ in kept], "v": [v for _, v in kept]}, schema=ARROW)
+    rewritten = pa.table({"id": [i for i, _ in kept], "v": [v for _, v in kept]}, schema=bus.ARROW)
     new_files = list(_dataframe_to_data_files(table.metadata, rewritten, table.io))
     with table.transaction() as tx, tx.update_snapshot().overwrite() as overwrite:
         for task in table.scan().plan_files():
@@ -541,55 +528,16 @@ def _rewrite(table: Any, changed: dict[int, str | None]) -> None:
             overwrite.append_data_file(data_file)
 
 
-def _replay(envelopes: list[dict[str, Any]], onto: Counter[tuple[Any, ...]] | None = None) -> Counter[tuple[Any, ...]]:
-    """The rows `envelopes` leave when applied in stream order onto `onto` (default: nothing); an update or a
-    delete of a row that is not there fails."""
-    rows: Counter[tuple[Any, ...]] = Counter(onto or {})
-    for record in envelopes:
-        if record["op"] in ("u", "d"):
-            before = (record["before"]["id"], record["before"]["v"])
-            assert rows[before] > 0, f"{record['op']} of a row that is not there: {record}"
-            rows[before] -= 1
-        if record["op"] in ("c", "r", "u"):
-            rows[(record["after"]["id"], record["after"]["v"])] += 1
-    return +rows
-
-
-def _rows(table: Any, snapshot_id: int | None = None) -> Counter[tuple[Any, ...]]:
-    arrow = table.scan(snapshot_id=snapshot_id).to_arrow() if snapshot_id is not None else table.scan().to_arrow()
-    return Counter(zip(arrow.column("id").to_pylist(), arrow.column("v").to_pylist(), strict=True))
-
-
 def _check_each_snapshot(table: Any, messages: list[Read]) -> None:
-    """Each snapshot's messages, in stream order, replayed onto the previous snapshot's rows give its rows;
-    no change twice (by message id, and by snapshot, op and key)."""
+    """No change twice (by message id, and by snapshot, op and key); each snapshot's messages, in stream
+    order, replayed onto the previous snapshot's rows give its rows."""
     ids = [m.message_id for m in messages]
     assert len(set(ids)) == len(ids), f"{len(ids) - len(set(ids))} messages twice"
     changes = [(m.properties["Icetail-Snapshot-Id"], m.properties["Icetail-Op"], m.properties["Icetail-Key"])
                for m in messages]  # fmt: skip
     assert len(set(changes)) == len(changes), "a change twice"
-    by_snapshot: dict[int, list[dict[str, Any]]] = {}
-    for m in messages:
-        by_snapshot.setdefault(int(m.properties["Icetail-Snapshot-Id"]), []).append(m.body)
-    previous: Counter[tuple[Any, ...]] = Counter()
-    for entry in table.metadata.snapshot_log:  # main's history, oldest first
-        snapshot = entry.snapshot_id
-        rows = _rows(table, snapshot)
-        assert _replay(by_snapshot.pop(snapshot, []), previous) == rows, f"snapshot {snapshot} replayed"
-        previous = rows
-    assert not by_snapshot, f"messages of snapshots not in the table's history: {sorted(by_snapshot)}"
-
-
-def _tables(local: LocalCatalog, names: list[str]) -> list[Any]:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-
-    catalog = local.catalog()
-    catalog.create_namespace("ns")
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
-    )
-    return [catalog.create_table(f"ns.{name}", schema) for name in names]
+    assert all(m.body["source"]["snapshot_id"] == int(m.properties["Icetail-Snapshot-Id"]) for m in messages)
+    bus.check_each_snapshot(table, [m.body for m in messages])
 
 
 CRASH_CHUNK = 5000  # changes of one chunk of the first, large append: 5 frames of 1000 messages
@@ -599,15 +547,15 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None
     """`icetail run` SIGKILLed at seeded moments (inside a sink write, right after one, at start-up) until it
     finishes: the stream, read from its first offset, holds every change of every snapshot once."""
     local = new_catalog(tmp_path / "cat", "rabbitcrash")
-    (table,) = _tables(local, ["events"])
+    (table,) = bus.id_v_tables(local, ["events"])
     rng = random.Random(f"{SEED}:rabbitmq")
     big = 2 * CRASH_CHUNK
-    table.append(pa.table({"id": list(range(big)), "v": [f"v{i}" for i in range(big)]}, schema=ARROW))
+    table.append(pa.table({"id": list(range(big)), "v": [f"v{i}" for i in range(big)]}, schema=bus.ARROW))
     big_snapshot = local.load("ns.events").metadata.current_snapshot_id
     steps = [
         lambda t: t.delete("id < 300"),
         lambda t: _rewrite(t, {400: "x", 500: "y", 600: "z", 700: None, big + 1: "new"}),
-        lambda t: t.append(pa.table({"id": list(range(big + 10, big + 90)), "v": ["w"] * 80}, schema=ARROW)),
+        lambda t: t.append(pa.table({"id": list(range(big + 10, big + 90)), "v": ["w"] * 80}, schema=bus.ARROW)),
     ]
     for step in steps:
         step(local.load("ns.events"))
@@ -636,7 +584,7 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None
         assert got is not None
         ids = got.column("message_id").to_pylist()
         assert len(set(ids)) == len(ids), f"a message twice after run {attempt.index}"
-        _replay([json.loads(e) for e in got.column("envelope").to_pylist()])  # no change of a missing row
+        bus.replay([json.loads(e) for e in got.column("envelope").to_pylist()])  # no change of a missing row
         held = got.column("snapshot_id").to_pylist().count(big_snapshot)
         state = attempt.state
         assert state is not None
@@ -662,7 +610,7 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None
     assert view_state(state_url, consumer).cursor == table.metadata.current_snapshot_id, summary
     assert {m.properties["Icetail-Op"] for m in messages} == {"c", "d", "u"}, summary
     _check_each_snapshot(table, messages)
-    assert _replay([m.body for m in messages]) == _rows(table), summary
+    assert bus.replay([m.body for m in messages]) == bus.table_rows(table), summary
 
 
 def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
@@ -677,7 +625,7 @@ def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
     monkeypatch.setenv("ICETAIL_LOCAL_MAX_BYTES", str(1 << 30))
     local = new_catalog(tmp_path / "cat", "rabbitcat")
     names = ["orders", "refunds"]
-    tables = dict(zip(names, _tables(local, names), strict=True))
+    tables = dict(zip(names, bus.id_v_tables(local, names), strict=True))
     configs = {
         name: PipelineConfig(
             "rabbitcat", f"ns.{name}", f"sqlite:///{tmp_path}/state.db", _url(stream, "?create=true&key=id"),
@@ -686,10 +634,10 @@ def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
         for name in names
     }  # fmt: skip
     steps = [
-        lambda t: t.append(pa.table({"id": [1, 2, 3, 4, 5], "v": ["a", "b", "c", "d", "e"]}, schema=ARROW)),
+        lambda t: t.append(pa.table({"id": [1, 2, 3, 4, 5], "v": ["a", "b", "c", "d", "e"]}, schema=bus.ARROW)),
         lambda t: t.delete("id = 2"),
         lambda t: _rewrite(t, {3: "c2", 4: None, 6: "f"}),  # an update, a delete and an insert in one snapshot
-        lambda t: t.overwrite(pa.table({"id": [1, 7], "v": ["a2", "g"]}, schema=ARROW)),  # all rows replaced
+        lambda t: t.overwrite(pa.table({"id": [1, 7], "v": ["a2", "g"]}, schema=bus.ARROW)),  # all rows replaced
     ]
     _run(_admin("create", stream))
     watch = _StreamWatch(stream)
@@ -705,7 +653,7 @@ def test_pipeline_runs_of_two_tables_onto_one_stream_replay_to_each_tables_rows(
                 messages = watch.messages()
                 for name in names:
                     mine = [m for m in messages if m.subject == f"ns.{name}"]
-                    assert _replay([m.body for m in mine]) == _rows(tables[name]), name
+                    assert bus.replay([m.body for m in mine]) == bus.table_rows(tables[name]), name
                     _check_each_snapshot(tables[name], mine)
     finally:
         watch.close()
@@ -726,7 +674,7 @@ def test_serve_delivers_a_pattern_of_two_tables_onto_one_stream(stream: str, tmp
     catalog = local.catalog()
     catalog.create_namespace("sales")
     names = ["orders_eu", "orders_us"]
-    schema = ARROW
+    schema = bus.ARROW
     for n, name in enumerate(names):
         ids = list(range(n * 10, n * 10 + 5))
         catalog.create_table(f"sales.{name}", schema).append(pa.table({"id": ids, "v": ["a"] * 5}, schema=schema))
@@ -761,7 +709,7 @@ def test_serve_delivers_a_pattern_of_two_tables_onto_one_stream(stream: str, tmp
         messages = watch.messages()
         for name in names:
             mine = [m for m in messages if m.subject == f"sales.{name}"]
-            if _replay([m.body for m in mine]) != _rows(local.load(f"sales.{name}")):
+            if bus.replay([m.body for m in mine]) != bus.table_rows(local.load(f"sales.{name}")):
                 return None
         return messages
 

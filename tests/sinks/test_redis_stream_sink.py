@@ -12,10 +12,7 @@ import json
 import os
 import random
 import socket
-import subprocess
-import sys
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,8 @@ from icetail.sinks.redis.script import marks_key
 from icetail.sinks.registry import check_sink_reachable, open_sink
 from icetail.sinks.urls import parse_sink_url
 from tests.sinks import CONSUMER, change_rows, key
-from tests.support.catalogs import LocalCatalog, catalogs_in_process, new_catalog
+from tests.support import bus_streams as bus
+from tests.support.catalogs import catalogs_in_process, new_catalog
 from tests.support.crash import Attempt, KillTrigger, crash_loop
 from tests.support.partition_proxy import PartitionProxy
 from tests.support.processes import child_env, icetail_command
@@ -45,15 +43,7 @@ SEED = int(os.environ.get("ICETAIL_CRASH_SEED", "20261204"))
 
 
 def _unreachable() -> str | None:
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        return "redis-py is not installed (pip install 'icetail[redis]')"
-    try:
-        with socket.create_connection((HOST, PORT), timeout=2):
-            return None
-    except OSError as exc:
-        return f"no Redis server at {SERVER} ({exc}); start one with `redis-server`"
+    return bus.unreachable("redis", "redis", HOST, PORT, "Redis server", "start one with `redis-server`")
 
 
 def _client() -> Any:
@@ -78,6 +68,10 @@ def _url(stream: str, query: str = "?create=true", server: str = SERVER) -> str:
 
 def _read(stream: str) -> list[tuple[str, dict[str, str]]]:
     return [(i.decode(), {k.decode(): v.decode() for k, v in fields.items()}) for i, fields in _client().xrange(stream)]
+
+
+def _envelopes(entries: list[dict[str, str]]) -> list[dict[str, Any]]:
+    return [json.loads(fields["envelope"]) for fields in entries]
 
 
 # URL parsing: no server needed -------------------------------------------------------
@@ -113,19 +107,11 @@ def test_the_url_is_parsed_once_without_a_password() -> None:
     ],
 )
 def test_bad_urls_are_refused_in_one_line(url: str, reason: str) -> None:
-    with pytest.raises(ConfigError, match=reason) as caught:
-        parse_sink_url(url)
-    assert "\n" not in str(caught.value) and "hunter22" not in str(caught.value)
+    bus.refused_in_one_line(url, reason, "hunter22")
 
 
 def test_parsing_imports_no_driver() -> None:
-    code = (
-        "import sys; from icetail.sinks.urls import parse_sink_url; "
-        "parse_sink_url('redis-stream://h/k'); print('redis' in sys.modules, 'pyarrow' in sys.modules)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert bus.modules_after_parsing("redis-stream://h/k", ["redis", "pyarrow"]) == [False, False]
 
 
 # against the server --------------------------------------------------------------------
@@ -278,40 +264,6 @@ def test_an_envelope_over_the_limit_is_refused_naming_the_fix(stream: str) -> No
 # pipeline runs -------------------------------------------------------------------------
 
 
-def _replayed(fields: list[dict[str, str]]) -> Counter[tuple[Any, ...]]:
-    """The rows the envelopes leave when applied in stream order to nothing (the snapshot before the first)."""
-    rows: Counter[tuple[Any, ...]] = Counter()
-    for entry in fields:
-        record = json.loads(entry["envelope"])
-        if record["op"] in ("u", "d"):
-            before = (record["before"]["id"], record["before"]["v"])
-            assert rows[before] > 0, f"{record['op']} of a row that is not there: {record}"
-            rows[before] -= 1
-        if record["op"] in ("c", "r", "u"):
-            rows[(record["after"]["id"], record["after"]["v"])] += 1
-    return +rows
-
-
-def _rows(table: Any) -> Counter[tuple[Any, ...]]:
-    arrow = table.scan().to_arrow()
-    return Counter(zip(arrow.column("id").to_pylist(), arrow.column("v").to_pylist(), strict=True))
-
-
-def _tables(local: LocalCatalog, names: list[str]) -> list[Any]:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-
-    catalog = local.catalog()
-    catalog.create_namespace("ns")
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
-    )
-    return [catalog.create_table(f"ns.{name}", schema) for name in names]
-
-
-ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-
-
 def test_two_tables_onto_one_stream_replay_to_each_tables_rows(
     stream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,7 +273,7 @@ def test_two_tables_onto_one_stream_replay_to_each_tables_rows(
     monkeypatch.setenv("ICETAIL_LOCAL_MAX_BYTES", str(1 << 30))  # the in-process engine: no Spark needed
     local = new_catalog(tmp_path / "cat", "rediscat")
     names = ["orders", "refunds"]
-    tables = dict(zip(names, _tables(local, names), strict=True))
+    tables = dict(zip(names, bus.id_v_tables(local, names), strict=True))
     configs = {
         name: PipelineConfig(
             "rediscat", f"ns.{name}", f"sqlite:///{tmp_path}/state.db", _url(stream, "?create=true&key=id"),
@@ -330,9 +282,9 @@ def test_two_tables_onto_one_stream_replay_to_each_tables_rows(
         for name in names
     }  # fmt: skip
     steps = [
-        lambda t: t.append(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}, schema=ARROW)),
+        lambda t: t.append(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}, schema=bus.ARROW)),
         lambda t: t.delete("id = 2"),
-        lambda t: t.upsert(pa.table({"id": [3, 5], "v": ["c2", "e"]}, schema=ARROW)),
+        lambda t: t.upsert(pa.table({"id": [3, 5], "v": ["c2", "e"]}, schema=bus.ARROW)),
     ]
     with catalogs_in_process(local):
         for step in steps:
@@ -343,8 +295,9 @@ def test_two_tables_onto_one_stream_replay_to_each_tables_rows(
                     pipeline.run()
             entries = [f for _, f in _read(stream)]
             for name in names:
-                mine = [f for f in entries if f["table"] == f"ns.{name}"]
-                assert _replayed(mine) == _rows(tables[name])
+                mine = _envelopes([f for f in entries if f["table"] == f"ns.{name}"])
+                assert bus.replay(mine) == bus.table_rows(tables[name])
+                bus.check_each_snapshot(tables[name], mine)
     assert {"c", "d"} <= {f["op"] for f in entries}
     positions = [(f["consumer"], f["position"]) for f in entries]
     assert len(set(positions)) == len(positions)
@@ -369,16 +322,16 @@ class _StreamSpec:
 
 def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None:
     local = new_catalog(tmp_path / "cat", "rediscrash")
-    (table,) = _tables(local, ["events"])
+    (table,) = bus.id_v_tables(local, ["events"])
     rng = random.Random(f"{SEED}:redis")
     ids = list(range(1, 121))
-    table.append(pa.table({"id": ids, "v": [f"v{i}" for i in ids]}, schema=ARROW))
+    table.append(pa.table({"id": ids, "v": [f"v{i}" for i in ids]}, schema=bus.ARROW))
     table = local.load("ns.events")
     table.delete("id <= 30")
     table = local.load("ns.events")
-    table.upsert(pa.table({"id": [40, 50, 200], "v": ["x", "y", "z"]}, schema=ARROW))
+    table.upsert(pa.table({"id": [40, 50, 200], "v": ["x", "y", "z"]}, schema=bus.ARROW))
     table = local.load("ns.events")
-    table.append(pa.table({"id": list(range(300, 380)), "v": ["w"] * 80}, schema=ARROW))
+    table.append(pa.table({"id": list(range(300, 380)), "v": ["w"] * 80}, schema=bus.ARROW))
     table = local.load("ns.events")
     state_url = f"sqlite:///{tmp_path}/state.db"
     consumer = "events-redis"
@@ -399,7 +352,7 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None
         assert rows is not None
         positions = rows.column("position").to_pylist()
         assert len(set(positions)) == len(positions), f"an entry twice after run {attempt.index}"
-        _replayed([{"envelope": e} for e in rows.column("envelope").to_pylist()])  # no change of a missing row
+        bus.replay(json.loads(e) for e in rows.column("envelope").to_pylist())  # no change of a missing row
 
     report = crash_loop(
         cmd, env, state_url=state_url, consumer=consumer, sink=_StreamSpec(stream),  # type: ignore[arg-type]
@@ -411,4 +364,6 @@ def test_sigkill_delivers_every_change_once(stream: str, tmp_path: Path) -> None
     assert not final.killed and final.returncode == 0, summary
     assert report.kills >= 1, summary
     assert view_state(state_url, consumer).cursor == table.metadata.current_snapshot_id, summary
-    assert _replayed([f for _, f in _read(stream)]) == _rows(table), summary
+    envelopes = _envelopes([f for _, f in _read(stream)])
+    assert bus.replay(envelopes) == bus.table_rows(table), summary
+    bus.check_each_snapshot(table, envelopes)

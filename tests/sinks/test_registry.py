@@ -111,6 +111,9 @@ def test_every_kind_of_sink_is_named_by_a_url() -> None:
     ]
     kinds = [kind_of(parse_sink_url(url)) for url in urls]
     assert sorted(kind.name for kind in kinds) == sorted(kind.name for kind in SINK_KINDS.values())
+    tls = ["tls://localhost:4222/cdc?stream=CDC", "rediss-stream://localhost:6379/cdc", "rabbitmq-stream+tls://h/cdc"]
+    assert [kind_of(parse_sink_url(url)) for url in tls] == kinds[-3:]  # the bus sinks over TLS: the same kinds
+    urls += tls
     assert {url.split(":")[0] for url in ACCEPTED_FORMS} <= {url.split(":")[0] for url in urls} | {"stdout", "-"}
 
 

@@ -48,12 +48,13 @@ from icetail.kernel.errors import (
     SinkSetupError,
     error_text,
 )
-from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.bus.loop import AsyncLoop
+from icetail.sinks.bus.opening import BusSink, Opening, StreamMissingError, on_loop
 from icetail.sinks.bus.records import record_key_values
+from icetail.sinks.bus.tls import handshake_refusal
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
-from icetail.sinks.nats.url import NatsTarget
+from icetail.sinks.nats.url import TLS_SCHEME, NatsTarget
 
 MIN_DUPLICATE_WINDOW_SECONDS = 120.0
 CREATED_DUPLICATE_WINDOW_SECONDS = 300.0
@@ -67,10 +68,6 @@ HEADER_ORDINAL = "Icetail-Change-Ordinal"
 HEADER_KEY = "Icetail-Key"
 MSG_ID = "Nats-Msg-Id"
 _T = TypeVar("_T")
-
-
-class StreamMissingError(ConfigError):
-    """The stream the URL names does not exist (and the URL does not ask to create it)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +173,7 @@ class _Connection:
                 failed.set_result(exc)
 
         where = self.target.where
+        tls = self.target.tls.context() if self.target.tls is not None else None
         # nats-py keeps retrying a refused first connect even with allow_reconnect=False: its first
         # error (told to error_cb) ends the attempt
         connecting = asyncio.ensure_future(
@@ -186,6 +184,7 @@ class _Connection:
                 max_reconnect_attempts=0,
                 error_cb=on_error,
                 name="icetail",
+                tls=tls,
             )
         )
         either: list[asyncio.Future[Any]] = [connecting, failed]
@@ -206,6 +205,9 @@ class _Connection:
                 "(or the token) in the sink URL"
             ) from exc
         except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            refused = handshake_refusal(f"NATS server {where}", exc, None if tls is not None else TLS_SCHEME)
+            if refused is not None:
+                raise refused from exc
             raise SinkError(
                 f"NATS server {where} cannot be reached ({error_text(exc)}): start it, or fix HOST:PORT in the sink URL"
             ) from exc
@@ -321,40 +323,27 @@ def _too_large(where: str, stream: str, detail: str) -> str:
     )
 
 
-class NatsSink:
+def _opening(target: NatsTarget, loop: AsyncLoop) -> Opening[_Connection]:
+    return on_loop(
+        f"NATS server {target.where}",
+        loop,
+        lambda: _Connection(target),
+        connect_seconds=CONNECT_TIMEOUT_SECONDS * 3,
+        check_seconds=ACK_TIMEOUT_SECONDS,
+        close_seconds=CONNECT_TIMEOUT_SECONDS,
+    )
+
+
+class NatsSink(BusSink[_Connection]):
     """Publishes each chunk's envelope records to a JetStream stream (module docstring); exactly once.
 
-    It takes Debezium envelopes only (`envelopes_only`): registry.formatted puts the envelope
-    around it whatever `--format` says.
+    It takes Debezium envelopes only, and opens, drops and closes its connection, as BusSink says.
     """
-
-    exactly_once: bool = True
-    envelopes_only: bool = True
 
     def __init__(self, target: NatsTarget, *, consumer: str) -> None:
         self.target = target
-        self.consumer = check_consumer_id(consumer)
-        self.duplicates = 0  # messages the stream already held (replays)
         self._loop = AsyncLoop("icetail-nats")
-        self._connection: _Connection | None = None
-        self._closed = False
-        try:
-            self._connection = self._open(create=target.create)
-        except BaseException:
-            self._loop.stop()
-            raise
-
-    def _open(self, *, create: bool) -> _Connection:
-        connection = _Connection(self.target)
-        try:
-            self._loop.run(connection.connect(), CONNECT_TIMEOUT_SECONDS * 3)
-            self._loop.run(connection.check_stream(create=create), ACK_TIMEOUT_SECONDS)
-        except BaseException as exc:
-            self._loop.run(connection.close(), CONNECT_TIMEOUT_SECONDS)
-            if isinstance(exc, TimeoutError):
-                raise SinkError(f"NATS server {self.target.where} did not answer in time") from exc
-            raise
-        return connection
+        super().__init__(_opening(target, self._loop), consumer=consumer, create=target.create, loop=self._loop)
 
     def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
         """Publish the records `rows` (envelopes) and await their acks; the token names the stream's sequences."""
@@ -393,40 +382,11 @@ class NatsSink:
         self.duplicates += duplicates
         return f"{self.target.stream}:{first}-{last}"
 
-    def _drop_connection(self) -> None:
-        """After a failed chunk: the next write starts on a fresh connection (its replay stays in order)."""
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            try:
-                self._loop.run(connection.close(), CONNECT_TIMEOUT_SECONDS)
-            except Exception:
-                pass
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._drop_connection()
-        finally:
-            self._loop.stop()
-
 
 def check_reachable(target: NatsTarget) -> None:
     """Reach the server and the stream without changing anything (a missing stream passes with create=true)."""
     loop = AsyncLoop("icetail-nats")
-    connection = _Connection(target)
     try:
-        loop.run(connection.connect(), CONNECT_TIMEOUT_SECONDS * 3)
-        try:
-            loop.run(connection.check_stream(create=False), ACK_TIMEOUT_SECONDS)
-        except StreamMissingError:
-            if not target.create:  # the run creates it when it opens the sink
-                raise
-    except TimeoutError as exc:
-        raise SinkError(f"NATS server {target.where} did not answer in time") from exc
+        _opening(target, loop).reach(created_later=target.create)
     finally:
-        try:
-            loop.run(connection.close(), CONNECT_TIMEOUT_SECONDS)
-        finally:
-            loop.stop()
+        loop.stop()

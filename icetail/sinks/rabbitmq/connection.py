@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from icetail.kernel.errors import ConfigError, SinkError, SinkRejectedError, SinkSetupError, error_text
+from icetail.kernel.errors import SinkError, SinkRejectedError, SinkSetupError, error_text
+from icetail.sinks.bus.opening import StreamMissingError
+from icetail.sinks.bus.tls import handshake_refusal
 from icetail.sinks.rabbitmq.messages import StreamMessage
 from icetail.sinks.rabbitmq.url import RabbitStreamTarget
 
@@ -25,10 +27,6 @@ PUBLISH_FRAME_OVERHEAD = 13  # a Publish frame: length, key, version, publisher 
 MESSAGE_OVERHEAD = 12  # per message: publishing id and data length
 MAX_MESSAGES_PER_FRAME = 1000
 PUBLISHER_ID = 0
-
-
-class StreamMissingError(ConfigError):
-    """The stream the URL names does not exist (and the URL does not ask to create it)."""
 
 
 class StreamConnection:
@@ -57,6 +55,7 @@ class StreamConnection:
             heartbeat=HEARTBEAT_SECONDS,
             connection_name="icetail",
             connection_closed_handler=self._on_closed,
+            ssl_context=target.tls.context() if target.tls is not None else None,
         )
         self.client = client
         try:
@@ -80,6 +79,9 @@ class StreamConnection:
                 f"sink URL or grant it (rabbitmqctl set_permissions -p {target.vhost} {target.user} '.*' '.*' '.*')"
             ) from None
         except (OSError, asyncio.TimeoutError, ConnectionClosed, exceptions.ServerError) as exc:
+            refused = handshake_refusal(f"RabbitMQ stream port {where}", exc)
+            if refused is not None:
+                raise refused from None
             raise SinkError(
                 f"RabbitMQ stream port {where} cannot be reached ({error_text(exc)}): start RabbitMQ with the stream "
                 "plugin (rabbitmq-plugins enable rabbitmq_stream), or fix HOST:PORT in the sink URL"

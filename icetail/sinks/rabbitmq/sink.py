@@ -21,16 +21,15 @@ from __future__ import annotations
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, IcetailError, SinkError, SinkRejectedError
-from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.bus.loop import AsyncLoop
+from icetail.sinks.bus.opening import BusSink, Opening, on_loop
 from icetail.sinks.rabbitmq.connection import (
     CONNECT_TIMEOUT_SECONDS,
     MESSAGE_OVERHEAD,
     PUBLISH_FRAME_OVERHEAD,
     REQUEST_TIMEOUT_SECONDS,
     StreamConnection,
-    StreamMissingError,
 )
 from icetail.sinks.rabbitmq.ids import producer_name
 from icetail.sinks.rabbitmq.messages import stream_messages
@@ -39,31 +38,27 @@ from icetail.sinks.rabbitmq.url import RabbitStreamTarget
 CONFIRM_TIMEOUT_SECONDS = 30.0  # a chunk's wait grows with its size (write)
 
 
-class RabbitStreamSink:
+def _opening(target: RabbitStreamTarget, loop: AsyncLoop) -> Opening[StreamConnection]:
+    return on_loop(
+        f"RabbitMQ stream port {target.where}",
+        loop,
+        lambda: StreamConnection(target),
+        connect_seconds=CONNECT_TIMEOUT_SECONDS + REQUEST_TIMEOUT_SECONDS + 1,
+        check_seconds=REQUEST_TIMEOUT_SECONDS * 2,
+        close_seconds=REQUEST_TIMEOUT_SECONDS + 1,
+    )
+
+
+class RabbitStreamSink(BusSink[StreamConnection]):
     """Publishes each chunk's envelope records to a RabbitMQ stream (module docstring); exactly once.
 
-    It takes Debezium envelopes only (`envelopes_only`): registry.formatted puts the envelope
-    around it whatever `--format` says.
+    It takes Debezium envelopes only, and opens, drops and closes its connection, as BusSink says.
     """
-
-    exactly_once: bool = True
-    envelopes_only: bool = True
 
     def __init__(self, target: RabbitStreamTarget, *, consumer: str) -> None:
         self.target = target
-        self.consumer = check_consumer_id(consumer)
-        self.duplicates = 0  # messages of replayed chunks the stream already held
         self._loop = AsyncLoop("icetail-rabbitmq")
-        self._connection: StreamConnection | None = None
-        self._closed = False
-        try:
-            self._connection = self._open(create=target.create)
-        except BaseException:
-            self._loop.stop()
-            raise
-
-    def _open(self, *, create: bool) -> StreamConnection:
-        return open_connection(self._loop, self.target, create=create)
+        super().__init__(_opening(target, self._loop), consumer=consumer, create=target.create, loop=self._loop)
 
     def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
         """Publish the records `rows` (envelopes) and await their confirms; the token names the producer and ids."""
@@ -108,50 +103,10 @@ class RabbitStreamSink:
         self.duplicates += stored
         return f"{self.target.stream}:{name}:{batch[0].publishing_id}-{batch[-1].publishing_id}"
 
-    def _drop_connection(self) -> None:
-        """After a failed chunk: the next write starts on a fresh connection (its replay stays in order)."""
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            try:
-                self._loop.run(connection.close(), REQUEST_TIMEOUT_SECONDS + 1)
-            except Exception:
-                pass
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._drop_connection()
-        finally:
-            self._loop.stop()
-
-
-def open_connection(loop: AsyncLoop, target: RabbitStreamTarget, *, create: bool) -> StreamConnection:
-    """A connection with the stream checked (created with `create`); closed again if that fails."""
-    connection = StreamConnection(target)
-    try:
-        loop.run(connection.connect(), CONNECT_TIMEOUT_SECONDS + REQUEST_TIMEOUT_SECONDS + 1)
-        loop.run(connection.check_stream(create=create), REQUEST_TIMEOUT_SECONDS * 2)
-    except BaseException as exc:
-        try:
-            loop.run(connection.close(), REQUEST_TIMEOUT_SECONDS + 1)
-        except Exception:
-            pass
-        if isinstance(exc, TimeoutError):
-            raise SinkError(f"RabbitMQ stream port {target.where} did not answer in time") from None
-        raise
-    return connection
-
-
 def check_reachable(target: RabbitStreamTarget) -> None:
     """Reach the broker and the stream without changing anything (a missing stream passes with create=true)."""
     loop = AsyncLoop("icetail-rabbitmq-check")
     try:
-        connection = open_connection(loop, target, create=False)
-        loop.run(connection.close(), REQUEST_TIMEOUT_SECONDS + 1)
-    except StreamMissingError:
-        if not target.create:  # the run creates it when it opens the sink
-            raise
+        _opening(target, loop).reach(created_later=target.create)
     finally:
         loop.stop()

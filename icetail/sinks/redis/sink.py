@@ -36,9 +36,10 @@ from icetail.kernel.errors import (
     SinkSetupError,
     error_text,
 )
-from icetail.kernel.names import check_consumer_id
 from icetail.sinks.base import ChunkKey
+from icetail.sinks.bus.opening import BusSink, Opening, StreamMissingError
 from icetail.sinks.bus.records import record_key_values
+from icetail.sinks.bus.tls import handshake_refusal
 from icetail.sinks.files.jsonl_encoding import encode_jsonl
 from icetail.sinks.redis.script import APPEND, marks_key
 from icetail.sinks.redis.url import RedisTarget
@@ -51,10 +52,6 @@ SERVER_LIMIT = 512 << 20  # proto-max-bulk-len's default, when CONFIG GET is not
 MIN_VERSION = (7, 0)  # scripts with a shebang (refused before they start when out of memory)
 FIELDS = ("op", "table", "snapshot_id", "change_ordinal", "consumer", "position", "envelope")
 _GENERATION = re.compile(r"b(\d+)-")  # a batch id starts with its generation (next_batch._new_batch_id)
-
-
-class StreamMissingError(ConfigError):
-    """The stream key the URL names does not exist (and the URL does not ask to create it)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +136,7 @@ class _Connection:
         from redis.retry import Retry
 
         self.target = target
+        tls = target.tls
         # no retries of its own: a failed piece fails the chunk, whose replay skips what landed
         self.client = redis.Redis(
             host=target.host,
@@ -150,6 +148,10 @@ class _Connection:
             socket_timeout=REPLY_TIMEOUT_SECONDS,
             retry=Retry(NoBackoff(), 0),
             client_name="icetail",
+            ssl=tls is not None,
+            ssl_ca_certs=tls.ca if tls is not None else None,
+            ssl_certfile=tls.cert if tls is not None else None,
+            ssl_keyfile=tls.key if tls is not None else None,
         )
         self.max_message = target.max_message_bytes or SERVER_LIMIT
         self._script: Any = None
@@ -157,6 +159,8 @@ class _Connection:
     def check(self, *, create: bool) -> None:
         """The server answers, is 7.0 or later, and the key is a stream (or missing, with `create`)."""
         where, stream = self.target.where, self.target.stream
+        if self.target.tls is not None:
+            self.target.tls.context()  # a file that cannot be used: one line naming its parameter
         with _mapped(self.target):
             self.client.ping()
             version = self._version()
@@ -227,10 +231,7 @@ class _Connection:
         return Appended(appended, skipped, first, last)
 
     def close(self) -> None:
-        try:
-            self.client.close()
-        except Exception:  # closing a broken connection: nothing is left to flush
-            pass
+        self.client.close()
 
 
 def _text(value: Any) -> str:
@@ -274,6 +275,9 @@ def _icetail_error(target: RedisTarget, exc: Exception) -> Exception | None:
         return SinkError(
             f"Redis server {where} is out of memory ({text}): raise its maxmemory, or trim the stream (maxlen=)"
         )
+    refused = handshake_refusal(f"Redis server {where}", exc) if target.tls is not None else None
+    if refused is not None:
+        return refused
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError)):
         return SinkError(f"Redis server {where} cannot be reached ({text}): start it, or fix HOST:PORT in the sink URL")
     if isinstance(exc, rx.ResponseError):
@@ -309,31 +313,24 @@ def _too_large(target: RedisTarget, size: int, limit: int) -> str:
     )
 
 
-class RedisStreamSink:
+def _opening(target: RedisTarget) -> Opening[_Connection]:
+    return Opening(
+        f"Redis server {target.where}",
+        lambda: _Connection(target),
+        lambda connection, create: connection.check(create=create),
+        lambda connection: connection.close(),
+    )
+
+
+class RedisStreamSink(BusSink[_Connection]):
     """Appends each chunk's envelope records to a Redis stream (module docstring); exactly once.
 
-    It takes Debezium envelopes only (`envelopes_only`): registry.formatted puts the envelope
-    around it whatever `--format` says.
+    It takes Debezium envelopes only, and opens, drops and closes its connection, as BusSink says.
     """
-
-    exactly_once: bool = True
-    envelopes_only: bool = True
 
     def __init__(self, target: RedisTarget, *, consumer: str) -> None:
         self.target = target
-        self.consumer = check_consumer_id(consumer)
-        self.duplicates = 0  # entries the stream already held (replays)
-        self._closed = False
-        self._connection: _Connection | None = self._open(create=target.create)
-
-    def _open(self, *, create: bool) -> _Connection:
-        connection = _Connection(self.target)
-        try:
-            connection.check(create=create)
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        super().__init__(_opening(target), consumer=consumer, create=target.create)
 
     def write(self, key: ChunkKey, rows: pa.Table) -> str | None:
         """Append the records `rows` (envelopes) the stream lacks; the token names the ids appended."""
@@ -363,22 +360,6 @@ class RedisStreamSink:
         stream = self.target.stream
         return f"{stream}:{done.first_id}..{done.last_id}" if done.appended else f"{stream}:held"
 
-    def _drop_connection(self) -> None:
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            connection.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._drop_connection()
-
-
 def check_reachable(target: RedisTarget) -> None:
     """Reach the server and the stream without changing anything (a missing stream passes with create=true)."""
-    connection = _Connection(target)
-    try:
-        connection.check(create=target.create)
-    finally:
-        connection.close()
+    _opening(target).reach(created_later=target.create)

@@ -1,4 +1,5 @@
-"""`redis-stream://[[USER]:PASSWORD@]HOST[:PORT]/KEY[?db=N][&create=true][&key=COL,...][&maxlen=N][&max_message_bytes=N]`.
+"""`redis-stream://[[USER]:PASSWORD@]HOST[:PORT]/KEY[?db=N][&create=true][&key=COL,...][&maxlen=N][&max_message_bytes=N]`,
+or `rediss-stream://...` over TLS (as redis-py's `rediss://`) with `ca=PATH`, `cert=PATH&cert_key=PATH` (bus/tls.py).
 
 Parsed with the standard library only, without side effects and without importing redis-py
 (whose presence is checked here, kernel/extras.py). `KEY` (URL-decoded, one path segment) is
@@ -11,20 +12,25 @@ the URL without it and without `create` (creating is not part of where the chang
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import quote, unquote
 
 from icetail.kernel.errors import ConfigError
 from icetail.kernel.extras import REDIS, require
 from icetail.kernel.secrets import redact_text
-from icetail.kernel.url_params import has_control_character, parameter_values
-from icetail.sinks.bus.url_parts import host_text, split_server_url, url_flag
+from icetail.kernel.url_params import has_control_character
+from icetail.sinks.bus.tls import PARAMETERS as TLS_PARAMETERS
+from icetail.sinks.bus.tls import Tls, tls_options
+from icetail.sinks.bus.url_parts import host_text, key_columns, query_parameters, split_server_url, url_flag
 
 SCHEME = "redis-stream"
+TLS_SCHEME = "rediss-stream"  # as redis-py's rediss://
+SCHEMES = (SCHEME, TLS_SCHEME)
 FORM = (
     "redis-stream://[[USER]:PASSWORD@]HOST[:PORT]/KEY"
-    "[?db=N][&create=true][&key=COL[,COL...]][&maxlen=N][&max_message_bytes=N]"
+    "[?db=N][&create=true][&key=COL[,COL...]][&maxlen=N][&max_message_bytes=N] "
+    "(rediss-stream://... for TLS, with ca=PATH[&cert=PATH&cert_key=PATH])"
 )
-PARAMETERS = ("db", "create", "key", "maxlen", "max_message_bytes")
+PARAMETERS = ("db", "create", "key", "maxlen", "max_message_bytes", *TLS_PARAMETERS)
 DEFAULT_PORT = 6379
 MIN_MAXLEN = 1000  # trimming keeps at least this many entries: a reader far behind still finds its place
 
@@ -44,6 +50,7 @@ class RedisTarget:
     key: tuple[str, ...] = ()  # key columns: each entry's `key` field
     maxlen: int | None = None  # XADD MAXLEN ~ this
     max_message_bytes: int | None = None  # a lower limit than the server's for one entry's envelope
+    tls: Tls | None = None  # rediss-stream://: the connection's TLS files
 
     def __repr__(self) -> str:  # a repr in a traceback must not show the password
         return f"RedisTarget({self.identity!r})"
@@ -57,26 +64,21 @@ def parse_redis_url(url: str) -> RedisTarget:
     """The target of a Redis stream sink URL, without touching it; ConfigError (one line, no password) if unusable."""
     text = url.strip()
     refuse = lambda reason: _bad(text, reason)  # noqa: E731
-    split = split_server_url(text, SCHEME, DEFAULT_PORT, refuse, "it names no server (redis-stream://HOST:PORT/KEY)")
+    no_host = "it names no server (redis-stream://HOST:PORT/KEY)"
+    split = split_server_url(text, SCHEME, DEFAULT_PORT, refuse, no_host, (TLS_SCHEME, DEFAULT_PORT))
     parts, host, port = split.parts, split.host, split.port
     stream = unquote(parts.path.removeprefix("/"))
     if not stream:
         raise _bad(text, "it names no stream key after the server (redis-stream://HOST:PORT/KEY)")
     if "/" in parts.path.removeprefix("/") or has_control_character(stream) or stream != stream.strip():
         raise _bad(text, f"stream key {stream!r} must be one path segment without spaces at its ends (%2F for a /)")
-    try:
-        given = parameter_values(parse_qsl(parts.query, keep_blank_values=True), PARAMETERS)
-    except ValueError as problem:
-        raise _bad(text, str(problem)) from None
+    given = query_parameters(parts, PARAMETERS, refuse)
     db = _count(text, "db", given.get("db"), minimum=0) or 0
     maxlen = _count(text, "maxlen", given.get("maxlen"), minimum=MIN_MAXLEN)
     max_bytes = _count(text, "max_message_bytes", given.get("max_message_bytes"), minimum=1)
     create = url_flag("create", given.get("create"), refuse)
-    key: tuple[str, ...] = ()
-    if "key" in given:
-        key = tuple(c.strip() for c in given["key"].split(","))
-        if not all(key) or any(has_control_character(c) for c in key):
-            raise _bad(text, f"key={given['key']!r} must name columns: key=COL or key=COL1,COL2")
+    tls = tls_options(given, tls=split.tls, tls_scheme=TLS_SCHEME, bad=refuse)
+    key = key_columns(given.get("key"), refuse)
     require(REDIS, f"the Redis stream sink {shown(text)}")  # now: before anything is created
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
@@ -86,8 +88,9 @@ def parse_redis_url(url: str) -> RedisTarget:
     query += [f"max_message_bytes={max_bytes}"] if max_bytes is not None else []
     user = f"{quote(username, safe='')}@" if username else ""
     path = quote(stream, safe=":{}-_.~")
-    identity = f"{SCHEME}://{user}{host_text(host)}:{port}/{path}" + ("?" + "&".join(query) if query else "")
-    return RedisTarget(identity, host, port, stream, db, username, password, create, key, maxlen, max_bytes)
+    scheme = TLS_SCHEME if split.tls else SCHEME
+    identity = f"{scheme}://{user}{host_text(host)}:{port}/{path}" + ("?" + "&".join(query) if query else "")
+    return RedisTarget(identity, host, port, stream, db, username, password, create, key, maxlen, max_bytes, tls)
 
 
 
