@@ -6,7 +6,7 @@ re-plans the same (start, end] from it, so the cut must be a pure function of th
 table. A batch admits whole units in plan order while they fit, and always at least one:
 
 - a split of a snapshot's added or removed data file, which the row limit may cut at a file row
-  (an estimate from the split's byte share of the file; the rows on each side of the cut are read
+  (an estimate from the split's share of the file's row groups; the rows on each side of the cut are read
   by position, so a wrong estimate changes the batch sizes, never which rows are delivered);
 - any other split (a file that gained or lost deletes), whole;
 - a snapshot reconciled whole (update pairing, carry-over removal: `gathered_snapshots`), or under
@@ -160,14 +160,21 @@ def _units(splits: tuple[ChangeSplit, ...], resumed: SnapshotPosition | None, *,
 
 
 def _row_windows(splits: tuple[ChangeSplit, ...]) -> list[tuple[int, int]]:
-    """Each split's estimated file rows: its row groups' share of the file (exact for a whole file)."""
+    """Each split's estimated file rows: its share of the file's row groups (exact for a whole file).
+
+    By row-group count, not bytes: the last row group's bytes include the file's footer, and
+    writers mostly cut row groups of equal rows (pyiceberg) or of equal bytes (Spark, Java).
+    """
     windows: list[tuple[int, int]] = []
-    for index, split in enumerate(splits):
-        record_count = split.task.data_file.record_count
-        same_file = index > 0 and splits[index - 1].task == split.task
-        low = windows[-1][1] if same_file and split.row_group_start > 0 else 0
-        last = split.row_group_end is None or index + 1 == len(splits) or splits[index + 1].task != split.task
-        high = record_count if last else min(low + split.estimated_rows, record_count)
+    for split in splits:
+        data_file = split.task.data_file
+        groups = len(data_file.split_offsets or ())
+        if split.row_group_end is None or groups == 0:
+            windows.append((0, data_file.record_count))
+            continue
+        low = data_file.record_count * split.row_group_start // groups
+        end = min(split.row_group_end, groups)
+        high = data_file.record_count if end == groups else data_file.record_count * end // groups
         windows.append((low, max(high, low)))
     return windows
 

@@ -8,7 +8,7 @@ way `icetail run` does. Spark's checkpoint is the only state: offsets hold every
 
 A rate limit (maxRowsPerTrigger, maxFilesPerTrigger, maxBytesPerTrigger) may end a batch inside
 a snapshot: the offset then also carries a `position` in the next snapshot, `SnapshotPosition`
-(spark_source/limits.py chooses it, spark_source/windows.py reads up to and from it).
+(spark_source/limits.py: `limited_end` chooses it, `cut_plan` reads up to and from it).
 
 Offsets are a persisted format (Spark keeps them in the query's checkpoint), so each carries its
 format version and every version ever written is read: 1, the three fields without a version

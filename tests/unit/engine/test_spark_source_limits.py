@@ -64,6 +64,10 @@ def test_an_offset_inside_a_snapshot_is_format_3_and_one_without_stays_format_2(
 
 @pytest.fixture
 def table(tmp_path: Path) -> SourceTable:
+    return limited_table(tmp_path)
+
+
+def limited_table(tmp_path: Path) -> SourceTable:
     """A 10-row append in one file of 4-row row groups, then two 4-row appends."""
     source = new_source_table(tmp_path / "t")
     loaded = source.load()
@@ -78,11 +82,13 @@ def table(tmp_path: Path) -> SourceTable:
     return source
 
 
-def _batches(source: SourceTable, limits: TriggerLimits, verify: VerifyMode = VerifyMode.WARN) -> list[pa.Table]:
+def _batches(
+    source: SourceTable, limits: TriggerLimits, verify: VerifyMode = VerifyMode.WARN, split_bytes: int | None = None
+) -> list[list[tuple[Any, ...]]]:
     """The rows of each limited batch from the start, as Spark tasks would read them."""
     loaded = source.load()
     options = parse_stream_options({**source.options(), "verify": verify.value}).source
-    planner = Planner(loaded)
+    planner = Planner(loaded, split_bytes) if split_bytes is not None else Planner(loaded)
     start = StreamOffset(None, None, 0)
     batches = []
     while True:
@@ -93,18 +99,19 @@ def _batches(source: SourceTable, limits: TriggerLimits, verify: VerifyMode = Ve
         plan = planner.plan(start.snapshot_id, end.plan_end, ordinal_base=start.next_ordinal)
         plan, windows, cut = cut_plan(plan, start, end)
         specs = plan_partitions(loaded, plan, verify=verify, windows=windows, unchecked=cut)
-        batches.append(pa.Table.from_batches([b for spec in specs for b in read_partition(spec)]))
+        batches.append([tuple(r.values()) for spec in specs for b in read_partition(spec) for r in b.to_pylist()])
         start = StreamOffset.from_json(end.to_json())
 
 
-def _rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(r.values()) for r in table.to_pylist())
+def _rows(batches: list[list[tuple[Any, ...]]]) -> Counter[tuple[Any, ...]]:
+    return Counter(row for batch in batches for row in batch)
 
 
-def _all(source: SourceTable) -> pa.Table:
+def _all(source: SourceTable) -> list[list[tuple[Any, ...]]]:
     loaded = source.load()
     plan = Planner(loaded).plan(None, None)
-    return pa.Table.from_batches([b for spec in plan_partitions(loaded, plan) for b in read_partition(spec)])
+    specs = plan_partitions(loaded, plan)
+    return [[tuple(r.values()) for spec in specs for b in read_partition(spec) for r in b.to_pylist()]]
 
 
 @pytest.mark.parametrize(
@@ -120,14 +127,28 @@ def _all(source: SourceTable) -> pa.Table:
 )
 def test_limited_batches_deliver_every_row_once(table: SourceTable, limits: TriggerLimits, sizes: list[int]) -> None:
     batches = _batches(table, limits)
-    assert [b.num_rows for b in batches] == sizes
-    assert _rows(pa.concat_tables(batches)) == _rows(_all(table))
+    assert [len(b) for b in batches] == sizes
+    assert _rows(batches) == _rows(_all(table))
+
+
+def test_a_file_in_several_splits_is_cut_and_resumed_across_them(table: SourceTable) -> None:
+    """Splits of one row group each: estimated rows per split, a cut inside one, the next batch on from it."""
+    plan = Planner(table.load(), 1).plan(None, table.snapshot_ids[0])
+    assert [(s.row_group_start, s.row_group_end) for s in plan.splits] == [(0, 1), (1, 2), (2, 3)]
+    batches = _batches(table, TriggerLimits(max_rows=3), split_bytes=1)
+    # estimated by row-group count: rows [0,3), [3,6), [6,10) where the file has [0,4), [4,8), [8,10);
+    # the estimate sets batch sizes, the positions which rows: 4 (split 0), 4 (split 1), 1 (row 8), ...
+    assert [len(b) for b in batches] == [4, 4, 1, 3, 3, 3]
+    assert _rows(batches) == _rows(_all(table))
+    batches = _batches(table, TriggerLimits(max_files=1, max_bytes=1), split_bytes=1)
+    assert [len(b) for b in batches] == [4, 4, 2, 4, 4]  # one split (row group) a batch
+    assert _rows(batches) == _rows(_all(table))
 
 
 def test_strict_verify_never_cuts_a_checked_snapshot(table: SourceTable) -> None:
     batches = _batches(table, TriggerLimits(max_rows=3), VerifyMode.STRICT)
-    assert [b.num_rows for b in batches] == [10, 4, 4]
-    assert _rows(pa.concat_tables(batches)) == _rows(_all(table))
+    assert [len(b) for b in batches] == [10, 4, 4]
+    assert _rows(batches) == _rows(_all(table))
 
 
 def test_a_changed_plan_is_refused_not_misread(table: SourceTable) -> None:
