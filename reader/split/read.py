@@ -84,8 +84,12 @@ def read_split(
     start_row_inclusive: int = 0,
     chunk_rows: int | None = None,
     with_row_lineage: bool = False,
+    end_row_exclusive: int | None = None,
 ) -> Iterator[Chunk]:
     """Chunks of change rows of `split`, starting at file row `start_row_inclusive`.
+
+    `end_row_exclusive`: the rows from that file row on are left out (a Spark stream's rate limit cut
+    the split there); the last chunk then ends there, and is `done` only if the split ends there.
 
     Without `chunk_rows` a chunk is one row group. `with_row_lineage`: the rows also carry
     `_row_id` and `_last_updated_sequence_number` (reader/split/row_lineage.py), after the data columns.
@@ -139,7 +143,13 @@ def read_split(
             rg_lo, rg_hi = int(starts[rg]), int(starts[rg + 1])
             if rg_hi <= start_row_inclusive:
                 continue
+            if end_row_exclusive is not None and rg_lo >= end_row_exclusive:
+                break
+            if end_row_exclusive is not None and end_row_exclusive < rg_hi:
+                rg_hi, last_index = end_row_exclusive, None  # cut: the split goes on after this chunk
             lo = max(rg_lo, start_row_inclusive)
+            if end_row_exclusive is not None and lo >= rg_hi:  # an empty window
+                break
             step = chunk_rows or (rg_hi - lo) or 1
             bounds = list(range(lo, rg_hi, step)) + [rg_hi]
             if not equality_ids and not _may_change(before, after, lo, rg_hi, task.kind):

@@ -49,6 +49,13 @@ STREAM_OPTIONS = (
     "starting",
     "startingtimestamp",  # Delta's name for a stream's start: the snapshots committed at or after it
     "max-snapshots-per-trigger",
+    # rate limits inside a snapshot (spark_source/limits.py): Delta's names, and icetail's spelling
+    "maxrowspertrigger",
+    "max-rows-per-trigger",
+    "maxfilespertrigger",
+    "max-files-per-trigger",
+    "maxbytespertrigger",
+    "max-bytes-per-trigger",
     "branch",
     "with-schema-id",
     "with-row-lineage",
@@ -90,10 +97,24 @@ class BatchOptions:
 
 
 @dataclass(frozen=True)
+class TriggerLimits:
+    """At most about this many change rows, data files, data file bytes per micro-batch (None: no limit)."""
+
+    max_rows: int | None = None
+    max_files: int | None = None
+    max_bytes: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return (self.max_rows, self.max_files, self.max_bytes) != (None, None, None)
+
+
+@dataclass(frozen=True)
 class StreamOptions:
     source: TableOptions
     starting: StartMode
     max_snapshots_per_trigger: int | None = None
+    limits: TriggerLimits = TriggerLimits()
 
 
 # each end of a batch range: at most one of these (the Delta name is an alias of the timestamp,
@@ -223,7 +244,10 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         ms = range_timestamp_ms(values, "from")
         assert ms is not None
         return StreamOptions(
-            _table_options(values), StartMode("timestamp", timestamp_ms=ms - 1), _max_snapshots(values)
+            _table_options(values),
+            StartMode("timestamp", timestamp_ms=ms - 1),
+            _max_snapshots(values),
+            _trigger_limits(values),
         )
     raw_start = values.get("starting", "earliest").strip()
     if raw_start == "full":
@@ -232,20 +256,40 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         starting = parse_start(raw_start)
     except ConfigError:
         raise ConfigError(f"option 'starting' {raw_start!r} is not one of: {', '.join(STREAM_STARTS)}") from None
-    return StreamOptions(_table_options(values), starting, _max_snapshots(values))
+    return StreamOptions(_table_options(values), starting, _max_snapshots(values), _trigger_limits(values))
 
 
 def _max_snapshots(values: Mapping[str, str]) -> int | None:
-    limit = values.get("max-snapshots-per-trigger")
-    if limit is None:
+    return _positive(values, "max-snapshots-per-trigger", "max-snapshots-per-trigger")
+
+
+_LIMIT_NAMES = {  # Delta's name as Spark hands it over (lower-cased), icetail's, and how messages write it
+    "rows": ("maxrowspertrigger", "max-rows-per-trigger", "maxRowsPerTrigger"),
+    "files": ("maxfilespertrigger", "max-files-per-trigger", "maxFilesPerTrigger"),
+    "bytes": ("maxbytespertrigger", "max-bytes-per-trigger", "maxBytesPerTrigger"),
+}
+
+
+def _trigger_limits(values: Mapping[str, str]) -> TriggerLimits:
+    found: dict[str, int | None] = {}
+    for kind, (delta, icetail, display) in _LIMIT_NAMES.items():
+        if delta in values and icetail in values:
+            raise ConfigError(f"options {display!r} and {icetail!r} are the same limit; give one")
+        found[kind] = _positive(values, delta, display) if delta in values else _positive(values, icetail, icetail)
+    return TriggerLimits(found["rows"], found["files"], found["bytes"])
+
+
+def _positive(values: Mapping[str, str], name: str, display: str) -> int | None:
+    raw = values.get(name)
+    if raw is None:
         return None
     try:
-        max_snapshots = int(limit)
+        number = int(raw.strip())
     except ValueError:
-        max_snapshots = 0
-    if max_snapshots < 1:
-        raise ConfigError(f"option 'max-snapshots-per-trigger' must be an integer >= 1, got {limit!r}")
-    return max_snapshots
+        number = 0
+    if number < 1:
+        raise ConfigError(f"option {display!r} must be an integer >= 1, got {raw!r}")
+    return number
 
 
 @dataclass(frozen=True)

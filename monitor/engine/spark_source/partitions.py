@@ -8,11 +8,13 @@ and inserts rows) is one partition, reconciled there as a whole by `reconcile_sn
 
 With `verify` on, a snapshot some summary rule applies to is never cut across partitions either:
 the task that reads it counts its raw DELETE/INSERT rows and checks them (reader/changes/checks.py).
+A snapshot a stream's rate limit cut across micro-batches (`unchecked`) is not checked: no task
+reads all of it. Such a cut reads a split between file rows (`windows`, spark_source/limits.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -50,6 +52,7 @@ class ChangePartitionSpec:
     net: bool = False  # the partition is the whole range, folded into its net changes
     verify: VerifyMode = VerifyMode.OFF
     checks: tuple[SnapshotRules, ...] = ()  # snapshots whose every split is in this partition, to check
+    windows: tuple[tuple[str, int, int | None], ...] = ()  # (split id, first file row, end row or None) of cut splits
 
     @property
     def reads_lineage(self) -> bool:
@@ -76,11 +79,14 @@ def plan_partitions(
     with_row_lineage: bool = False,
     verify: VerifyMode = VerifyMode.OFF,
     row_filter: str | None = None,
+    windows: Mapping[str, tuple[int, int | None]] | None = None,
+    unchecked: Set[int] = frozenset(),
 ) -> list[ChangePartitionSpec]:
     """The partitions of `plan`, in plan order; rows are projected onto `schema_id` (default: the plan's).
 
     `net`: one partition, the whole range, since net changes need every row of the range in one place.
     `verify`: a snapshot with summary rules is kept in one partition, which checks it.
+    `windows`: the file rows read of the splits a rate limit cut; `unchecked`: the snapshots it cut.
     """
     if not plan.splits:
         return []
@@ -91,7 +97,8 @@ def plan_partitions(
     if verify != VerifyMode.OFF:
         start = plan.from_snapshot_id_exclusive
         checkable = rules_of_plan(table.metadata, plan.splits, from_snapshot_exclusive=start, collapsed=plan.collapsed)
-        rules = {snapshot_id: r for snapshot_id, r in checkable.items() if r.rules}
+        rules = {snapshot_id: r for snapshot_id, r in checkable.items() if r.rules and snapshot_id not in unchecked}
+    cuts = windows or {}
     lineage_pairing = has_row_lineage(table)
     if net:  # on a v3 table every split reads `_row_id`: net rows are keyed by it
         checks = tuple(rules.values())
@@ -116,6 +123,7 @@ def plan_partitions(
     def spec(splits: list[ChangeSplit], reconcile: bool) -> ChangePartitionSpec:
         snapshots = dict.fromkeys(s.task.commit.snapshot_id for s in splits)
         checks = tuple(rules[s] for s in snapshots if s in rules)
+        cut = tuple((s.split_id, *cuts[s.split_id]) for s in splits if s.split_id in cuts)
         return ChangePartitionSpec(
             context,
             tuple(splits),
@@ -126,6 +134,7 @@ def plan_partitions(
             with_row_lineage,
             verify=verify,
             checks=checks,
+            windows=cut,
         )
 
     partitions: list[ChangePartitionSpec] = []
@@ -166,7 +175,12 @@ def read_partition(spec: ChangePartitionSpec) -> Iterator[pa.RecordBatch]:
     fails with the SnapshotCheckError, the query with it).
     """
     verifier = SnapshotVerifier(spec.checks, spec.splits) if spec.verify != VerifyMode.OFF else None
-    chunks = (chunk for split in spec.splits for chunk in _split_chunks(spec.context, split, spec.reads_lineage))
+    cut = {split_id: (low, high) for split_id, low, high in spec.windows}
+    chunks = (
+        chunk
+        for split in spec.splits
+        for chunk in _split_chunks(spec.context, split, spec.reads_lineage, cut.get(split.split_id, (0, None)))
+    )
     if spec.net:
         yield from _net_batches(spec, chunks, verifier)
         return
@@ -207,10 +221,15 @@ def _net_batches(
     yield from (batch for batch in result.to_batches() if batch.num_rows)
 
 
-def _split_chunks(context: ReadContext, split: ChangeSplit, with_row_lineage: bool) -> Iterator[Chunk]:
-    """The chunks of one split; an unreadable file is a DataFileError naming it."""
+def _split_chunks(
+    context: ReadContext, split: ChangeSplit, with_row_lineage: bool, window: tuple[int, int | None]
+) -> Iterator[Chunk]:
+    """The chunks of one split (file rows in `window`); an unreadable file is a DataFileError naming it."""
+    low, high = window
     try:
-        yield from read_split(context, split, with_row_lineage=with_row_lineage)
+        yield from read_split(
+            context, split, with_row_lineage=with_row_lineage, start_row_inclusive=low, end_row_exclusive=high
+        )
     except IcetailError:
         raise
     except (OSError, pa.ArrowException) as exc:

@@ -22,6 +22,7 @@ from icetail.kernel.errors import BranchDroppedError, RefNotFoundError
 from icetail.monitor.engine.api import plan_range
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.range_bounds import RangeBounds
+from icetail.monitor.engine.spark_source.limits import Window, cut_plan, limited_end
 from icetail.monitor.engine.spark_source.offsets import StreamOffset, initial_offset, next_offset
 from icetail.monitor.engine.spark_source.options import (
     BatchOptions,
@@ -39,7 +40,7 @@ from icetail.reader.changes.read_setup import change_arrow_schema, check_row_lin
 from icetail.reader.split.row_filter import checked_row_filter
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles, ReadMaxRows
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowBase
 
     ADMISSION_CONTROL = True
@@ -226,8 +227,19 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         return initial_offset(self._table(following=False).metadata, self._options.starting).to_json()
 
     def getDefaultReadLimit(self) -> Any:
-        """max-snapshots-per-trigger travels through Spark's admission control as ReadMaxFiles(N snapshots)."""
-        limit = self._options.max_snapshots_per_trigger
+        """The limits as Spark's admission control knows them (one ReadLimit: Python sources get no composite).
+
+        Spark hands the default back to `latestOffset()` unless it asks for everything
+        (ReadAllAvailable, e.g. Trigger.Once): then no option limits the batch. So the one shown is
+        the first of rows, bytes, files and snapshots (as ReadMaxFiles(N snapshots)), and every
+        option given applies.
+        """
+        limits = self._options.limits
+        if limits.max_rows is not None:
+            return ReadMaxRows(limits.max_rows)
+        if limits.max_bytes is not None:
+            return ReadMaxBytes(limits.max_bytes)
+        limit = limits.max_files if limits.max_files is not None else self._options.max_snapshots_per_trigger
         return ReadMaxFiles(limit) if limit is not None else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -237,34 +249,41 @@ class ChangesStreamReader(DataSourceStreamReader, AvailableNowBase):
         table = self._table()
         if start is None:  # Spark 4.0/4.1: no start, no limit from Spark
             return self._latest_without_start(table).to_json()
-        max_snapshots = self._options.max_snapshots_per_trigger
-        if ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable):
-            max_snapshots = None  # Spark asks for everything (e.g. Trigger.Once): the option does not apply
-        elif ADMISSION_CONTROL and isinstance(limit, ReadMaxFiles):
-            max_snapshots = limit.max_files
+        # Spark asks for everything (ReadAllAvailable, e.g. Trigger.Once): the options do not apply
+        limited = not (ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable))
+        return self._end(table, StreamOffset.from_json(start), limited=limited).to_json()
+
+    def _end(self, table: Table, start: StreamOffset, *, limited: bool) -> StreamOffset:
+        """The end of the batch from `start`: up to the current snapshot (or AvailableNow's target), limited."""
         end = next_offset(
             table.metadata,
-            StreamOffset.from_json(start),
-            max_snapshots=max_snapshots,
+            start,
+            max_snapshots=self._options.max_snapshots_per_trigger if limited else None,
             until_snapshot_id_inclusive=self._available_now_target,
         )
-        return end.to_json()
+        if not limited or not self._options.limits.any or end == start:
+            return end
+        assert self._planner is not None
+        limits, source = self._options.limits, self._options.source
+        return limited_end(self._planner, table, start, end, limits, source, self._schema_id)
 
     def _latest_without_start(self, table: Table) -> StreamOffset:
         """Without Spark's start: from the last batch planned in this run, else everything from the initial offset."""
         if self._last_end is not None:
-            return next_offset(table.metadata, self._last_end, max_snapshots=self._options.max_snapshots_per_trigger)
+            return self._end(table, self._last_end, limited=True)
         return next_offset(table.metadata, initial_offset(table.metadata, self._options.starting))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
-        if begin.snapshot_id == finish.snapshot_id or finish.snapshot_id is None:
+        same = begin.snapshot_id == finish.snapshot_id and begin.position == finish.position
+        if same or finish.plan_end is None:
             return []
         self._last_end = finish
         table = self._table()
         assert self._planner is not None
-        plan = self._planner.plan(begin.snapshot_id, finish.snapshot_id, ordinal_base=begin.next_ordinal)
-        return _partitions(table, plan, self._schema_id, self._options.source)
+        plan = self._planner.plan(begin.snapshot_id, finish.plan_end, ordinal_base=begin.next_ordinal)
+        plan, windows, cut = cut_plan(plan, begin, finish)
+        return _partitions(table, plan, self._schema_id, self._options.source, windows=windows, unchecked=cut)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self._schema)
@@ -278,6 +297,8 @@ def _partitions(
     *,
     net: bool = False,
     carry_over_removal: bool = True,
+    windows: dict[str, Window] | None = None,
+    unchecked: set[int] | None = None,
 ) -> list[InputPartition]:
     """The plan's input partitions, read with the table options of the batch or stream reader."""
     specs = plan_partitions(
@@ -291,6 +312,8 @@ def _partitions(
         with_row_lineage=source.with_row_lineage,
         verify=source.verify,
         row_filter=source.row_filter,
+        windows=windows,
+        unchecked=unchecked or set(),
     )
     return [ChangePartition(spec) for spec in specs]
 

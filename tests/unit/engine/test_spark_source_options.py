@@ -88,8 +88,8 @@ def test_offsets_of_every_format_version_are_read_and_newer_ones_refused() -> No
     assert StreamOffset.from_json({"snapshot_id": None, "timestamp_ms": None, "next_ordinal": 0}) == StreamOffset(
         None, None, 0
     )
-    with pytest.raises(ConfigError, match=r"format version 3, but this icetail reads offset format versions 1, 2;"):
-        StreamOffset.from_json({**offset.to_json(), "version": 3})
+    with pytest.raises(ConfigError, match=r"format version 4, but this icetail reads offset format versions 1, 2, 3;"):
+        StreamOffset.from_json({**offset.to_json(), "version": 4})
 
 
 def test_import_on_spark35_says_spark4_is_needed_in_one_line() -> None:
