@@ -261,10 +261,14 @@ class Redis:
         return icetail_side(url, parts, lambda: self.delete(stream))
 
     def client(self, envelope_parts: list[tuple[ChunkKey, pa.Table]]) -> tuple[float, float]:
-        from icetail.sinks.redis.sink import entries
+        from icetail.sinks.redis.entries import entries
 
         stream = f"benchbus:{uuid.uuid4().hex[:10]}"
-        batches = [[dict(e.fields) for e in entries(key, records)] for key, records in envelope_parts]
+        batches = [
+            [dict(chunk.fields(i)) for i in range(chunk.count)]
+            for chunk in (entries(key, records) for key, records in envelope_parts)
+            if chunk is not None
+        ]
         client = self.connect()
         client.ping()
         try:
