@@ -320,13 +320,13 @@ class Rabbit:
         from rstream.utils import RawMessage
 
         from icetail.sinks.rabbitmq.connection import MAX_MESSAGES_PER_FRAME
+        from icetail.sinks.rabbitmq.frames import encoded_parts
         from icetail.sinks.rabbitmq.ids import producer_name
-        from icetail.sinks.rabbitmq.messages import stream_messages
 
         stream = f"benchbus-{uuid.uuid4().hex[:10]}"
         batches = [
-            (producer_name(key), [(m.publishing_id, m.data) for m in stream_messages(key, records)])
-            for key, records in envelope_parts
+            (producer_name(key), [(p.first_id + i, p.message(i)) for p in parts for i in range(p.count)])
+            for key, parts in ((key, list(encoded_parts(key, records))) for key, records in envelope_parts)
         ]
 
         async def go() -> tuple[float, float]:
