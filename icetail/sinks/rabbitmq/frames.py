@@ -46,7 +46,7 @@ class Part:
     (publishing id, length, AMQP message) is data[offsets[i]:offsets[i + 1]]."""
 
     first_id: int
-    data: bytes
+    data: pa.Buffer
     offsets: np.ndarray
     message_ids: pa.Array
 
@@ -69,7 +69,8 @@ class Part:
 
     def message(self, i: int) -> bytes:
         """Message i's AMQP encoding (what a consumer reads)."""
-        return self.data[int(self.offsets[i]) + MESSAGE_OVERHEAD : int(self.offsets[i + 1])]
+        start = int(self.offsets[i]) + MESSAGE_OVERHEAD
+        return self.data.slice(start, int(self.offsets[i + 1]) - start).to_pybytes()
 
     def frames(self, start: int, frame_max: int, most: int) -> Iterator[tuple[int, int]]:
         """Messages start.. cut into frames of at most `frame_max` bytes and `most` messages: (first, stop)
@@ -85,7 +86,7 @@ class Part:
 
     def frame(self, publisher_id: int, start: int, stop: int) -> bytes:
         """The Publish frame of messages start..stop-1: rstream's encode_publish of the same messages."""
-        body = self.data[int(self.offsets[start]) : int(self.offsets[stop])]
+        body = memoryview(self.data)[int(self.offsets[start]) : int(self.offsets[stop])]
         head = (
             (len(body) + PUBLISH_FRAME_OVERHEAD - 4).to_bytes(4, "big")
             + PUBLISH_KEY.to_bytes(2, "big")
@@ -93,12 +94,12 @@ class Part:
             + bytes((publisher_id,))
             + (stop - start).to_bytes(4, "big")
         )
-        return head + body
+        return b"".join((head, body))
 
 
 def encoded_parts(key: ChunkKey, records: pa.Table, key_columns: Sequence[str] = ()) -> Iterator[Part]:
     """The chunk's messages (messages.py) in parts of at most PART_RECORDS records, in order; each part
-    is encoded when it is asked for (the sink publishes a part while the next one is encoded)."""
+    is encoded when it is asked for (the sink sends a part while the next one is encoded)."""
     if not records.num_rows:
         return
     first_id = first_publishing_id(key, records.num_rows)
@@ -147,15 +148,15 @@ def _encoded(key: ChunkKey, records: pa.Table, start: int, first_id: int, key_co
         properties.append((PROPERTY_KEY, pa.array([json.dumps(k, default=str) for k in keys], pa.string())))
 
     # the message: properties (a list of 13), application properties (a map), the data section
-    mid_head, mid_size = _string_heads(message_id)
-    subject_head, subject_size = _string_heads(subject)
+    mid, mid_size = _strings(message_id)
+    subject_parts, subject_size = _strings(subject)
     tail = b"\x40\x40" + _constant_string(CONTENT_TYPE, b"\xa3") + b"\x40" * 6
     fields_size = mid_size + 2 + subject_size + len(tail)
     pairs: list[pa.Array | bytes] = []
     pairs_size = np.zeros(n, np.int64)
     for name, values in properties:
-        head, size = _string_heads(values)
-        pairs += [_constant_string(name, b"\xa1"), head, pc.cast(values, _BIN)]
+        value_parts, size = _strings(values)
+        pairs += [_constant_string(name, b"\xa1"), *value_parts]
         pairs_size += len(_constant_string(name, b"\xa1")) + size
     fields_head = _compound_heads(fields_size, 13, b"\x00\x53\x73", b"\xc0", b"\xd0")
     pairs_head = _compound_heads(pairs_size, 2 * len(properties), b"\x00\x53\x74", b"\xc1", b"\xd1")
@@ -173,12 +174,17 @@ def _encoded(key: ChunkKey, records: pa.Table, start: int, first_id: int, key_co
     )
     frame_head = _rows(n, [(np.ones(n, bool), np.hstack([_be64(first_id + np.arange(n)), _be32(size)]))])
     columns: list[pa.Array | bytes] = [
-        frame_head, fields_head, mid_head, pc.cast(message_id, _BIN), b"\x40\x40", subject_head,
-        pc.cast(subject, _BIN), tail, pairs_head, *pairs, body_head, body,
+        frame_head, fields_head, *mid, b"\x40\x40", *subject_parts, tail, pairs_head, *pairs, body_head, body,
     ]  # fmt: skip
-    joined = pc.binary_join_element_wise(*[_scalar(c) for c in columns], pa.scalar(b"", _BIN))
+    merged: list[pa.Array | bytes] = []
+    for column in columns:  # adjacent constants as one: fewer, longer arguments to the join
+        if isinstance(column, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] += column
+        else:
+            merged.append(column)
+    joined = pc.binary_join_element_wise(*[_scalar(c) for c in merged], pa.scalar(b"", _BIN))
     out = np.frombuffer(joined.buffers()[1], np.int32)[joined.offset : joined.offset + n + 1].astype(np.int64)
-    data = joined.buffers()[2].slice(int(out[0]), int(out[-1] - out[0])).to_pybytes()
+    data = joined.buffers()[2].slice(int(out[0]), int(out[-1] - out[0]))
     return Part(first_id, data, out - out[0], message_id)
 
 
@@ -191,6 +197,17 @@ def _constant_string(text: str, small: bytes) -> bytes:
     encoded = text.encode()
     assert len(encoded) <= 255
     return small + bytes((len(encoded),)) + encoded
+
+
+def _strings(values: pa.Array) -> tuple[list[pa.Array | bytes], np.ndarray]:
+    """The str8/str32 encoding of each string: its head and the string as columns, or one constant when
+    every record has the same string (the table, the snapshot: encoded once); and each one's size."""
+    if len(values) > 1 and not values.null_count and pc.count_distinct(values).as_py() == 1:
+        one = values[0].as_py().encode()
+        head = b"\xa1" + bytes((len(one),)) if len(one) <= 255 else b"\xb1" + len(one).to_bytes(4, "big")
+        return [head + one], np.full(len(values), len(head) + len(one), np.int64)
+    heads, sizes = _string_heads(values)
+    return [heads, pc.cast(values, _BIN)], sizes
 
 
 def _string_heads(values: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -240,6 +257,12 @@ def _lengths(heads: pa.Array) -> np.ndarray:
 
 def _rows(n: int, forms: list[tuple[np.ndarray, np.ndarray]]) -> pa.Array:
     """A binary array of n rows: row i is the row of the form whose mask holds i (masks do not overlap)."""
+    whole = [rows for mask, rows in forms if mask.all()]
+    if whole:  # one form for every row: its bytes as they lie
+        width = whole[0].shape[1]
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+        data = np.ascontiguousarray(whole[0], np.uint8)
+        return pa.Array.from_buffers(_BIN, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     sizes = np.zeros(n, np.int64)
     for mask, rows in forms:
         sizes[mask] = rows.shape[1]
