@@ -261,10 +261,14 @@ class Redis:
         return icetail_side(url, parts, lambda: self.delete(stream))
 
     def client(self, envelope_parts: list[tuple[ChunkKey, pa.Table]]) -> tuple[float, float]:
-        from icetail.sinks.redis.sink import entries
+        from icetail.sinks.redis.entries import entries
 
         stream = f"benchbus:{uuid.uuid4().hex[:10]}"
-        batches = [[dict(e.fields) for e in entries(key, records)] for key, records in envelope_parts]
+        batches = [
+            [dict(chunk.fields(i)) for i in range(chunk.count)]
+            for chunk in (entries(key, records) for key, records in envelope_parts)
+            if chunk is not None
+        ]
         client = self.connect()
         client.ping()
         try:
@@ -316,13 +320,13 @@ class Rabbit:
         from rstream.utils import RawMessage
 
         from icetail.sinks.rabbitmq.connection import MAX_MESSAGES_PER_FRAME
+        from icetail.sinks.rabbitmq.frames import encoded_parts
         from icetail.sinks.rabbitmq.ids import producer_name
-        from icetail.sinks.rabbitmq.messages import stream_messages
 
         stream = f"benchbus-{uuid.uuid4().hex[:10]}"
         batches = [
-            (producer_name(key), [(m.publishing_id, m.data) for m in stream_messages(key, records)])
-            for key, records in envelope_parts
+            (producer_name(key), [(p.first_id + i, p.message(i)) for p in parts for i in range(p.count)])
+            for key, parts in ((key, list(encoded_parts(key, records))) for key, records in envelope_parts)
         ]
 
         async def go() -> tuple[float, float]:

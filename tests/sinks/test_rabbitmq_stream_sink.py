@@ -216,6 +216,85 @@ def test_the_messages_are_encoded_as_rstream_encodes_them() -> None:
         assert amqp_message(body, message_id, subject, properties) == bytes(expected)
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_chunk_is_encoded_at_once_to_the_same_bytes_and_frames_as_rstream_writes(
+    shared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """frames.py's Arrow encoding of a whole chunk equals `amqp_message` (rstream's bytes, the test above) for
+    each record, across the small and large forms (a body, a subject, a key of <= 255 or more octets, the
+    property list and map over 255), non-ASCII text, parts, and values every record shares (`shared`: one
+    table, snapshot, ordinal and op, encoded once); its Publish frames equal rstream's."""
+    pytest.importorskip("rstream")
+    from rstream import schema
+    from rstream.encoding import encode_publish
+
+    from icetail.sinks.bus.records import record_key_values
+    from icetail.sinks.files.jsonl_encoding import encode_jsonl
+    from icetail.sinks.nats.sink import message_id
+    from icetail.sinks.rabbitmq import frames
+    from icetail.sinks.rabbitmq.messages import amqp_message
+
+    rng = random.Random(4646)
+    n = 40
+
+    names = ["x" * 300] if shared else ["t", "é" * 140, "x" * 300]
+
+    def drawn(choose: Any) -> list[Any]:
+        return [choose()] * n if shared else [choose() for _ in range(n)]
+
+    records = pa.table(
+        {
+            "op": pa.array(drawn(lambda: rng.choice("cudr"))),
+            "source": pa.StructArray.from_arrays(
+                [
+                    pa.array(drawn(lambda: rng.choice(["ns", "", None])), pa.string()),
+                    pa.array(drawn(lambda: rng.choice(names))),
+                    pa.array(drawn(lambda: rng.randrange(1, 1 << 62)), pa.int64()),
+                    pa.array(drawn(lambda: rng.randrange(0, 50)), pa.int32()),
+                ],
+                ["db", "table", "snapshot_id", "change_ordinal"],
+            ),
+            "after": pa.StructArray.from_arrays(
+                [pa.array(["€" * rng.choice([0, 1, 60, 200]) for _ in range(n)])], ["k"]
+            ),
+            "before": pa.array([None] * n, pa.struct([("k", pa.string())])),
+        }
+    )
+    chunk = key(3, 70)
+    monkeypatch.setattr(frames, "PART_RECORDS", 16)
+    parts = list(frames.encoded_parts(chunk, records, ["k"]))
+    assert [p.count for p in parts] == [16, 16, 8]
+    bodies = encode_jsonl(records).split(b"\n")[:-1]
+    keys = record_key_values(records, ["k"], "test")
+    source = records.column("source").to_pylist()
+    sizes = set()
+    for i in range(n):
+        part, j = parts[i // 16], i % 16
+        db, table = source[i]["db"], source[i]["table"]
+        subject = f"{db}.{table}" if db else table
+        properties = {
+            "Icetail-Op": records.column("op")[i].as_py(),
+            "Icetail-Table": subject,
+            "Icetail-Snapshot-Id": str(source[i]["snapshot_id"]),
+            "Icetail-Change-Ordinal": str(source[i]["change_ordinal"]),
+            "Icetail-Key": json.dumps(keys[i], default=str),
+        }
+        mid = message_id(chunk, source[i]["snapshot_id"], source[i]["change_ordinal"], i)
+        assert part.message_ids[j].as_py() == mid
+        assert part.message(j) == amqp_message(bodies[i], mid, subject, properties), i
+        sizes.add((len(bodies[i]) > 255, len(subject.encode()) > 255, len(properties["Icetail-Key"]) > 255))
+    assert shared or all({form[d] for form in sizes} == {False, True} for d in range(3))  # each length's both forms
+    assert parts[0].first_id == (70 << 28) + 1 and parts[-1].last_id == (70 << 28) + n
+    for part in parts:
+        cut = list(part.frames(1, 2000, 5))
+        assert cut[0][0] == 1 and cut[-1][1] == part.count
+        assert all(b - a <= 5 and (b - a == 1 or len(part.frame(0, a, b)) <= 2000) for a, b in cut)
+        for a, b in cut:
+            messages = [schema.Message(publishing_id=part.first_id + i, filter_value=None, data=part.message(i))
+                        for i in range(a, b)]  # fmt: skip
+            assert part.frame(0, a, b) == encode_publish(schema.Publish(publisher_id=0, messages=messages))
+
+
 # against the broker -----------------------------------------------------------------------
 
 
@@ -310,6 +389,35 @@ def test_a_message_over_the_frame_size_is_refused_naming_the_fix(stream: str) ->
     finally:
         sink.close()
     assert [m.body["after"]["id"] for m in _run(_read_all(stream))] == [3]  # ... and sent nothing of the big chunk
+
+
+def test_a_chunk_published_in_parts_and_cut_midway_is_completed_once(
+    stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's parts go one after another (the next encoded while one is sent); replayed after a
+    cut inside a part, it sends only the messages after the highest id the broker stored. Frames go
+    as the sink wrote them (rstream's raw write), or through rstream's encoding without it."""
+    from rstream.connection import Connection
+
+    from icetail.sinks.rabbitmq import connection, frames
+
+    assert hasattr(Connection, "_write_frame_raw")  # the pinned rstream's: the sink's frames go as they are
+    monkeypatch.setattr(frames, "PART_RECORDS", 3)
+    rows = change_rows(list(range(10)))
+    sink = open_sink(_url(stream), consumer=CONSUMER, table="ns.t")
+    try:
+        sink.write(key(0, 9), rows.slice(0, 5))  # what the broker stored of the chunk before the cut
+        token = sink.write(key(0, 9), rows)  # its replay: parts 0-2 (stored), 3-5 (3 and 4 stored), 6-8, 9
+        assert sink.inner.duplicates == 5  # type: ignore[attr-defined]
+        monkeypatch.setattr(connection, "raw_writer", lambda client: None)  # an rstream without it
+        sink.write(key(0, 19), change_rows([10, 11]))
+    finally:
+        sink.close()
+    first = (9 << 28) + 1
+    assert token == f"{stream}:{producer_name(key(0))}:{first}-{first + 9}"
+    messages = _run(_read_all(stream))
+    assert [m.body["after"]["id"] for m in messages] == list(range(12))
+    assert [m.message_id.rsplit(":", 1)[1] for m in messages] == [str(i) for i in range(10)] + ["0", "1"]
 
 
 class _PacedProxy:

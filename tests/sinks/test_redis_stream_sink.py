@@ -261,6 +261,53 @@ def test_an_envelope_over_the_limit_is_refused_naming_the_fix(stream: str) -> No
     assert len(_read(stream)) == 1
 
 
+def test_a_chunk_cut_inside_a_piece_is_completed_once_and_fields_that_vary_are_sent_per_entry(
+    stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script skips the entries at or before the mark inside a piece (a chunk cut off by an XADD
+    that failed midway); snapshot ids and keys that differ between entries go one per entry, line
+    breaks and non-ASCII text in them escaped or kept as the jsonl encoding and json.dumps write them."""
+    monkeypatch.setattr(redis_sink, "PIECE_ENTRIES", 4)
+    notes = ["a\nb", "é", "tab\there", "x", "y"]
+    rows = pa.concat_tables(
+        [
+            change_rows([0, 1, 2, 3, 4], snapshot_id=1001, extra={"note": pa.array(notes)}),
+            change_rows([5, 6, 7, 8, 9], snapshot_id=1002, extra={"note": pa.array(notes)}),
+        ]
+    )
+    sink = open_sink(_url(stream, "?create=true&key=note"), consumer=CONSUMER, table="ns.t")
+    try:
+        sink.write(key(0, 7), rows.slice(0, 6))  # what landed of the chunk before the failure
+        sink.write(key(0, 7), rows)  # its replay: pieces 0-3 (held), 4-7 (4 and 5 held), 8-9
+        assert sink.inner.duplicates == 6  # type: ignore[attr-defined]
+    finally:
+        sink.close()
+    fields = [f for _, f in _read(stream)]
+    assert [f["position"].rsplit(":", 3)[1:] for f in fields] == [["0", "7", str(i)] for i in range(10)]
+    assert [f["snapshot_id"] for f in fields] == ["1001"] * 5 + ["1002"] * 5
+    assert [json.loads(f["key"]) for f in fields] == [[n] for n in notes] * 2
+    assert fields[0]["key"] == '["a\\nb"]' and fields[1]["key"] == '["é"]'
+    assert [json.loads(f["envelope"])["after"]["note"] for f in fields] == notes * 2
+    assert [f["table"] for f in fields] == ["ns.t"] * 10
+
+
+def test_entries_send_a_table_per_entry_only_when_a_chunk_has_several() -> None:
+    from icetail.sinks.debezium import EnvelopeSource, envelopes
+    from icetail.sinks.redis.entries import entries
+
+    def chunk(*tables: str) -> pa.Table:
+        return pa.concat_tables([envelopes(change_rows([i]), EnvelopeSource(t, {})) for i, t in enumerate(tables)])
+
+    one = entries(key(0), chunk("ns.a\nb", "ns.a\nb"))  # one table: sent once, whatever its name holds
+    assert one is not None and one.columns[1].one == b"ns.a\nb"
+    several = entries(key(0), chunk("ns.a", "ns.b", "ns.a"))
+    assert several is not None and several.columns[1].one is None
+    assert [dict(several.fields(i))["table"] for i in range(3)] == [b"ns.a", b"ns.b", b"ns.a"]
+    with pytest.raises(SinkRejectedError, match="a table with a line break in a chunk of several tables") as caught:
+        entries(key(0), chunk("ns.a\nb", "ns.c"))
+    assert "\n" not in str(caught.value)
+
+
 # pipeline runs -------------------------------------------------------------------------
 
 

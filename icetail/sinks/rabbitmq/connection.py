@@ -16,15 +16,15 @@ from typing import Any
 from icetail.kernel.errors import SinkError, SinkRejectedError, SinkSetupError, error_text
 from icetail.sinks.bus.opening import StreamMissingError
 from icetail.sinks.bus.tls import handshake_refusal
-from icetail.sinks.rabbitmq.messages import StreamMessage
+from icetail.sinks.rabbitmq.frames import MESSAGE_OVERHEAD, PUBLISH_FRAME_OVERHEAD, Part
 from icetail.sinks.rabbitmq.url import RabbitStreamTarget
+
+__all__ = ["MESSAGE_OVERHEAD", "PUBLISH_FRAME_OVERHEAD", "StreamConnection", "StreamMissingError"]
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 REQUEST_TIMEOUT_SECONDS = 10.0
 HEARTBEAT_SECONDS = 60
 REQUESTED_FRAME_MAX = 64 << 20  # the broker's stream.frame_max (1 MiB by default) is what holds
-PUBLISH_FRAME_OVERHEAD = 13  # a Publish frame: length, key, version, publisher id, message count
-MESSAGE_OVERHEAD = 12  # per message: publishing id and data length
 MAX_MESSAGES_PER_FRAME = 1000
 PUBLISHER_ID = 0
 
@@ -38,7 +38,9 @@ class StreamConnection:
         self.frame_max = 0
         self.producer: str | None = None  # the producer name declared as PUBLISHER_ID
         self.stored = 0  # the highest publishing id the broker holds under `producer`
-        self._waiting: set[int] = set()
+        self._waiting: set[int] = set()  # ids sent, not confirmed yet
+        self._sending = False  # a chunk's parts are still being sent: confirming all so far is not the end
+        self._sent = self._held = self._last_sent = 0
         self._confirmed: asyncio.Future[None] | None = None
         self._lost: str | None = None
 
@@ -118,15 +120,47 @@ class StreamConnection:
         except (OSError, asyncio.TimeoutError, exceptions.ServerError) as exc:
             raise SinkError(f"RabbitMQ {where}: reading stream {stream!r} failed: {error_text(exc)}") from exc
 
-    async def publish(self, producer: str, batch: list[StreamMessage]) -> tuple[int, int]:
-        """Publish under `producer` the messages the stream lacks, in order, and await every confirm:
-        (sent, already stored)."""
+    async def begin(self, producer: str) -> None:
+        """Start a chunk under `producer`: declared, the highest id stored under it asked for."""
         await self._declare(producer)
-        todo = [m for m in batch if m.publishing_id > self.stored]
-        if todo:
-            await self._send(todo)
-            self.stored = todo[-1].publishing_id
-        return len(todo), len(batch) - len(todo)
+        self._settle()
+        self._waiting, self._sending, self._sent, self._held = set(), True, 0, 0
+        self._confirmed = asyncio.get_running_loop().create_future()
+
+    async def send(self, part: Part) -> None:
+        """Send the part's messages the stream lacks (a later part's while its confirms come back), in
+        frames of at most frame_max bytes and MAX_MESSAGES_PER_FRAME messages."""
+        skip = min(part.count, max(0, self.stored - part.first_id + 1))
+        self._held += skip
+        if skip == part.count:
+            return
+        self._waiting.update(range(part.first_id + skip, part.last_id + 1))
+        self._sent += part.count - skip
+        self._last_sent = part.last_id
+        for start, stop in part.frames(skip, self.frame_max, MAX_MESSAGES_PER_FRAME):
+            await self._send_frame(part, start, stop)
+
+    async def finish(self) -> tuple[int, int]:
+        """Await every confirm of the chunk: (sent, already stored)."""
+        confirmed = self._confirmed
+        assert confirmed is not None, "finish() without begin()"
+        self._sending = False
+        try:
+            if self._waiting:
+                await confirmed
+            elif confirmed.done():
+                confirmed.result()  # a publish error told after the last message was confirmed
+        finally:
+            self._settle()
+        if self._sent:
+            self.stored = self._last_sent
+        return self._sent, self._held
+
+    def _settle(self) -> None:
+        """The chunk's confirm future dropped, its error retrieved (no "never retrieved" warning)."""
+        confirmed, self._confirmed = self._confirmed, None
+        if confirmed is not None and confirmed.done() and not confirmed.cancelled():
+            confirmed.exception()
 
     async def _declare(self, producer: str) -> None:
         from rstream import exceptions
@@ -154,31 +188,16 @@ class StreamConnection:
             raise SinkError(f"RabbitMQ {where}: declaring producer {producer!r} failed: {error_text(exc)}") from exc
         self.producer = producer
 
-    async def _send(self, todo: list[StreamMessage]) -> None:
-        from rstream import schema
-
-        self._waiting = {m.publishing_id for m in todo}
-        self._confirmed = asyncio.get_running_loop().create_future()
-        frame: list[Any] = []
-        size = PUBLISH_FRAME_OVERHEAD
-        confirmed = self._confirmed
-        try:
-            for message in todo:
-                grown = size + MESSAGE_OVERHEAD + len(message.data)
-                if frame and (grown > self.frame_max or len(frame) >= MAX_MESSAGES_PER_FRAME):
-                    await self._send_frame(schema.Publish(publisher_id=PUBLISHER_ID, messages=frame))
-                    frame, grown = [], PUBLISH_FRAME_OVERHEAD + MESSAGE_OVERHEAD + len(message.data)
-                frame.append(schema.Message(publishing_id=message.publishing_id, filter_value=None, data=message.data))
-                size = grown
-            await self._send_frame(schema.Publish(publisher_id=PUBLISHER_ID, messages=frame))
-            await confirmed
-        finally:
-            self._confirmed = None
-            if confirmed.done() and not confirmed.cancelled():
-                confirmed.exception()  # retrieved: no "never retrieved" warning when a send raised first
-
-    async def _send_frame(self, frame: Any) -> None:
-        await self.client.send_publish_frame(frame)
+    async def _send_frame(self, part: Part, start: int, stop: int) -> None:
+        if self._lost is None and self.client.is_connection_alive():
+            write = raw_writer(self.client)
+            try:
+                if write is not None:
+                    await write(part.frame(PUBLISHER_ID, start, stop))
+                else:  # an rstream without the raw write: its own encoding of the same frame
+                    await self.client.send_publish_frame(_publish(part, start, stop))
+            except OSError as exc:
+                self._lost = error_text(exc)
         if self._lost is not None or not self.client.is_connection_alive():  # rstream swallows a socket error
             raise SinkError(self._lost_text(self._lost or "the connection closed"))
         if self._confirmed is not None and self._confirmed.done():
@@ -198,7 +217,7 @@ class StreamConnection:
         if frame.publisher_id != PUBLISHER_ID:
             return
         self._waiting.difference_update(frame.publishing_ids)
-        if not self._waiting and self._confirmed is not None and not self._confirmed.done():
+        if not self._waiting and not self._sending and self._confirmed is not None and not self._confirmed.done():
             self._confirmed.set_result(None)
 
     def _on_error(self, frame: Any) -> None:
@@ -230,12 +249,28 @@ class StreamConnection:
         return self.client is None or self._lost is not None or not self.client.is_connection_alive()
 
     async def close(self) -> None:
+        self._settle()
         client, self.client = self.client, None
         if client is not None:
             try:
                 await asyncio.wait_for(client.close(), REQUEST_TIMEOUT_SECONDS)
             except Exception:  # closing a broken connection: nothing is left to flush
                 pass
+
+
+def raw_writer(client: Any) -> Any:
+    """rstream's write of a frame's bytes (the connection's `_write_frame_raw`, rstream 1.x), or None."""
+    return getattr(getattr(client, "_conn", None), "_write_frame_raw", None)
+
+
+def _publish(part: Part, start: int, stop: int) -> Any:
+    from rstream import schema
+
+    messages = [
+        schema.Message(publishing_id=part.first_id + i, filter_value=None, data=part.message(i))
+        for i in range(start, stop)
+    ]
+    return schema.Publish(publisher_id=PUBLISHER_ID, messages=messages)
 
 
 def _frame(name: str) -> Any:

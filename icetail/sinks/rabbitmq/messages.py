@@ -3,30 +3,20 @@
 Each record (debezium.py: an update pair is one record) is one message: its body the envelope as one
 strict-JSON object (the jsonl sink's encoding), `content_type` application/json, `subject` the table
 (NS.TABLE), `message_id` the record's place in the consumer's stream
-(`<consumer>:<snapshot id>:<change ordinal>:<batch id>:<split index>:<row>`, as the NATS sink's
+(`<consumer>:<snapshot id>:<change ordinal>:<batch id>:<split index>:<row>:<record>`, as the NATS sink's
 Nats-Msg-Id), and application properties `Icetail-Op` (c, u, d, r), `Icetail-Table`,
 `Icetail-Snapshot-Id`, `Icetail-Change-Ordinal` and, with `key=`, `Icetail-Key` (the key values as
 a JSON array), all strings.
 
-The encoding (`amqp_message`) is written here for this one shape, byte for byte what rstream's
-`bytes(AMQPMessage(...))` makes of it (a test compares the two), as rstream's general encoder
-cost ~20x the rest of a chunk's publish.
+`amqp_message` writes one such message, byte for byte what rstream's `bytes(AMQPMessage(...))`
+makes of it (a test compares the two; rstream's general encoder cost ~20x the rest of a chunk's
+publish). The sink encodes a whole chunk at once with Arrow kernels (frames.py), to the same bytes
+(a test compares them with this).
 """
 
 from __future__ import annotations
 
-import json
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-import pyarrow as pa
-
-from icetail.sinks.base import ChunkKey
-from icetail.sinks.bus.records import record_key_values
-from icetail.sinks.files.jsonl_encoding import encode_jsonl
-from icetail.sinks.nats.sink import message_id as record_message_id
-from icetail.sinks.rabbitmq.ids import first_publishing_id
 
 PROPERTY_OP = "Icetail-Op"
 PROPERTY_TABLE = "Icetail-Table"
@@ -35,45 +25,6 @@ PROPERTY_ORDINAL = "Icetail-Change-Ordinal"
 PROPERTY_KEY = "Icetail-Key"
 CONTENT_TYPE = "application/json"
 _NULL = b"\x40"
-
-
-@dataclass(frozen=True)
-class StreamMessage:
-    """One message as published: its publishing id and its AMQP 1.0 encoding."""
-
-    publishing_id: int
-    data: bytes
-    message_id: str
-
-
-def stream_messages(key: ChunkKey, records: pa.Table, key_columns: Sequence[str] = ()) -> list[StreamMessage]:
-    """The messages of a chunk's envelope records, in order, with rising publishing ids (ids.py)."""
-    if not records.num_rows:
-        return []
-    first_id = first_publishing_id(key, records.num_rows)
-    payloads = encode_jsonl(records).split(b"\n")[:-1]
-    source = records.column("source").combine_chunks()
-    ops = records.column("op").to_pylist()
-    dbs = source.field("db").to_pylist()
-    tables = source.field("table").to_pylist()
-    snapshots = source.field("snapshot_id").to_pylist()
-    ordinals = source.field("change_ordinal").to_pylist()
-    keys = record_key_values(records, key_columns, "RabbitMQ stream sink") if key_columns else None
-    out = []
-    for i, payload in enumerate(payloads):
-        table = f"{dbs[i]}.{tables[i]}" if dbs[i] else tables[i]
-        # the NATS sink's id (unique per record, also in a chunk of a reconciled partition): informational here
-        message_id = record_message_id(key, snapshots[i], ordinals[i], i)
-        properties = {
-            PROPERTY_OP: ops[i],
-            PROPERTY_TABLE: table,
-            PROPERTY_SNAPSHOT: str(snapshots[i]),
-            PROPERTY_ORDINAL: str(ordinals[i]),
-        }
-        if keys is not None:
-            properties[PROPERTY_KEY] = json.dumps(keys[i], default=str)
-        out.append(StreamMessage(first_id + i, amqp_message(payload, message_id, table, properties), message_id))
-    return out
 
 
 def amqp_message(body: bytes, message_id: str, subject: str, application_properties: dict[str, str]) -> bytes:

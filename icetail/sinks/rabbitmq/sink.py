@@ -18,6 +18,13 @@ lacks, still in order.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
 import pyarrow as pa
 
 from icetail.kernel.errors import ConfigError, IcetailError, SinkError, SinkRejectedError
@@ -31,8 +38,8 @@ from icetail.sinks.rabbitmq.connection import (
     REQUEST_TIMEOUT_SECONDS,
     StreamConnection,
 )
+from icetail.sinks.rabbitmq.frames import Part, encoded_parts
 from icetail.sinks.rabbitmq.ids import producer_name
-from icetail.sinks.rabbitmq.messages import stream_messages
 from icetail.sinks.rabbitmq.url import RabbitStreamTarget
 
 CONFIRM_TIMEOUT_SECONDS = 30.0  # a chunk's wait grows with its size (write)
@@ -73,25 +80,17 @@ class RabbitStreamSink(BusSink[StreamConnection]):
                 "the RabbitMQ stream sink takes Debezium envelopes: open it with open_sink(url, consumer=..., "
                 "table='NS.TABLE')"
             )
-        batch = stream_messages(key, rows, self.target.key)
-        if not batch:
+        parts = encoded_parts(key, rows, self.target.key)
+        first = next(parts, None)
+        if first is None:
             return None
         if self._connection is None or self._connection.closed:
             self._drop_connection()
             self._connection = self._open(create=False)  # a stream deleted since is refused, not made again
-        connection = self._connection
-        largest = max(batch, key=lambda m: len(m.data))
-        limit = connection.frame_max - PUBLISH_FRAME_OVERHEAD - MESSAGE_OVERHEAD
-        if len(largest.data) > limit:
-            raise SinkRejectedError(
-                f"RabbitMQ stream sink: message {largest.message_id} is {len(largest.data)} bytes, over the {limit} "
-                f"one frame of {self.target.where} holds: raise stream.frame_max in rabbitmq.conf (it is "
-                f"{connection.frame_max} bytes)"
-            )
         name = producer_name(key)
-        budget = CONFIRM_TIMEOUT_SECONDS + len(batch) / 1000  # a chunk of a million messages gets ~17 minutes
+        budget = CONFIRM_TIMEOUT_SECONDS + rows.num_rows / 1000  # a chunk of a million messages gets ~17 minutes
         try:
-            sent, stored = self._loop.run(connection.publish(name, batch), budget)
+            sent, stored = self._publish(self._connection, name, itertools.chain([first], parts), budget)
         except IcetailError:
             self._drop_connection()
             raise
@@ -101,7 +100,44 @@ class RabbitStreamSink(BusSink[StreamConnection]):
                 f"RabbitMQ stream sink: chunk {key.name} was not confirmed by {self.target.where} within {budget:.0f}s"
             ) from None
         self.duplicates += stored
-        return f"{self.target.stream}:{name}:{batch[0].publishing_id}-{batch[-1].publishing_id}"
+        last_id = first.first_id + rows.num_rows - 1
+        return f"{self.target.stream}:{name}:{first.first_id}-{last_id}"
+
+    def _publish(
+        self, connection: StreamConnection, name: str, parts: Iterator[Part], budget: float
+    ) -> tuple[int, int]:
+        """Send part after part, each encoded (the next `parts`, in this thread: Arrow kernels, the GIL
+        released) while the one before it is written on the loop's thread; then await every confirm."""
+        deadline = time.monotonic() + budget
+        self._loop.run(connection.begin(name), budget)
+        sending: Future[None] | None = None
+        try:
+            for part in parts:
+                self._check_size(connection, part)
+                if sending is not None:
+                    sending.result(max(0.0, deadline - time.monotonic()))
+                sending = asyncio.run_coroutine_threadsafe(connection.send(part), self._loop.loop)
+            if sending is not None:
+                sending.result(max(0.0, deadline - time.monotonic()))
+            return self._loop.run(connection.finish(), max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:  # Python 3.10's own class (3.11 made it TimeoutError)
+            raise TimeoutError from None
+        finally:
+            if sending is not None and not sending.done():
+                sending.cancel()
+
+    def _check_size(self, connection: StreamConnection, part: Part) -> None:
+        """Refuse a message no frame holds (before its part is sent: the parts before it are, and a replay
+        after stream.frame_max is raised sends only the rest)."""
+        limit = connection.frame_max - PUBLISH_FRAME_OVERHEAD - MESSAGE_OVERHEAD
+        i = part.largest
+        if part.size(i) > limit:
+            message_id = part.message_ids[i].as_py()
+            raise SinkRejectedError(
+                f"RabbitMQ stream sink: message {message_id} is {part.size(i)} bytes, over the {limit} "
+                f"one frame of {self.target.where} holds: raise stream.frame_max in rabbitmq.conf (it is "
+                f"{connection.frame_max} bytes)"
+            )
 
 def check_reachable(target: RabbitStreamTarget) -> None:
     """Reach the broker and the stream without changing anything (a missing stream passes with create=true)."""

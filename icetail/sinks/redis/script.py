@@ -34,13 +34,17 @@ def marks_key(stream: str) -> str:
     return f"{stream}{MARKS_SUFFIX}" if has_tag else f"{{{stream}}}{MARKS_SUFFIX}"
 
 
-# KEYS: stream, marks. ARGV: consumer, batch id, generation, create (1/0), maxlen ('' none),
-# fields per entry, then per entry: position (SPLIT:ROW:RECORD), field, value, field, value, ...
-# Returns {appended, skipped, first id, last id}.
+# KEYS: stream, marks. ARGV: consumer, batch id, generation, create (1/0), maxlen ('' none), split, row,
+# the piece's first record (its index in the chunk), its entry count, the count of fields C; then per field
+# its name, its form ('1': one value per entry, each followed by \n but the last; '0': one value for
+# all) and its text; last the envelopes (one per entry, as a field of form '1'). Entry i of the piece
+# is record FIRST + i, at position SPLIT:ROW:FIRST+i; its fields: the C fields, consumer, position
+# (BATCH:SPLIT:ROW:RECORD) and envelope. Returns {appended, skipped, first id, last id}.
 APPEND = """#!lua
 local stream, marks = KEYS[1], KEYS[2]
 local consumer, batch, generation = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local create, maxlen, nfields = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local create, maxlen, split, row = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local first, count, nfields = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local kind = redis.call('TYPE', stream)['ok']
 if kind == 'none' and create ~= '1' then
   return redis.error_reply('ICETAIL-MISSING the stream does not exist')
@@ -48,57 +52,81 @@ end
 if kind ~= 'none' and kind ~= 'stream' then
   return redis.error_reply('ICETAIL-WRONGTYPE ' .. kind)
 end
-local function position(text)
-  local split, row, record = string.match(text, '^(%d+):(%d+):(%d+)$')
-  return {tonumber(split), tonumber(row), tonumber(record)}
-end
-local function at_or_before(a, b)
-  for i = 1, 3 do
-    if a[i] ~= b[i] then return a[i] < b[i] end
-  end
-  return true
-end
-local last = nil
+local last = first - 1  -- the piece's records up to this one are in the stream already
 local mark = redis.call('HGET', marks, consumer)
 if mark then
   local mark_generation, mark_batch, mark_position = string.match(mark, '^(%d+) (%S+) (%S+)$')
   if mark_batch == batch then
-    last = position(mark_position)
+    local s, r, record = string.match(mark_position, '^(%d+):(%d+):(%d+)$')
+    s, r = tonumber(s), tonumber(r)
+    local here_s, here_r = tonumber(split), tonumber(row)
+    if here_s < s or (here_s == s and here_r < r) then
+      last = first + count - 1
+    elseif here_s == s and here_r == r then
+      last = math.max(last, math.min(tonumber(record), first + count - 1))
+    end
   elseif tonumber(mark_generation) >= generation then
     return redis.error_reply('ICETAIL-BEHIND ' .. mark_batch)
   end
 end
-local appended, skipped, first, newest, moved = 0, 0, '', '', nil
-local stride = 1 + 2 * nfields
-for i = 7, #ARGV, stride do
-  local here = position(ARGV[i])
-  if last ~= nil and at_or_before(here, last) then
-    skipped = skipped + 1
-  else
-    local command = {'XADD', stream}
-    if maxlen ~= '' then
-      command[#command + 1] = 'MAXLEN'
-      command[#command + 1] = '~'
-      command[#command + 1] = maxlen
+if last >= first + count - 1 then
+  return {0, count, '', ''}
+end
+local function values(text, each)
+  if each ~= '1' then
+    return function() return text end
+  end
+  local at = 1
+  return function()
+    local stop = string.find(text, '\\n', at, true)
+    local value
+    if stop then
+      value = string.sub(text, at, stop - 1)
+      at = stop + 1
+    else
+      value = string.sub(text, at)
+      at = #text + 2
     end
-    command[#command + 1] = '*'
-    for k = i + 1, i + 2 * nfields do
-      command[#command + 1] = ARGV[k]
-    end
+    return value
+  end
+end
+local command = {'XADD', stream}
+if maxlen ~= '' then
+  command[3], command[4], command[5] = 'MAXLEN', '~', maxlen
+end
+command[#command + 1] = '*'
+local base = #command
+local fields = {}
+for k = 1, nfields do
+  command[base + 2 * k - 1] = ARGV[8 + 3 * k]
+  fields[k] = values(ARGV[10 + 3 * k], ARGV[9 + 3 * k])
+end
+local envelope = values(ARGV[11 + 3 * nfields], '1')
+local tail = base + 2 * nfields
+command[tail + 1], command[tail + 2] = 'consumer', consumer
+command[tail + 3], command[tail + 5] = 'position', 'envelope'
+local place = batch .. ':' .. split .. ':' .. row .. ':'
+local appended, oldest, newest, moved = 0, '', '', nil
+for record = first, first + count - 1 do
+  for k = 1, nfields do
+    command[base + 2 * k] = fields[k]()
+  end
+  command[tail + 6] = envelope()
+  if record > last then
+    command[tail + 4] = place .. record
     local added = redis.pcall(unpack(command))
     if type(added) == 'table' and added['err'] then
       if moved ~= nil then redis.call('HSET', marks, consumer, ARGV[3] .. ' ' .. batch .. ' ' .. moved) end
       return added
     end
     newest = added
-    if first == '' then first = newest end
+    if oldest == '' then oldest = newest end
     appended = appended + 1
-    last = here
-    moved = ARGV[i]
+    moved = split .. ':' .. row .. ':' .. record
   end
 end
 if moved ~= nil then
   redis.call('HSET', marks, consumer, ARGV[3] .. ' ' .. batch .. ' ' .. moved)
 end
-return {appended, skipped, first, newest}
+return {appended, count - appended, oldest, newest}
 """

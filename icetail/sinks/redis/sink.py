@@ -21,9 +21,8 @@ stream interleave as they arrive.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,32 +37,20 @@ from icetail.kernel.errors import (
 )
 from icetail.sinks.base import ChunkKey
 from icetail.sinks.bus.opening import BusSink, Opening, StreamMissingError
-from icetail.sinks.bus.records import record_key_values
 from icetail.sinks.bus.tls import handshake_refusal
-from icetail.sinks.files.jsonl_encoding import encode_jsonl
+from icetail.sinks.redis.entries import Entries, entries, piece_bounds
 from icetail.sinks.redis.script import APPEND, marks_key
 from icetail.sinks.redis.url import RedisTarget
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 REPLY_TIMEOUT_SECONDS = 30.0  # one piece's answer
 PIECE_ENTRIES = 500  # entries per script call: the server runs nothing else meanwhile
-PIECE_BYTES = 4 << 20
+PIECE_BYTES = 1 << 20  # of a piece's arguments: the least proto-max-bulk-len a server may have (1 MiB)
 SERVER_LIMIT = 512 << 20  # proto-max-bulk-len's default, when CONFIG GET is not allowed
 MIN_VERSION = (7, 0)  # scripts with a shebang (refused before they start when out of memory)
-FIELDS = ("op", "table", "snapshot_id", "change_ordinal", "consumer", "position", "envelope")
 _GENERATION = re.compile(r"b(\d+)-")  # a batch id starts with its generation (next_batch._new_batch_id)
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One stream entry: its position in the consumer's delivery (`SPLIT:ROW:RECORD`) and its fields."""
-
-    position: str
-    fields: tuple[tuple[str, str | bytes], ...]
-
-    @property
-    def envelope_size(self) -> int:
-        return len(self.fields[-1][1])
 
 
 def generation_of(batch_id: str) -> int:
@@ -74,47 +61,9 @@ def generation_of(batch_id: str) -> int:
     return int(match.group(1))
 
 
-def entries(key: ChunkKey, records: pa.Table, key_columns: Sequence[str] = ()) -> list[Entry]:
-    """The entries of a chunk's envelope records, in order (module docstring)."""
-    if not records.num_rows:
-        return []
-    payloads = encode_jsonl(records).split(b"\n")[:-1]
-    source = records.column("source").combine_chunks()
-    ops = records.column("op").to_pylist()
-    dbs = source.field("db").to_pylist()
-    tables = source.field("table").to_pylist()
-    snapshots = source.field("snapshot_id").to_pylist()
-    ordinals = source.field("change_ordinal").to_pylist()
-    keys = record_key_values(records, key_columns, "Redis sink") if key_columns else None
-    place = f"{key.split_index}:{key.row_start_inclusive}"
-    out = []
-    for i, payload in enumerate(payloads):
-        db, table = dbs[i], tables[i]
-        position = f"{place}:{i}"
-        fields: list[tuple[str, str | bytes]] = [
-            ("op", ops[i]),
-            ("table", f"{db}.{table}" if db else table),
-            ("snapshot_id", str(snapshots[i])),
-            ("change_ordinal", str(ordinals[i])),
-        ]
-        if keys is not None:
-            fields.append(("key", json.dumps(keys[i], default=str, ensure_ascii=False)))
-        fields += [("consumer", key.consumer), ("position", f"{key.batch_id}:{position}"), ("envelope", payload)]
-        out.append(Entry(position, tuple(fields)))
-    return out
-
-
-
-def pieces(batch: Sequence[Entry]) -> Iterator[Sequence[Entry]]:
-    """`batch` cut in runs of at most PIECE_ENTRIES entries and about PIECE_BYTES, in order."""
-    start = size = 0
-    for i, entry in enumerate(batch):
-        if i > start and (i - start >= PIECE_ENTRIES or size + entry.envelope_size > PIECE_BYTES):
-            yield batch[start:i]
-            start, size = i, 0
-        size += entry.envelope_size
-    if start < len(batch):
-        yield batch[start:]
+def pieces(batch: Entries) -> Iterator[range]:
+    """`batch`'s entries cut in runs of at most PIECE_ENTRIES entries and PIECE_BYTES of arguments, in order."""
+    return piece_bounds(batch.sizes, PIECE_ENTRIES, PIECE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -205,24 +154,22 @@ class _Connection:
             return None
         return int(value) if value else None
 
-    def append(self, consumer: str, batch_id: str, batch: Sequence[Entry]) -> Appended:
+    def append(self, consumer: str, batch_id: str, batch: Entries) -> Appended:
         """Run the script on each piece of `batch` in order (script.py)."""
         target = self.target
         keys = [target.stream, marks_key(target.stream)]
-        head = [consumer, batch_id, str(generation_of(batch_id)), "1" if target.create else "0"]
+        head: list[str | bytes] = [consumer, batch_id, str(generation_of(batch_id)), "1" if target.create else "0"]
         head += [str(target.maxlen) if target.maxlen is not None else ""]
+        head += [str(batch.key.split_index), str(batch.key.row_start_inclusive)]
         appended = skipped = 0
         first = last = ""
         with _mapped(target):
             for piece in pieces(batch):
-                width = len(piece[0].fields)
-                args: list[str | bytes] = [*head, str(width)]
-                for entry in piece:
-                    if len(entry.fields) != width:
-                        raise SinkRejectedError("Redis sink: the entries of one chunk have different fields")
-                    args.append(entry.position)
-                    for name, value in entry.fields:
-                        args += [name, value]
+                start, stop = piece.start, piece.stop
+                args = [*head, str(start), str(stop - start), str(len(batch.columns))]
+                for column in batch.columns:
+                    args += [column.name, "0" if column.one is not None else "1", column.values(start, stop)]
+                args.append(batch.envelope.values(start, stop))
                 done, already, first_id, last_id = self._script(keys=keys, args=args)
                 appended += int(done)
                 skipped += int(already)
@@ -343,12 +290,12 @@ class RedisStreamSink(BusSink[_Connection]):
                 "the Redis sink takes Debezium envelopes: open it with open_sink(url, consumer=..., table='NS.TABLE')"
             )
         batch = entries(key, rows, self.target.key)
-        if not batch:
+        if batch is None:
             return None
         if self._connection is None:
             self._connection = self._open(create=self.target.create)
         connection = self._connection
-        largest = max(e.envelope_size for e in batch)
+        largest = int(batch.envelope_sizes.max())
         if largest > connection.max_message:
             raise SinkRejectedError(_too_large(self.target, largest, connection.max_message))
         try:
