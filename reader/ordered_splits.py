@@ -87,7 +87,8 @@ class OrderedSplitReader:
                 self._stopped = True
                 self._lock.notify_all()
             for worker in workers:
-                worker.join()
+                if worker is not threading.current_thread():  # closed by a collection run on a worker
+                    worker.join()
             self._splits = []
 
     def _take(self, index: int) -> Chunk | None:

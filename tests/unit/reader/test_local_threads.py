@@ -134,6 +134,10 @@ def test_a_caller_that_stops_early_stops_the_threads_and_the_buffer_stays_bounde
     chunks.close()
     assert not _reader_threads()
     assert first.batch is not None and first.batch.select(["id", "v"]).to_pylist() == [{"id": 0, "v": "v0"}]
+    dropped = split_reader(context, requests, 1, None, 3, 1).chunks()
+    next(dropped)
+    del dropped  # a caller that lets go without closing: the generator closes as it is collected
+    assert not _reader_threads()
 
 
 def test_chunks_staged_by_the_threads_are_those_of_one_split_after_another(
