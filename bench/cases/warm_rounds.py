@@ -16,7 +16,8 @@ that exits mid-round still counts):
 
 `--ab NAME` alternates two variants of the read within the run (A on odd rounds, B on even), so
 both see the same machine: `shm` puts the handoff folder in /dev/shm instead of the temporary
-directory; `threads1` reads the in-process engine's splits one after another (ICETAIL_LOCAL_THREADS=1).
+directory; `threadsN` reads the in-process engine's splits N at a time (ICETAIL_LOCAL_THREADS=N;
+`threads1`: one after another).
 `--engine local` reads in this process (reader/local.py) and starts no Spark at all (issue 45 §3):
 the JVM and worker columns are then zero. Standalone (a pyiceberg SQL catalog of `bench.generate`'s
 files, as `bench.cases.delivered`):
@@ -180,8 +181,8 @@ def variant(name: str) -> Iterator[None]:
         finally:
             waves.new_handoff_dir = made  # type: ignore[assignment]
         return
-    if name == "threads1":
-        os.environ["ICETAIL_LOCAL_THREADS"] = "1"
+    if name.startswith("threads") and name[len("threads") :].isdigit():
+        os.environ["ICETAIL_LOCAL_THREADS"] = name[len("threads") :]
         try:
             yield
         finally:
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-group-rows", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=20260101)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--ab", default="", help="alternate the base read with this variant (shm, threads1)")
+    parser.add_argument("--ab", default="", help="alternate the base read with this variant (shm, threadsN)")
     parser.add_argument("--engine", choices=("spark", "local"), default="spark", help="local: no Spark at all")
     parser.add_argument("--json", default="", help="write every round's figures to this file")
     parser.add_argument("--java-options", default="", help="added to the driver JVM options (A/B)")
