@@ -16,9 +16,14 @@ that exits mid-round still counts):
 
 `--ab NAME` alternates two variants of the read within the run (A on odd rounds, B on even), so
 both see the same machine: `shm` puts the handoff folder in /dev/shm instead of the temporary
-directory. Standalone (a pyiceberg SQL catalog of `bench.generate`'s files, as `bench.cases.delivered`):
+directory; `threadsN` reads the in-process engine's splits N at a time (ICETAIL_LOCAL_THREADS=N;
+`threads1`: one after another).
+`--engine local` reads in this process (reader/local.py) and starts no Spark at all (issue 45 §3):
+the JVM and worker columns are then zero. Standalone (a pyiceberg SQL catalog of `bench.generate`'s
+files, as `bench.cases.delivered`):
 
     PYTHONPATH=. .venv-spark4/bin/python -m bench.cases.warm_rounds --rows 8000000 --files 8 --rounds 7
+    PYTHONPATH=. .venv-spark4/bin/python -m bench.cases.warm_rounds --engine local --ab threads1 --rounds 8
 """
 
 from __future__ import annotations
@@ -71,7 +76,9 @@ def proc_counters() -> dict[str, dict[str, float]]:
 
 def jvm_gc(spark: Any) -> tuple[int, int, int]:
     """Collections, collection milliseconds and JIT compilation milliseconds of the JVM so far
-    (its GC MXBeans and its CompilationMXBean)."""
+    (its GC MXBeans and its CompilationMXBean); zeros with no Spark (`--engine local`)."""
+    if spark is None:
+        return 0, 0, 0
     management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     beans = management.getGarbageCollectorMXBeans()
     count = millis = 0
@@ -174,10 +181,18 @@ def variant(name: str) -> Iterator[None]:
         finally:
             waves.new_handoff_dir = made  # type: ignore[assignment]
         return
+    if name.startswith("threads") and name[len("threads") :].isdigit():
+        os.environ["ICETAIL_LOCAL_THREADS"] = name[len("threads") :]
+        try:
+            yield
+        finally:
+            del os.environ["ICETAIL_LOCAL_THREADS"]
+        return
     raise ValueError(f"unknown variant {name}")
 
 
 def measure(t: Target, spark: Any, rounds: int, variants: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`spark` None: every read in this process (`engine="local"`)."""
     from icetail.monitor.engine.api import read_changes
 
     clock = HandoffClock()
@@ -206,7 +221,8 @@ def measure(t: Target, spark: Any, rounds: int, variants: tuple[str, ...]) -> li
     def icetail_read(name: str) -> Callable[[], int]:
         def read() -> int:
             with variant(name):
-                return int(read_changes(t.table, t.from_exclusive, t.to_inclusive, spark=spark).num_rows)
+                engine = "spark" if spark is not None else "local"
+                return int(read_changes(t.table, t.from_exclusive, t.to_inclusive, spark=spark, engine=engine).num_rows)
 
         return read
 
@@ -267,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-group-rows", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=20260101)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--ab", default="", help="alternate the base read with this variant (shm)")
+    parser.add_argument("--ab", default="", help="alternate the base read with this variant (shm, threadsN)")
+    parser.add_argument("--engine", choices=("spark", "local"), default="spark", help="local: no Spark at all")
     parser.add_argument("--json", default="", help="write every round's figures to this file")
     parser.add_argument("--java-options", default="", help="added to the driver JVM options (A/B)")
     args = parser.parse_args(argv)
@@ -283,9 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.java_options:
         key = "spark.driver.extraJavaOptions"
         conf[key] = f"{DEFAULT_CONF[key]} {args.java_options}"
-    spark = spark_session("icetail-bench-warm-rounds", conf)
-    log(f"driver JVM options: {spark.sparkContext.getConf().get('spark.driver.extraJavaOptions')}")
-    log(f"pyspark {pyspark.__version__}: session up in {time.perf_counter() - started:.1f}s; load {os.getloadavg()}")
+    spark = spark_session("icetail-bench-warm-rounds", conf) if args.engine == "spark" else None
+    if spark is not None:
+        log(f"driver JVM options: {spark.sparkContext.getConf().get('spark.driver.extraJavaOptions')}")
+    up = f"session up in {time.perf_counter() - started:.1f}s" if spark is not None else "in process, no Spark"
+    log(f"pyspark {pyspark.__version__}: {up}; cpus {os.cpu_count()}; load {os.getloadavg()}")
     variants = ("base", args.ab) if args.ab else ("base",)
     entries = measure(target, spark, args.rounds, variants)
     result = summary(entries)
@@ -293,8 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = f"  {s['vs_raw_medians']}x raw (medians), max/min {s['max_over_min']}" if what != "raw" else ""
         log(f"{what}: median {s['median']:.3f} rounds {s['rounds']}{extra}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"pyspark": pyspark.__version__, "rounds": entries, "summary": result}))
-    spark.stop()
+        Path(args.json).write_text(
+            json.dumps({"pyspark": pyspark.__version__, "engine": args.engine, "rounds": entries, "summary": result})
+        )
+    if spark is not None:
+        spark.stop()
     return 0
 
 

@@ -32,6 +32,10 @@ MIN_LEASE_TTL_SECONDS = 3.0
 ENGINES = ("auto", "spark", "local")
 DEFAULT_LOCAL_MAX_BYTES = 64 * 1024 * 1024  # measured in bench/RESULTS.md R51 (docs/performance.md)
 LOCAL_MAX_BYTES_ENV = "ICETAIL_LOCAL_MAX_BYTES"  # the default of `--local-max-bytes` and `local_max_bytes=`
+# the in-process engine reads this many splits at once (default: the CPUs this process may use,
+# at most MAX_LOCAL_THREADS); 1 reads them one after another
+LOCAL_THREADS_ENV = "ICETAIL_LOCAL_THREADS"
+MAX_LOCAL_THREADS = 8
 # `serve` stops the Spark session its big batches started after this long with none: the JVM and its
 # workers hold ~700 MB idle, a new start costs ~4-8 s of CPU, so a table with a big batch every few
 # minutes keeps it and one with a big batch an hour pays a start an hour (under 0.3% of a core)
