@@ -36,6 +36,15 @@ LOCAL_MAX_BYTES_ENV = "ICETAIL_LOCAL_MAX_BYTES"  # the default of `--local-max-b
 # at most MAX_LOCAL_THREADS); 1 reads them one after another
 LOCAL_THREADS_ENV = "ICETAIL_LOCAL_THREADS"
 MAX_LOCAL_THREADS = 8
+# Arrow's allocator (mimalloc, pyarrow's default) hands freed pages back to the OS 10 ms after they
+# are freed, so a process that reads again and again (Spark's Python workers; `serve` and `run` on
+# the in-process engine) faults its working set in again on every read: 0.2-1.5 s of system CPU
+# per 8M rows, and the slowest warm round 1.6-2.9x the fastest (bench/RESULTS.md R41, R62). Kept a
+# minute, freed memory is reused by the next read; `release_unused()` still hands it back at once
+# after a big batch. Read by mimalloc when pyarrow loads: set by the `icetail` command before any
+# import, and in Spark's worker environment; a value the user set wins.
+PURGE_DELAY_ENV = "MIMALLOC_PURGE_DELAY"
+PURGE_DELAY_MS = "60000"
 # `serve` stops the Spark session its big batches started after this long with none: the JVM and its
 # workers hold ~700 MB idle, a new start costs ~4-8 s of CPU, so a table with a big batch every few
 # minutes keeps it and one with a big batch an hour pays a start an hour (under 0.3% of a core)

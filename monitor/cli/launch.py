@@ -3,13 +3,14 @@
 A supervisor's SIGTERM can come at any moment, also while the interpreter imports the command
 (tens of milliseconds on an idle host, a few hundred under load), and Python's default action
 then ends the process without a word. This module imports nothing but the standard library's
-`signal` and `sys`, so the handler is in place before any of icetail's own imports; a stop while
+`os`, `signal` and `sys`, so the handler is in place before any of icetail's own imports; a stop while
 they run ends in the same one line as a stop later. Only the interpreter's own start-up, before
 this module runs, is left to the default action (nothing is opened or held by then).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -48,6 +49,10 @@ def entry() -> None:
     # `serve` replaces this with its own graceful stop (icetail/monitor/service/scheduler.py)
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        from icetail.kernel.settings import PURGE_DELAY_ENV, PURGE_DELAY_MS
+
+        # before pyarrow loads, which reads it once (settings.py says why); the user's value wins
+        os.environ.setdefault(PURGE_DELAY_ENV, PURGE_DELAY_MS)
         from icetail.monitor.cli import main
 
         code = main.run_command()

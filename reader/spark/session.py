@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from icetail.kernel import settings
 from icetail.kernel.errors import ConfigError
 from icetail.reader.spark.class_cache import (
     CacheUse,
@@ -57,15 +58,11 @@ DEFAULT_CONF = {
 }
 
 
-# Arrow's allocator in the Python workers (mimalloc, pyarrow's default) hands freed pages back to
-# the OS soon after a task frees them, at the next task's first allocations: that task then
-# faults its working set in again, in the kernel (under load, warm reads of 8M rows spent 0.2 to
-# 1.5 s of worker system CPU per round for the same 0.7 s of user CPU; issue 24 s5, bench/RESULTS.md
-# R41). Kept for a minute instead, memory freed by one task is reused by the next; an idle worker
-# returns it at its next task, and a task that ends with `release_unused()` (the reconcile
-# partitions) still returns it at once.
-PURGE_DELAY_ENV = "MIMALLOC_PURGE_DELAY"
-WORKER_PURGE_DELAY_MS = "60000"
+# Arrow's allocator in the Python workers keeps freed memory a minute (icetail/kernel/settings.py
+# PURGE_DELAY_ENV says why); a task that ends with `release_unused()` (the reconcile partitions)
+# still returns it at once.
+PURGE_DELAY_ENV = settings.PURGE_DELAY_ENV
+WORKER_PURGE_DELAY_MS = settings.PURGE_DELAY_MS
 
 
 # The Spark scheduler pool of the jobs a thread submits (`serve` gives each followed table its

@@ -8,6 +8,7 @@ to be imported.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -80,3 +81,33 @@ def test_the_launcher_imports_nothing_of_icetail_but_its_packages() -> None:
     assert out.stdout.strip() == str(
         ["icetail", "icetail.monitor", "icetail.monitor.cli", "icetail.monitor.cli.launch"]
     )
+
+
+ALLOCATOR_AT_IMPORT = """
+import os, sys
+
+class Report:
+    def find_spec(self, name, path=None, target=None):
+        if name == "icetail.monitor.cli.main":  # the command's first heavy import
+            print(os.environ.get("MIMALLOC_PURGE_DELAY"), "pyarrow" in sys.modules)
+        return None
+
+sys.meta_path.insert(0, Report())
+sys.argv = ["icetail", "--version"]
+from icetail.monitor.cli.launch import entry
+
+entry()
+"""
+
+
+@pytest.mark.parametrize(("users", "seen"), [(None, "60000"), ("250", "250")], ids=["default", "users-own"])
+def test_the_allocators_purge_delay_is_set_before_pyarrow_loads(users: str | None, seen: str) -> None:
+    """mimalloc reads MIMALLOC_PURGE_DELAY once, when pyarrow loads: the command sets a minute before any
+    import of its own (kernel/settings.py says why), and leaves a value the user set."""
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
+    if users is not None:
+        env["MIMALLOC_PURGE_DELAY"] = users
+    command = [sys.executable, "-c", ALLOCATOR_AT_IMPORT]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == f"{seen} False"
