@@ -15,25 +15,8 @@ import pyarrow as pa
 
 import icetail
 from tests.spark4.support import row_counter
-from tests.spark4.test_stream_source import sink_rows
+from tests.spark4.test_stream_source import run_available_now, sink_rows
 from tests.support.source_table import SourceTable
-
-
-def run_limited(spark: Any, options: dict[str, str], root: Path, source: str = "icetail") -> list[int]:
-    """One Trigger.AvailableNow run into the parquet sink under `root`; the input rows of each non-empty batch."""
-    query = (
-        spark.readStream.format(source)
-        .options(**options)
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(root / "sink"))
-        .option("checkpointLocation", str(root / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-    return [p.numInputRows for p in query.recentProgress if p.numInputRows]
 
 
 def big_append(table: SourceTable, rows: int = 10) -> None:
@@ -62,7 +45,7 @@ def test_max_rows_cuts_one_snapshot_into_batches(registered: Any, source_table: 
     big_append(source_table, 10)
     source_table.commit("append")  # 4 more rows in a second snapshot
     options = source_table.options(starting="earliest", maxRowsPerTrigger=3)
-    per_batch = run_limited(registered, options, tmp_path)
+    per_batch = run_available_now(registered, options, tmp_path)
     assert per_batch == [3, 3, 3, 3, 2]  # 10 rows of one snapshot, then 4: cut at rows 3, 6, 9 and 2 of the next
     positions = [o.get("position") for o in source_offsets(tmp_path)]
     assert [p["row"] if p else None for p in positions] == [3, 6, 9, 2, None]
@@ -75,11 +58,11 @@ def test_restart_from_a_checkpoint_inside_a_snapshot(
     """A query stopped after a batch that ended mid-snapshot continues it; so does a format-2 checkpoint."""
     source_table.commit("append")
     plain = source_table.options(starting="earliest")
-    assert run_limited(registered, plain, tmp_path) == [4]  # written without limits: offsets of format 2
+    assert run_available_now(registered, plain, tmp_path) == [4]  # written without limits: offsets of format 2
     assert source_offsets(tmp_path)[-1]["version"] == 2
     big_append(source_table, 10)
     limited = source_table.options(starting="earliest", maxRowsPerTrigger=4)
-    assert run_limited(registered, limited, tmp_path) == [4, 4, 2]
+    assert run_available_now(registered, limited, tmp_path) == [4, 4, 2]
     # stop the query after the second batch of the big snapshot: its offset is inside that snapshot
     checkpoint = tmp_path / "checkpoint"
     for log in (checkpoint / "offsets", checkpoint / "commits", tmp_path / "sink" / "_spark_metadata"):
@@ -89,7 +72,7 @@ def test_restart_from_a_checkpoint_inside_a_snapshot(
     assert inside["version"] == 3 and inside["position"]["row"] == 8
     for action in ("upsert", "append"):
         source_table.commit(action)
-    run_limited(registered, limited, tmp_path)
+    run_available_now(registered, limited, tmp_path)
     assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected(source_table, registered))
 
 
@@ -99,7 +82,7 @@ def test_an_update_snapshot_is_never_cut(registered: Any, source_table: SourceTa
         source_table.commit(action)
     upsert = source_table.actions[2][1][0]
     options = source_table.options(starting="earliest", identifier_columns="id", maxRowsPerTrigger=1)
-    run_limited(registered, options, tmp_path)
+    run_available_now(registered, options, tmp_path)
     assert all(o.get("position", {}).get("snapshot_id") != upsert for o in source_offsets(tmp_path))
     got = sink_rows(registered, tmp_path)
     want = expected(source_table, registered, identifier_columns=["id"])
@@ -110,10 +93,12 @@ def test_an_update_snapshot_is_never_cut(registered: Any, source_table: SourceTa
 def test_max_files_and_bytes_cut_between_files(registered: Any, source_table: SourceTable, tmp_path: Path) -> None:
     for _ in range(3):
         source_table.commit("append")
-    files = run_limited(registered, source_table.options(starting="earliest", maxFilesPerTrigger=2), tmp_path / "f")
+    by_files = source_table.options(starting="earliest", maxFilesPerTrigger=2)
+    files = run_available_now(registered, by_files, tmp_path / "f")
     assert files == [8, 4]
     # one byte: every batch still admits one file
-    size = run_limited(registered, source_table.options(starting="earliest", max_bytes_per_trigger=1), tmp_path / "b")
+    by_bytes = source_table.options(starting="earliest", max_bytes_per_trigger=1)
+    size = run_available_now(registered, by_bytes, tmp_path / "b")
     assert size == [4, 4, 4]
     for root in (tmp_path / "f", tmp_path / "b"):
         assert row_counter(sink_rows(registered, root)) == row_counter(expected(source_table, registered))
@@ -130,11 +115,11 @@ def test_available_now_with_a_limit_stops_at_the_snapshot_current_at_start(
     at_start = source_table.snapshot_ids[-1]
     options = source_table.options(starting="earliest", maxRowsPerTrigger=4)
     seam = {**options, MARKER_OPTION: str(tmp_path / "committed")}
-    assert run_limited(registered, seam, tmp_path, "icetail_committing") == [4, 4, 2]
+    assert run_available_now(registered, seam, tmp_path, "icetail_committing") == [4, 4, 2]
     assert (tmp_path / "committed").exists()
     source_table.snapshot_ids = [s.snapshot_id for s in source_table.load().metadata.snapshots]
     assert source_table.snapshot_ids[-1] != at_start  # committed during the run, not read by it
     first = expected(source_table, registered, to_snapshot_id_inclusive=at_start)
     assert row_counter(sink_rows(registered, tmp_path)) == row_counter(first)
-    assert run_limited(registered, seam, tmp_path, "icetail_committing") == [4]
+    assert run_available_now(registered, seam, tmp_path, "icetail_committing") == [4]
     assert row_counter(sink_rows(registered, tmp_path)) == row_counter(expected(source_table, registered))

@@ -12,8 +12,9 @@ from tests.spark4.support import row_counter
 from tests.support.source_table import SourceTable
 
 
-def run_available_now(spark: Any, options: dict[str, str], root: Path, source: str = "icetail") -> None:
-    """One Trigger.AvailableNow run on the checkpoint under `root`, into the parquet sink there."""
+def run_available_now(spark: Any, options: dict[str, str], root: Path, source: str = "icetail") -> list[int]:
+    """One Trigger.AvailableNow run on the checkpoint under `root`, into the parquet sink there; the
+    input rows of each non-empty micro-batch."""
     query = (
         spark.readStream.format(source)
         .options(**options)
@@ -26,6 +27,7 @@ def run_available_now(spark: Any, options: dict[str, str], root: Path, source: s
     )
     query.awaitTermination()
     assert query.exception() is None
+    return [p.numInputRows for p in query.recentProgress if p.numInputRows]
 
 
 def sink_rows(spark: Any, root: Path) -> pa.Table:
