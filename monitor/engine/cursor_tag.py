@@ -1,5 +1,6 @@
 """--protect-cursor: tag icetail-<consumer> kept on the cursor snapshot, so expiry keeps what the
-consumer still needs; checked when the pipeline opens, moved after each completed batch.
+consumer still needs; checked when the pipeline opens, moved after each completed batch, and
+caught up with the cursor when the pipeline opens (a run killed between the two left it behind).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 from pyiceberg.table import Table
 
 from icetail.kernel.errors import ConfigError
+from icetail.state.checkpoint import Checkpoint
 
 
 def check_can_tag(table: Table, consumer: str) -> None:
@@ -33,6 +35,23 @@ def keep_cursor_tag(table: Table, consumer: str, snapshot_id: int) -> None:
             manage.create_tag(snapshot_id, tag)
     except NotImplementedError as exc:  # pyiceberg cannot write this table's metadata
         raise ConfigError(_cannot_tag(table, consumer, str(exc))) from exc
+
+
+def catch_up_cursor_tag(table: Table, consumer: str, checkpoint: Checkpoint | None) -> None:
+    """Put the tag on the checkpoint's cursor snapshot if it is elsewhere or missing.
+
+    A batch's commit and its tag's move are two writes to two systems: a run killed between them
+    leaves the tag one batch behind (safe: expiry keeps more than needed), and a next run with
+    nothing new to deliver would never move it. A cursor snapshot already expired is left to the
+    start-up's cursor recovery (startup.py), which names the problem.
+    """
+    cursor_snapshot_id = checkpoint.cursor.snapshot_id if checkpoint is not None else None
+    tag = table.metadata.refs.get(f"icetail-{consumer}")
+    if cursor_snapshot_id is None or (tag is not None and tag.snapshot_id == cursor_snapshot_id):
+        return
+    if table.metadata.snapshot_by_id(cursor_snapshot_id) is None:
+        return
+    keep_cursor_tag(table, consumer, cursor_snapshot_id)
 
 
 def _cannot_tag(table: Table, consumer: str, reason: str) -> str:

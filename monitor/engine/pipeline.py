@@ -27,7 +27,7 @@ from pyiceberg.table import Table
 from icetail.kernel.errors import ConfigError, RefNotFoundError
 from icetail.monitor.engine.catalog import load_table, open_catalog
 from icetail.monitor.engine.config import PipelineConfig
-from icetail.monitor.engine.cursor_tag import check_can_tag, keep_cursor_tag
+from icetail.monitor.engine.cursor_tag import catch_up_cursor_tag, check_can_tag, keep_cursor_tag
 from icetail.monitor.engine.delivery.choice import ChosenDelivery, choose_delivery
 from icetail.monitor.engine.delivery.context import DeliveryContext, Tally, batch_schema_id
 from icetail.monitor.engine.engine_choice import EngineChoice
@@ -150,6 +150,8 @@ class Pipeline:
         self._lease.acquire(checkpoint)
         try:
             check_branch(self.config, self._store.load(self.consumer))
+            if self.config.protect_cursor:  # under the lease: one writer of the tag
+                catch_up_cursor_tag(self.table_as_is(), self.consumer, self._store.load(self.consumer))
             check_sink(self.config, recorded_sink(self._store.load(self.consumer)), self.sink_identity)
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
             recorded = self._store.record_sink(self.consumer, self.sink_identity, owner=self._owner)
@@ -171,20 +173,10 @@ class Pipeline:
         can do, when it is open and a mirror's key is bound."""
         if self._chosen is None:
             context = DeliveryContext(
-                self.config,
-                self.sink,
-                self._store,
-                self.consumer,
-                self._owner,
-                self._stop,
-                self._renew_lease_if_due,
-                self._lease.check_before,
-                self._session.get,
-                self._verify,
-                self._sink_key,
-                self._on_chunk,
-                self._on_check,
-            )
+                self.config, self.sink, self._store, self.consumer, self._owner, self._stop,
+                self._renew_lease_if_due, self._lease.check_before, self._session.get, self._verify,
+                self._sink_key, self._on_chunk, self._on_check,
+            )  # fmt: skip
             self._chosen = choose_delivery(context)
         return self._chosen
 

@@ -24,6 +24,25 @@ def test_tag_follows_the_cursor(small_table: SmallTable, spark: Any, tmp_path: A
     assert table.metadata.refs["icetail-guarded"].snapshot_id == table.metadata.current_snapshot_id
 
 
+def test_a_tag_left_behind_catches_up_with_nothing_new_to_deliver(
+    small_table: SmallTable, spark: Any, tmp_path: Any
+) -> None:
+    """A run killed between a batch's commit and its tag's move leaves the tag a batch behind; the
+    next run, though caught up, puts it on the cursor (found by the repair crash test's SIGKILLs)."""
+    args = [
+        "run", "--catalog", "core", "--table", "ns.t", "--state", f"sqlite:///{tmp_path}/state.db",
+        "--sink", f"parquet://{tmp_path}/sink", "--consumer", "guarded", "--protect-cursor",
+    ]  # fmt: skip
+    assert main(args) == 0
+    table = small_table.load()
+    with table.manage_snapshots() as manage:  # the state that kill leaves: the tag on an older snapshot
+        manage.remove_tag("icetail-guarded")
+        manage.create_tag(small_table.snapshot_ids[0], "icetail-guarded")
+    assert main(args) == 0  # nothing new: no batch
+    table = small_table.load()
+    assert table.metadata.refs["icetail-guarded"].snapshot_id == small_table.snapshot_ids[-1]
+
+
 def test_protect_cursor_on_a_v3_table_is_refused_before_any_batch(
     catalog: Any, monkeypatch: Any, tmp_path: Any, capsys: Any
 ) -> None:
