@@ -10,11 +10,16 @@ from icetail.monitor.cli.main import main
 from tests.support.small_table import SCHEMA, SmallTable
 
 
-def test_tag_follows_the_cursor(small_table: SmallTable, spark: Any, tmp_path: Any) -> None:
-    args = [
+def guarded_run(tmp_path: Any) -> list[str]:
+    """`icetail run` of the small table for consumer `guarded` with --protect-cursor."""
+    return [
         "run", "--catalog", "core", "--table", "ns.t", "--state", f"sqlite:///{tmp_path}/state.db",
         "--sink", f"parquet://{tmp_path}/sink", "--consumer", "guarded", "--protect-cursor",
     ]  # fmt: skip
+
+
+def test_tag_follows_the_cursor(small_table: SmallTable, spark: Any, tmp_path: Any) -> None:
+    args = guarded_run(tmp_path)
     assert main(args) == 0
     table = small_table.load()
     assert table.metadata.refs["icetail-guarded"].snapshot_id == small_table.snapshot_ids[-1]
@@ -29,10 +34,7 @@ def test_a_tag_left_behind_catches_up_with_nothing_new_to_deliver(
 ) -> None:
     """A run killed between a batch's commit and its tag's move leaves the tag a batch behind; the
     next run, though caught up, puts it on the cursor (found by the repair crash test's SIGKILLs)."""
-    args = [
-        "run", "--catalog", "core", "--table", "ns.t", "--state", f"sqlite:///{tmp_path}/state.db",
-        "--sink", f"parquet://{tmp_path}/sink", "--consumer", "guarded", "--protect-cursor",
-    ]  # fmt: skip
+    args = guarded_run(tmp_path)
     assert main(args) == 0
     table = small_table.load()
     with table.manage_snapshots() as manage:  # the state that kill leaves: the tag on an older snapshot
