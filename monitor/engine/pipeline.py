@@ -149,10 +149,10 @@ class Pipeline:
             check_follows_table(self.config, checkpoint)
         self._lease.acquire(checkpoint)
         try:
-            check_branch(self.config, self._store.load(self.consumer))
+            check_branch(self.config, leased := self._store.load(self.consumer))  # as the lease left it
             if self.config.protect_cursor:  # under the lease: one writer of the tag
-                catch_up_cursor_tag(self.table_as_is(), self.consumer, self._store.load(self.consumer))
-            check_sink(self.config, recorded_sink(self._store.load(self.consumer)), self.sink_identity)
+                catch_up_cursor_tag(self.table_as_is(), self.consumer, leased)
+            check_sink(self.config, recorded_sink(leased), self.sink_identity)
             _ = self.sink  # opened under the lease: opening may clear this consumer's staged leftovers
             recorded = self._store.record_sink(self.consumer, self.sink_identity, owner=self._owner)
             check_sink(self.config, recorded, self.sink_identity)
