@@ -1,8 +1,8 @@
 """Splits read on a few threads at once, their chunks handed to the caller in request order.
 
 pyarrow releases the GIL while it decodes, so splits read on several threads go about as fast as
-a threaded `pq.read_table` of the same files; one split is read by one thread with pyarrow's own
-threads off (reader/split/read.py, `use_threads=False`), so the threads here are the only ones.
+a threaded `pq.read_table` of the same files (reader/local.py also lets pyarrow decode a split's
+columns on its own pool, which fills the cores a thread waiting for room leaves idle).
 The caller still gets every chunk in the order one thread would give: split by split, each
 split's chunks in file order, and a split's error at that split's place in the order.
 

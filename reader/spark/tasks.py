@@ -70,12 +70,18 @@ TASK_ERRORS = (IcetailError, OSError, pa.ArrowException)
 
 
 def split_chunks(
-    context: ReadContext, request: SplitRequest, chunk_rows: int | None, stager: ChunkStager | None
+    context: ReadContext,
+    request: SplitRequest,
+    chunk_rows: int | None,
+    stager: ChunkStager | None,
+    *,
+    arrow_threads: bool = False,
 ) -> Iterator[Chunk]:
     """The per-split work of a task: the split read with its deletes applied, staged if asked.
 
     A Spark task encodes each chunk for the driver; the in-process engine (reader/local.py)
-    runs this same function in the calling process and keeps the chunks as they are.
+    runs this same function in the calling process, with `arrow_threads` (read_split), and keeps
+    the chunks as they are.
     """
     for chunk in read_split(
         context,
@@ -83,6 +89,7 @@ def split_chunks(
         start_row_inclusive=request.start_row_inclusive,
         chunk_rows=chunk_rows,
         with_row_lineage=request.with_row_lineage,
+        arrow_threads=arrow_threads,
     ):
         if stager is not None and request.stage_as is not None:
             chunk = _staged(stager, request.stage_as, chunk)

@@ -85,6 +85,7 @@ def read_split(
     chunk_rows: int | None = None,
     with_row_lineage: bool = False,
     end_row_exclusive: int | None = None,
+    arrow_threads: bool = False,
 ) -> Iterator[Chunk]:
     """Chunks of change rows of `split`, starting at file row `start_row_inclusive`.
 
@@ -93,6 +94,9 @@ def read_split(
 
     Without `chunk_rows` a chunk is one row group. `with_row_lineage`: the rows also carry
     `_row_id` and `_last_updated_sequence_number` (reader/split/row_lineage.py), after the data columns.
+    `arrow_threads`: decode a row group's columns on pyarrow's thread pool. Off in a Spark task (one
+    task, one core); the in-process engine turns it on, since its few split threads leave cores idle
+    while a split waits for room or the last split is read (reader/local.py).
     """
     io = file_io_for(dict(context.io_properties))
     task = split.task
@@ -155,7 +159,7 @@ def read_split(
             if not equality_ids and not _may_change(before, after, lo, rg_hi, task.kind):
                 yield Chunk(split.split_id, lo, rg_hi, _empty(out_arrow), 0, 0, 0, rg == last_index)
                 continue
-            batches = parquet.iter_batches(batch_size=step, row_groups=[rg], columns=columns, use_threads=False)
+            batches = parquet.iter_batches(batch_size=step, row_groups=[rg], columns=columns, use_threads=arrow_threads)
             decoded_at = rg_lo
             pending: list[pa.RecordBatch] = []
             rg_bytes = meta.row_group(rg).total_byte_size

@@ -21,10 +21,12 @@ import pytest
 from icetail.kernel.errors import ConfigError, IcetailError
 from icetail.kernel.settings import LOCAL_THREADS_ENV
 from icetail.monitor.planning.planner import Planner
+from icetail.reader import local
 from icetail.reader.changes.read_setup import read_context
 from icetail.reader.local import local_threads, run_splits_in_process, split_reader
 from icetail.reader.ordered_splits import THREAD_NAME
 from icetail.reader.spark.payloads import SplitRequest
+from icetail.reader.spark.tasks import split_chunks
 from icetail.reader.split.context import ReadContext
 from icetail.reader.split.read import Chunk
 from icetail.sinks.base import SplitSlot
@@ -165,3 +167,29 @@ def test_the_threads_setting() -> None:
     for bad in ("0", "two", "-1"):
         with pytest.raises(ConfigError, match=f"{LOCAL_THREADS_ENV}='{bad}' is not a number of threads"):
             local_threads({LOCAL_THREADS_ENV: bad})
+
+
+def test_splits_are_decoded_on_pyarrows_threads_in_process_only_and_give_the_same_chunks(
+    splits: tuple[ReadContext, list[SplitRequest]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow's pool fills the cores the split threads leave idle (R67); one thread means one thread."""
+    context, requests = splits
+    for request in requests[:3]:
+        for chunk_rows in (None, 2):
+            by_flag = [
+                _seen(list(split_chunks(context, request, chunk_rows, None, arrow_threads=flag)))
+                for flag in (False, True)
+            ]
+            assert by_flag[0] == by_flag[1] and by_flag[0]
+    seen_flags: list[bool] = []
+
+    def spied(*args: Any, arrow_threads: bool, **kwargs: Any) -> Any:
+        seen_flags.append(arrow_threads)
+        return split_chunks(*args, arrow_threads=arrow_threads, **kwargs)
+
+    monkeypatch.setattr(local, "split_chunks", spied)
+    for threads, many in (("1", requests), ("2", requests), ("2", requests[:1])):
+        monkeypatch.setenv(LOCAL_THREADS_ENV, threads)
+        seen_flags.clear()
+        assert list(run_splits_in_process(context, many, None))
+        assert seen_flags == [threads != "1"] * len(many), (threads, len(many))
