@@ -35,6 +35,9 @@ LOCAL_MAX_BYTES_ENV = "ICETAIL_LOCAL_MAX_BYTES"  # the default of `--local-max-b
 # the in-process engine reads this many splits at once (default: the CPUs this process may use,
 # at most MAX_LOCAL_THREADS); 1 reads them one after another
 LOCAL_THREADS_ENV = "ICETAIL_LOCAL_THREADS"
+# where local Spark tasks hand their rows to the driver (reader/spark/handoff_root.py): this folder,
+# else TMPDIR when set, else /dev/shm when it has room, else the temporary directory
+HANDOFF_DIR_ENV = "ICETAIL_HANDOFF_DIR"
 MAX_LOCAL_THREADS = 8
 # Arrow's allocator (mimalloc, pyarrow's default) hands freed pages back to the OS 10 ms after they
 # are freed, so a process that reads again and again (Spark's Python workers; `serve` and `run` on

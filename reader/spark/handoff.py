@@ -1,8 +1,9 @@
 """The local handoff: tasks on the driver's host publish each chunk as a file the driver streams as it appears.
 
-With a local master the tasks write Arrow IPC files into a folder of the driver's temporary
-directory instead of returning their rows through the JVM; the driver takes each file as soon as
-it is complete, while the job still runs.
+With a local master the tasks write Arrow IPC files into a folder on the driver's host (/dev/shm
+when it has room, else the temporary directory: reader/spark/handoff_root.py) instead of
+returning their rows through the JVM; the driver takes each file as soon as it is complete, while
+the job still runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from icetail.kernel.errors import IcetailError, is_disk_full
 from icetail.kernel.processes import host_tag, process_is_running
+from icetail.reader.spark.handoff_root import SHM, handoff_root
 from icetail.reader.spark.local_disk import handoff_full
 from icetail.reader.spark.payloads import Payload, TaskErrorPayload
 from icetail.reader.spark.tasks import run_partition
@@ -81,15 +83,18 @@ _orphans_removed = threading.Event()
 
 
 def new_handoff_dir() -> str:
-    """A fresh directory `icetail-handoff-<host>-<pid>-...` under the temporary directory.
+    """A fresh directory `icetail-handoff-<host>-<pid>-...` under `handoff_root()` (/dev/shm or TMPDIR).
 
     The first one of a process also removes those that drivers of this host left behind when
-    they were killed (a SIGKILL skips every clean-up), so a crash loop cannot fill the disk.
+    they were killed (a SIGKILL skips every clean-up), in every place a driver may have chosen, so
+    a crash loop cannot fill the disk or the memory.
     """
+    root = handoff_root()
     if not _orphans_removed.is_set():
         _orphans_removed.set()
-        remove_orphaned_handoffs(tempfile.gettempdir())
-    return tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{host_tag()}-{os.getpid()}-")
+        for place in dict.fromkeys((root, tempfile.gettempdir(), SHM)):
+            remove_orphaned_handoffs(place)
+    return tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{host_tag()}-{os.getpid()}-", dir=root)
 
 
 def remove_orphaned_handoffs(root: str) -> int:

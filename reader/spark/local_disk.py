@@ -1,11 +1,11 @@
 """A full local disk, told apart from a bad data file: one line naming the directory and the fix.
 
 Two local directories fill up under a big batch: icetail's handoff (read rows on their way from
-the Spark tasks to the driver, under TMPDIR) and Spark's own local directory (shuffle and spill
-files of a partitioned reconciliation). Either way nothing past the delivered rows is committed,
-so the error is transient (`LocalDiskFullError`): a rerun, or the service's next cycle, resumes
-the batch once space returns. Without this a full disk surfaced as "data file ... cannot be read"
-(a wrong fix) or as a Spark stack trace.
+the Spark tasks to the driver, in /dev/shm or TMPDIR: handoff_root.py) and Spark's own local
+directory (shuffle and spill files of a partitioned reconciliation). Either way nothing past the
+delivered rows is committed, so the error is transient (`LocalDiskFullError`): a rerun, or the
+service's next cycle, resumes the batch once space returns. Without this a full disk surfaced as
+"data file ... cannot be read" (a wrong fix) or as a Spark stack trace.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import tempfile
 from typing import Any
 
 from icetail.kernel.errors import LocalDiskFullError, is_disk_full
+from icetail.reader.spark.handoff_root import handoff_root
 
 HANDOFF_MARKER = "icetail-handoff-"
 
@@ -23,7 +24,7 @@ def handoff_full(directory: str) -> LocalDiskFullError:
     """The error for a handoff file that could not be written in `directory`."""
     return LocalDiskFullError(
         f"no space left on device in {directory} (icetail's handoff of read rows): free space there, "
-        "or set TMPDIR to a directory on a larger disk; the batch resumes where it stopped"
+        "or set ICETAIL_HANDOFF_DIR (or TMPDIR) to a directory on a larger disk; the batch resumes where it stopped"
     )
 
 
@@ -41,7 +42,7 @@ def spark_job_error(exc: BaseException, spark_context: Any | None) -> LocalDiskF
         return None
     text = str(exc)
     if HANDOFF_MARKER in text:
-        return handoff_full(tempfile.gettempdir())
+        return handoff_full(handoff_root())
     return spark_local_full(spark_context)
 
 

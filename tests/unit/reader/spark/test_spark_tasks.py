@@ -6,7 +6,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from icetail.kernel.errors import IcetailError
 from icetail.kernel.model import ChangeSplit, ChangeTask, ChangeType, CommitInfo, DataFileRef, FileChangeKind
 from icetail.kernel.processes import host_tag
+from icetail.kernel.settings import HANDOFF_DIR_ENV
 from icetail.monitor.planning.planner import Planner
 from icetail.reader.changes.read_setup import read_context
 from icetail.reader.spark.handoff import HANDOFF_PREFIX, _publish, remove_orphaned_handoffs
@@ -62,10 +62,10 @@ def test_empty_wave_has_no_tasks() -> None:
 
 @pytest.fixture
 def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary directory the driver creates its handoff directories in."""
+    """The directory the driver creates its handoff directories in (ICETAIL_HANDOFF_DIR)."""
     path = tmp_path / "scratch"
     path.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    monkeypatch.setenv(HANDOFF_DIR_ENV, str(path))
     return path
 
 

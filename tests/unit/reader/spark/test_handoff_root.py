@@ -1,0 +1,51 @@
+"""Where the local handoff goes (reader/spark/handoff_root.py): the user's directory, else a roomy /dev/shm.
+
+Real directories of this machine stand in for /dev/shm; the free-space bound is set around the
+free space they really have, so the rule is tested on both sides of it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from icetail.kernel.settings import HANDOFF_DIR_ENV
+from icetail.reader.spark import handoff_root as module
+from icetail.reader.spark.handoff_root import handoff_root
+
+
+def _free(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def test_a_memory_filesystem_with_room_is_chosen_and_one_without_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(module, "SHM_MIN_FREE_BYTES", 1)
+    assert handoff_root({}, str(shm)) == str(shm)
+    monkeypatch.setattr(module, "SHM_MIN_FREE_BYTES", _free(shm) + 2**40)  # more than it has
+    assert handoff_root({}, str(shm)) == tempfile.gettempdir()
+    monkeypatch.setattr(module, "SHM_MIN_FREE_BYTES", 1)
+    assert handoff_root({}, str(tmp_path / "absent")) == tempfile.gettempdir()
+
+
+def test_the_users_directory_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(module, "SHM_MIN_FREE_BYTES", 1)
+    chosen = str(tmp_path / "handoff")
+    assert handoff_root({HANDOFF_DIR_ENV: chosen, "TMPDIR": "/elsewhere"}, str(shm)) == chosen
+    for variable in ("TMPDIR", "TEMP", "TMP"):  # a temporary directory the user set: not /dev/shm
+        assert handoff_root({variable: str(tmp_path)}, str(shm)) == tempfile.gettempdir()
+    assert handoff_root({HANDOFF_DIR_ENV: "  "}, str(shm)) == str(shm)
+
+
+def test_the_default_here_is_a_real_place() -> None:
+    root = handoff_root()
+    assert os.path.isdir(root) and os.access(root, os.W_OK)
