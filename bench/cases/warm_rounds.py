@@ -16,8 +16,9 @@ that exits mid-round still counts):
 
 `--ab NAME` alternates two variants of the read within the run (A on odd rounds, B on even), so
 both see the same machine: `shm` puts the handoff folder in /dev/shm instead of the temporary
-directory; `threadsN` reads the in-process engine's splits N at a time (ICETAIL_LOCAL_THREADS=N;
-`threads1`: one after another).
+directory; `disk` in the temporary directory (the default before R67, whatever /dev/shm has);
+`threadsN` reads the in-process engine's splits N at a time (ICETAIL_LOCAL_THREADS=N; `threads1`:
+one after another); `arrowoff` keeps pyarrow's own threads out of its splits (before R67).
 `--engine local` reads in this process (reader/local.py) and starts no Spark at all (issue 45 §3):
 the JVM and worker columns are then zero. Standalone (a pyiceberg SQL catalog of `bench.generate`'s
 files, as `bench.cases.delivered`):
@@ -153,6 +154,7 @@ class HandoffClock:
 
         return timed
 
+
 def raw_read(files: tuple[str, ...]) -> pa.Table:
     """The issue's bar: each file read by pyarrow's threaded reader, the tables concatenated."""
     return pa.concat_tables([pq.read_table(gen.local_path(f)) for f in files])
@@ -180,6 +182,25 @@ def variant(name: str) -> Iterator[None]:
             yield
         finally:
             waves.new_handoff_dir = made  # type: ignore[assignment]
+        return
+    if name == "disk":  # the handoff in the temporary directory on disk, as before R67 (not /dev/shm)
+        import tempfile
+
+        os.environ["ICETAIL_HANDOFF_DIR"] = tempfile.gettempdir()
+        try:
+            yield
+        finally:
+            del os.environ["ICETAIL_HANDOFF_DIR"]
+        return
+    if name == "arrowoff":  # the in-process engine as before R67: pyarrow's own threads off in every split
+        from icetail.reader import local
+
+        split_chunks = local.split_chunks
+        local.split_chunks = lambda *a, arrow_threads, **kw: split_chunks(*a, arrow_threads=False, **kw)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            local.split_chunks = split_chunks  # type: ignore[assignment]
         return
     if name.startswith("threads") and name[len("threads") :].isdigit():
         os.environ["ICETAIL_LOCAL_THREADS"] = name[len("threads") :]
