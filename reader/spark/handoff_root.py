@@ -19,6 +19,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 
+from icetail.kernel.errors import ConfigError
 from icetail.kernel.settings import HANDOFF_DIR_ENV
 
 SHM = "/dev/shm"
@@ -29,10 +30,18 @@ _TEMP_DIR_VARIABLES = ("TMPDIR", "TEMP", "TMP")
 
 
 def handoff_root(environ: Mapping[str, str] | None = None, shm: str = SHM) -> str:
-    """The directory new handoff folders are made in (see the module docstring for the order)."""
+    """The directory new handoff folders are made in (see the module docstring for the order).
+
+    A ICETAIL_HANDOFF_DIR that is not a writable directory is a ConfigError, before any Spark job.
+    """
     env = os.environ if environ is None else environ
     chosen = env.get(HANDOFF_DIR_ENV, "").strip()
     if chosen:
+        if not (os.path.isdir(chosen) and os.access(chosen, os.W_OK | os.X_OK)):
+            raise ConfigError(
+                f"{HANDOFF_DIR_ENV}={chosen!r} is not a directory icetail can write: create it, "
+                "or unset the variable (the handoff then goes to /dev/shm or TMPDIR)"
+            )
         return chosen
     if any(env.get(name) for name in _TEMP_DIR_VARIABLES):
         return tempfile.gettempdir()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from icetail.kernel.errors import ConfigError
 from icetail.kernel.settings import HANDOFF_DIR_ENV
 from icetail.reader.spark import handoff_root as module
 from icetail.reader.spark.handoff_root import handoff_root
@@ -40,6 +41,7 @@ def test_the_users_directory_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     shm.mkdir()
     monkeypatch.setattr(module, "SHM_MIN_FREE_BYTES", 1)
     chosen = str(tmp_path / "handoff")
+    os.mkdir(chosen)
     assert handoff_root({HANDOFF_DIR_ENV: chosen, "TMPDIR": "/elsewhere"}, str(shm)) == chosen
     for variable in ("TMPDIR", "TEMP", "TMP"):  # a temporary directory the user set: not /dev/shm
         assert handoff_root({variable: str(tmp_path)}, str(shm)) == tempfile.gettempdir()
@@ -49,3 +51,15 @@ def test_the_users_directory_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_the_default_here_is_a_real_place() -> None:
     root = handoff_root()
     assert os.path.isdir(root) and os.access(root, os.W_OK)
+
+
+@pytest.mark.parametrize("name", ["missing", "a file", "../../etc/x\n; rm -rf /"])
+def test_a_handoff_dir_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path, name: str) -> None:
+    target = tmp_path / name if "/" not in name else Path(str(tmp_path) + "/" + name)
+    if name == "a file":
+        target.write_text("not a folder")
+    with pytest.raises(ConfigError) as raised:
+        handoff_root({HANDOFF_DIR_ENV: str(target)})
+    message = str(raised.value)
+    assert HANDOFF_DIR_ENV in message and "create it, or unset the variable" in message and "\n" not in message
+    assert not (tmp_path / "missing").exists()
