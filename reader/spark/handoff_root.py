@@ -3,9 +3,10 @@
 Every row a local Spark task reads is written into a handoff file and read back by the driver
 within a second, then deleted. On a disk filesystem those writes pay for the host's other writers:
 the kernel throttles every writer while dirty pages pile up, and the journal serializes them. With
-a disk writer beside it the workers' system CPU went from 0.2 to 0.3-0.7 s a round and a warm 8M-row
-read took 0.93 s instead of 0.75 s on /dev/shm, whose pages are never written back (R67). Ray keeps
-its object store on /dev/shm for the same reason, under the same rule: only where it has room.
+a disk writer beside it the workers' system CPU went from 0.2 to 0.3-0.8 s a round and a warm
+8M-row read took 0.93-1.05 s instead of 0.75-0.77 s on /dev/shm, whose pages are never written
+back (R67). Ray keeps its object store on /dev/shm for the same reason, under the same rule: only
+where it has room.
 
 The order: ICETAIL_HANDOFF_DIR; else TMPDIR (or TEMP, TMP) when the user set one (their choice of
 scratch space, and the fix the disk-full error names); else /dev/shm when it is writable and has at
@@ -32,7 +33,7 @@ _TEMP_DIR_VARIABLES = ("TMPDIR", "TEMP", "TMP")
 def handoff_root(environ: Mapping[str, str] | None = None, shm: str = SHM) -> str:
     """The directory new handoff folders are made in (see the module docstring for the order).
 
-    A ICETAIL_HANDOFF_DIR that is not a writable directory is a ConfigError, before any Spark job.
+    An ICETAIL_HANDOFF_DIR that is not a writable directory is a ConfigError, before any Spark job.
     """
     env = os.environ if environ is None else environ
     chosen = env.get(HANDOFF_DIR_ENV, "").strip()
