@@ -36,13 +36,19 @@ def spark_local_full(spark_context: Any | None) -> LocalDiskFullError:
     )
 
 
-def spark_job_error(exc: BaseException, spark_context: Any | None) -> LocalDiskFullError | None:
-    """The one-line error a failed Spark job stands for, when it is a full disk; else None."""
+def spark_job_error(
+    exc: BaseException, spark_context: Any | None, handoff_dir: str | None = None
+) -> LocalDiskFullError | None:
+    """The one-line error a failed Spark job stands for, when it is a full disk; else None.
+
+    `handoff_dir`: the job's handoff folder, whose parent is named; choosing the place again could
+    name another one (a /dev/shm that filled up no longer has the room to be chosen).
+    """
     if not is_disk_full(exc):
         return None
     text = str(exc)
     if HANDOFF_MARKER in text:
-        return handoff_full(handoff_root())
+        return handoff_full(os.path.dirname(handoff_dir) if handoff_dir else handoff_root())
     return spark_local_full(spark_context)
 
 

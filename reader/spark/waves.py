@@ -171,7 +171,7 @@ def run_splits(
                 # chunks stream in as the tasks write them, before the wave's job has finished
                 for task in range(len(wave_groups[consumed])):
                     yield from _stream_task(handoff, task_key(consumed, task), future)
-                _raise_task_results(job_result(future))
+                _raise_task_results(job_result(future, handoff))
                 payloads: list[Payload] = []
             else:
                 payloads = job_result(future)  # a task error surfaces as a Py4J/Spark exception
@@ -199,12 +199,13 @@ def run_splits(
 MAX_POLL_SECONDS = 0.005
 
 
-def job_result(job: Future[Any]) -> Any:
-    """The job's result; a job that failed on a full local disk raises that one line instead."""
+def job_result(job: Future[Any], handoff: str | None = None) -> Any:
+    """The job's result; a job that failed on a full local disk raises that one line instead
+    (naming `handoff`'s directory when the job wrote one)."""
     try:
         return job.result()
     except Exception as exc:
-        translated = spark_job_error(exc, _active_context())
+        translated = spark_job_error(exc, _active_context(), handoff)
         if translated is None:
             raise
         raise translated from None
@@ -240,7 +241,7 @@ def _stream_task(handoff: str, key: str, wave: Future[Any]) -> Iterator[Chunk]:
                     continue
                 return
             if wave.done():
-                _raise_task_results(job_result(wave))  # a failed job, or a task that could not publish
+                _raise_task_results(job_result(wave, handoff))  # a failed job, or a task that could not publish
                 if not os.path.exists(path) and not os.path.exists(end):
                     raise IcetailError(f"Spark task {key} finished without handing over its chunks in {handoff}")
                 continue

@@ -6,16 +6,18 @@ free space they really have, so the rule is tested on both sides of it.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from icetail.kernel.errors import ConfigError
+from icetail.kernel.errors import ConfigError, LocalDiskFullError
 from icetail.kernel.settings import HANDOFF_DIR_ENV
 from icetail.reader.spark import handoff_root as module
 from icetail.reader.spark.handoff_root import handoff_root
+from icetail.reader.spark.local_disk import spark_job_error
 
 
 def _free(path: Path) -> int:
@@ -63,3 +65,15 @@ def test_a_handoff_dir_that_cannot_be_written_is_one_line_naming_it(tmp_path: Pa
     message = str(raised.value)
     assert HANDOFF_DIR_ENV in message and "create it, or unset the variable" in message and "\n" not in message
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_full_handoff_names_the_directory_the_job_wrote_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the place chosen again: a /dev/shm that filled up no longer has the room to be chosen."""
+    used = tmp_path / "shm"
+    used.mkdir()
+    monkeypatch.setenv(HANDOFF_DIR_ENV, str(tmp_path))  # what choosing again would name
+    failure = OSError(errno.ENOSPC, f"No space left on device: {used}/icetail-handoff-h-1-x/w000000-t00000.chunk")
+    error = spark_job_error(failure, None, str(used / "icetail-handoff-h-1-x"))
+    assert isinstance(error, LocalDiskFullError)
+    assert f"in {used} (icetail's handoff" in str(error)
+    assert f"in {tmp_path} (icetail's handoff" in str(spark_job_error(failure, None))
